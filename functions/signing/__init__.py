@@ -1,0 +1,59 @@
+"""Model signing and verification in model-signing's format (sigstore/model-transparency),
+streamed from where the model lies through the ObjectStore port.
+
+    manifest   the model-signing manifest and in-toto Statement (pure)
+    streaming  parallel ranged-read hashing with bounded memory
+    bundle     Sigstore bundle v0.3 / DSSE envelope reading and assembly
+    keys       EC key and certificate signers / verifiers
+    keyless    Sigstore keyless signer / verifier and where its trust comes from
+    model      sign_model / verify_model / verify_bundle
+    local      local directories (symlink policy)
+
+Heavy libraries (model_signing, sigstore, cryptography, blake3) load on first use only.
+
+>>> from functions.signing import HashOptions, KeySigner, sign_model  # doctest: +SKIP
+>>> sign_model(store, "models", "bert/1", KeySigner.from_file(Path("key.pem")))  # doctest: +SKIP
+"""
+
+from functions.signing.keyless import (
+    SigstoreSigner,
+    SigstoreTrust,
+    SigstoreVerifier,
+    sigstore_env_state,
+)
+from functions.signing.keys import CertificateSigner, CertificateVerifier, KeySigner, KeyVerifier
+from functions.signing.local import local_model
+from functions.signing.manifest import Manifest, Resource, Serialization
+from functions.signing.model import (
+    Signed,
+    Verified,
+    sign_model,
+    signature_key,
+    verify_bundle,
+    verify_model,
+)
+from functions.signing.streaming import HashOptions, Progress, hash_model
+
+__all__ = [
+    "CertificateSigner",
+    "CertificateVerifier",
+    "HashOptions",
+    "KeySigner",
+    "KeyVerifier",
+    "Manifest",
+    "Progress",
+    "Resource",
+    "Serialization",
+    "Signed",
+    "SigstoreSigner",
+    "SigstoreTrust",
+    "SigstoreVerifier",
+    "Verified",
+    "hash_model",
+    "local_model",
+    "sign_model",
+    "signature_key",
+    "sigstore_env_state",
+    "verify_bundle",
+    "verify_model",
+]

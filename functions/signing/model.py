@@ -1,0 +1,175 @@
+"""Sign and verify a model where it lies (local directory, GCS, S3), streamed.
+
+The signature is a model-signing bundle written next to the model (`<prefix>/model.sig` by
+default) with a conditional write, so two deliveries never race to different signatures.
+
+>>> signed = sign_model(store, "models", "bert/1", KeySigner.from_file(key))  # doctest: +SKIP
+>>> verify_model(store, "models", "bert/1", KeyVerifier(pub)).root_digest  # doctest: +SKIP
+'9d3c…'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from functions.errors import Conflict, NotFound, VerificationFailed
+from functions.ports import ObjectStore, Signer, Verifier
+from functions.signing.bundle import signer_of, unverified_payload
+from functions.signing.manifest import Manifest
+from functions.signing.streaming import HashOptions, Progress, hash_model, read_object
+
+__all__ = ["Signed", "Verified", "sign_model", "signature_key", "verify_bundle", "verify_model"]
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A model's signature: where it is, what it covers, whether this call wrote it."""
+
+    bucket: str
+    key: str
+    root_digest: str
+    signer: str
+    created: bool
+    manifest: Manifest = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Verified:
+    root_digest: str
+    signer: str
+    manifest: Manifest = field(repr=False)
+
+
+def signature_key(prefix: str, name: str = "model.sig") -> str:
+    """Where a model's signature lives: `name` inside the model prefix."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/{name}" if prefix else name
+
+
+def _existing(store: ObjectStore, bucket: str, key: str) -> bytes | None:
+    try:
+        return read_object(store, bucket, key) if store.stat(bucket, key) else None
+    except NotFound:
+        return None
+
+
+def _claimed_digest(bundle: bytes) -> str | None:
+    try:
+        return Manifest.from_statement(unverified_payload(bundle)[1]).root_digest
+    except VerificationFailed:
+        return None
+
+
+def sign_model(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    signer: Signer,
+    *,
+    options: HashOptions | None = None,
+    key: str | None = None,
+    replace: bool = False,
+    progress: Progress | None = None,
+) -> Signed:
+    """Hash the model, sign its manifest and store the bundle at `key` (default
+    `<prefix>/<options.signature_name>`), only if absent.
+
+    Idempotent: when a signature for the same root digest is already there, nothing is
+    signed again (`created=False`). A signature for other content is a Conflict, unless
+    `replace`.
+    """
+    opts = options or HashOptions()
+    key = key or signature_key(prefix, opts.signature_name)
+    manifest = hash_model(
+        store, bucket, prefix, opts.serialization(), options=opts, progress=progress
+    )
+
+    def settled(bundle: bytes) -> Signed | None:
+        claimed = _claimed_digest(bundle)
+        if claimed == manifest.root_digest:
+            return Signed(bucket, key, claimed, signer_of(bundle), False, manifest)
+        if replace:
+            return None
+        raise Conflict(
+            "a signature for other content already exists",
+            bucket=bucket,
+            key=key,
+            signed_digest=claimed,
+            model_digest=manifest.root_digest,
+        )
+
+    if (old := _existing(store, bucket, key)) is not None and (done := settled(old)):
+        return done
+    bundle = signer.sign(manifest.statement())
+    try:
+        store.put(bucket, key, bundle, if_absent=not replace)
+    except Conflict:
+        # A concurrent delivery won the race: fine if it signed the same content.
+        other = _existing(store, bucket, key)
+        if other is None or (done := settled(other)) is None:
+            raise
+        return done
+    return Signed(bucket, key, manifest.root_digest, signer.identity(), True, manifest)
+
+
+def verify_bundle(
+    bundle: bytes, verifier: Verifier, *, expected_digest: str | None = None
+) -> Manifest:
+    """Check the bundle's signature and trust, and return the manifest it signs, without
+    hashing the model. With `expected_digest`, a signature over another root digest is
+    rejected (a signature copied from another model, or a stale one)."""
+    manifest = Manifest.from_statement(verifier.verify(bundle))
+    if expected_digest and manifest.root_digest != expected_digest.removeprefix("sha256:"):
+        raise VerificationFailed(
+            "the signature is for another model digest",
+            signed_digest=manifest.root_digest,
+            expected_digest=expected_digest,
+        )
+    return manifest
+
+
+def verify_model(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    verifier: Verifier,
+    *,
+    options: HashOptions | None = None,
+    key: str | None = None,
+    bundle: bytes | None = None,
+    expected_digest: str | None = None,
+    progress: Progress | None = None,
+) -> Verified:
+    """Verify the signature (from `bundle`, or read at `key`), then re-hash the model as
+    the signature says it was hashed and compare file by file.
+
+    VerificationFailed names what is wrong: untrusted signer, other digest, or the
+    missing / extra / modified files.
+    """
+    opts = options or HashOptions()
+    key = key or signature_key(prefix, opts.signature_name)
+    if bundle is None:
+        bundle = _existing(store, bucket, key)
+        if bundle is None:
+            raise VerificationFailed("the model has no signature", bucket=bucket, key=key)
+    expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
+
+    root = prefix.strip("/")
+    ignore = [key[len(root) + 1 :] if root else key, opts.signature_name]
+    if opts.ready_marker not in expected.paths:
+        ignore.append(opts.ready_marker)  # it may land after signing
+    actual = hash_model(
+        store,
+        bucket,
+        prefix,
+        expected.serialization,
+        options=opts,
+        ignore=tuple(ignore),
+        progress=progress,
+    )
+    diff = expected.diff(actual)
+    if any(diff.values()):
+        problems = {k: v for k, v in diff.items() if v}
+        names = ", ".join(sorted({n for v in problems.values() for n in v}))
+        raise VerificationFailed(f"the model does not match its signature: {names}", **problems)
+    return Verified(expected.root_digest, signer_of(bundle), expected)
