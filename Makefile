@@ -1,0 +1,51 @@
+# modelhooks — one target per habit. Every target installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
+PYTEST_ARGS ?=
+
+.PHONY: help install run test unit servers lint fmt bench schemas clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)  ## create .venv with modelhooks and its dev tools
+
+run: $(STAMP)  ## serve every function on embedded defaults (state in ./.modelhooks)
+	$(VENV)/bin/modelhooks serve --host $(HOST) --port $(PORT)
+
+servers: $(STAMP)  ## obtain, build and cache every real test server
+	$(PY) -m tests.servers install
+
+unit: $(STAMP)  ## the fast layer only (no servers)
+	$(PY) -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
+
+test: $(STAMP) servers  ## every layer: unit, integration and e2e against real servers
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff + mypy strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)  ## format the code
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+schemas: $(STAMP)  ## regenerate events/schemas from the event models
+	$(PY) -m events.schemas
+
+bench: $(STAMP)  ## benchmarks, printed side by side with their anchors
+	$(PY) -m tests.bench
+
+clean:  ## remove the venv and local state
+	rm -rf $(VENV) .modelhooks .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,68 @@
+"""Where models live in an object store, and when one counts as pushed.
+
+A model version is a prefix (by default `models/{name}/{version}/`); it counts as pushed
+when its ready marker (default `_SUCCESS`) lands there — never on each of its files.
+
+>>> ObjectLayout().match("models/bert/3/_SUCCESS")
+ModelPath(name='bert', version='3', prefix='models/bert/3/')
+>>> ObjectLayout().match("models/bert/3/weights.bin") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+__all__ = ["ModelPath", "ObjectLayout"]
+
+_FIELD = re.compile(r"\{(name|version)\}")
+
+
+@dataclass(frozen=True)
+class ModelPath:
+    name: str
+    version: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class ObjectLayout:
+    pattern: str = "models/{name}/{version}/"
+    marker: str = "_SUCCESS"
+
+    def __post_init__(self) -> None:
+        fields = _FIELD.findall(self.pattern)
+        if sorted(fields) != ["name", "version"] or not self.pattern.endswith("/"):
+            raise ValueError(
+                f"layout pattern {self.pattern!r} must contain {{name}} and {{version}} once "
+                "each and end with '/'"
+            )
+        if not self.marker or "/" in self.marker:
+            raise ValueError(f"ready marker {self.marker!r} must be a plain file name")
+
+    @cached_property
+    def _regex(self) -> re.Pattern[str]:
+        parts = _FIELD.split(self.pattern)
+        out = ""
+        for i, part in enumerate(parts):
+            out += f"(?P<{part}>[^/]+)" if i % 2 else re.escape(part)
+        return re.compile(f"^{out}")
+
+    def model_of(self, key: str) -> ModelPath | None:
+        """The model version a key belongs to (any file under its prefix)."""
+        m = self._regex.match(key)
+        if not m:
+            return None
+        return ModelPath(m["name"], m["version"], m.group(0))
+
+    def match(self, key: str) -> ModelPath | None:
+        """The model version whose ready marker `key` is, else None."""
+        path = self.model_of(key)
+        if path is None or key != path.prefix + self.marker:
+            return None
+        return path
+
+    def prefix(self, name: str, version: str) -> str:
+        return self.pattern.format(name=name, version=version)

@@ -1,0 +1,207 @@
+"""`SqliteModelRegistry`: the embedded default registry, one SQLite file.
+
+Same vocabulary and uniqueness rules as the Kubeflow Model Registry: model names are
+unique, version names are unique per model, artifact names per version. One connection
+per thread; WAL so readers (`modelhooks registry list`) never block the functions.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from functions.domain import (
+    ArtifactState,
+    ModelArtifact,
+    ModelState,
+    ModelVersion,
+    RegisteredModel,
+)
+from functions.errors import Conflict, NotFound, Unavailable
+
+__all__ = ["SqliteModelRegistry"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS registered_models (
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, state TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '', properties TEXT NOT NULL DEFAULT '{}');
+CREATE TABLE IF NOT EXISTS model_versions (
+  id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES registered_models(id),
+  name TEXT NOT NULL, state TEXT NOT NULL, description TEXT NOT NULL DEFAULT '',
+  properties TEXT NOT NULL DEFAULT '{}', UNIQUE (model_id, name));
+CREATE TABLE IF NOT EXISTS model_artifacts (
+  id INTEGER PRIMARY KEY, version_id INTEGER NOT NULL REFERENCES model_versions(id),
+  name TEXT NOT NULL, uri TEXT NOT NULL, digest TEXT NOT NULL, state TEXT NOT NULL,
+  properties TEXT NOT NULL DEFAULT '{}', UNIQUE (version_id, name));
+"""
+
+
+class SqliteModelRegistry:
+    name = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.executescript(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.row_factory = sqlite3.Row
+            self._local.db = db
+        return db
+
+    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db().execute(sql, params)
+        except sqlite3.IntegrityError as exc:
+            if "FOREIGN KEY" in str(exc):
+                raise NotFound(f"registry: the parent of this row does not exist ({exc})") from None
+            raise Conflict(f"registry: {exc}") from None
+        except sqlite3.OperationalError as exc:  # locked, disk I/O: worth a redelivery
+            raise Unavailable(f"registry: {exc}") from None
+
+    # registered models
+    def get_model(self, name: str) -> RegisteredModel | None:
+        row = self._exec("SELECT * FROM registered_models WHERE name=?", (name,)).fetchone()
+        return _model(row) if row else None
+
+    def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
+        cur = self._exec(
+            "INSERT INTO registered_models(name, state, properties) VALUES (?,?,?)",
+            (name, ModelState.LIVE, json.dumps(dict(properties))),
+        )
+        return RegisteredModel(id=str(cur.lastrowid), name=name, custom_properties=properties)
+
+    def update_model(self, model: RegisteredModel) -> RegisteredModel:
+        self._update(
+            "registered_models",
+            model.id,
+            state=model.state,
+            description=model.description,
+            properties=json.dumps(dict(model.custom_properties)),
+        )
+        return model
+
+    def list_models(self) -> list[RegisteredModel]:
+        return [_model(r) for r in self._exec("SELECT * FROM registered_models ORDER BY name")]
+
+    # versions
+    def get_version(self, model_id: str, name: str) -> ModelVersion | None:
+        row = self._exec(
+            "SELECT * FROM model_versions WHERE model_id=? AND name=?", (int(model_id), name)
+        ).fetchone()
+        return _version(row) if row else None
+
+    def create_version(
+        self, model_id: str, name: str, *, properties: Mapping[str, str]
+    ) -> ModelVersion:
+        cur = self._exec(
+            "INSERT INTO model_versions(model_id, name, state, properties) VALUES (?,?,?,?)",
+            (int(model_id), name, ModelState.LIVE, json.dumps(dict(properties))),
+        )
+        return ModelVersion(
+            id=str(cur.lastrowid), model_id=model_id, name=name, custom_properties=properties
+        )
+
+    def update_version(self, version: ModelVersion) -> ModelVersion:
+        self._update(
+            "model_versions",
+            version.id,
+            state=version.state,
+            description=version.description,
+            properties=json.dumps(dict(version.custom_properties)),
+        )
+        return version
+
+    def list_versions(self, model_id: str) -> list[ModelVersion]:
+        rows = self._exec(
+            "SELECT * FROM model_versions WHERE model_id=? ORDER BY id", (int(model_id),)
+        )
+        return [_version(r) for r in rows]
+
+    # artifacts
+    def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
+        rows = self._exec(
+            "SELECT * FROM model_artifacts WHERE version_id=? ORDER BY id", (int(version_id),)
+        )
+        return [_artifact(r) for r in rows]
+
+    def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
+        props = json.dumps(dict(artifact.custom_properties))
+        if artifact.id:
+            self._update(
+                "model_artifacts",
+                artifact.id,
+                uri=artifact.uri,
+                digest=artifact.digest,
+                state=artifact.state,
+                properties=props,
+            )
+            return artifact
+        cur = self._exec(
+            "INSERT INTO model_artifacts(version_id, name, uri, digest, state, properties)"
+            " VALUES (?,?,?,?,?,?)",
+            (
+                int(artifact.version_id),
+                artifact.name,
+                artifact.uri,
+                artifact.digest,
+                artifact.state,
+                props,
+            ),
+        )
+        return ModelArtifact(**{**artifact.__dict__, "id": str(cur.lastrowid)})
+
+    def _update(self, table: str, id: str, **cols: Any) -> None:
+        sets = ", ".join(f"{c}=?" for c in cols)
+        cur = self._exec(f"UPDATE {table} SET {sets} WHERE id=?", (*cols.values(), int(id)))
+        if cur.rowcount == 0:
+            raise NotFound(f"registry: no row {id} in {table}")
+
+
+def _props(row: sqlite3.Row) -> dict[str, str]:
+    return dict(json.loads(row["properties"]))
+
+
+def _model(row: sqlite3.Row) -> RegisteredModel:
+    return RegisteredModel(
+        id=str(row["id"]),
+        name=row["name"],
+        state=ModelState(row["state"]),
+        description=row["description"],
+        custom_properties=_props(row),
+    )
+
+
+def _version(row: sqlite3.Row) -> ModelVersion:
+    return ModelVersion(
+        id=str(row["id"]),
+        model_id=str(row["model_id"]),
+        name=row["name"],
+        state=ModelState(row["state"]),
+        description=row["description"],
+        custom_properties=_props(row),
+    )
+
+
+def _artifact(row: sqlite3.Row) -> ModelArtifact:
+    return ModelArtifact(
+        id=str(row["id"]),
+        version_id=str(row["version_id"]),
+        name=row["name"],
+        uri=row["uri"],
+        digest=row["digest"],
+        state=ArtifactState(row["state"]),
+        custom_properties=_props(row),
+    )

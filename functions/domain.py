@@ -1,0 +1,79 @@
+"""Registry vocabulary (Kubeflow Model Registry's), shared by every ModelRegistry backend.
+
+The natural identity of a registration is (model name, version name, artifact digest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "ArtifactState",
+    "ModelArtifact",
+    "ModelState",
+    "ModelVersion",
+    "ObjectInfo",
+    "RegisteredModel",
+]
+
+
+class ModelState(StrEnum):
+    LIVE = "LIVE"
+    ARCHIVED = "ARCHIVED"
+
+
+class ArtifactState(StrEnum):
+    PENDING = "PENDING"
+    LIVE = "LIVE"
+    MARKED_FOR_DELETION = "MARKED_FOR_DELETION"
+    DELETED = "DELETED"
+    ABANDONED = "ABANDONED"
+    REFERENCE = "REFERENCE"
+    UNKNOWN = "UNKNOWN"
+
+
+Properties = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    id: str
+    name: str
+    state: ModelState = ModelState.LIVE
+    description: str = ""
+    custom_properties: Properties = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    id: str
+    model_id: str
+    name: str
+    state: ModelState = ModelState.LIVE
+    description: str = ""
+    custom_properties: Properties = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelArtifact:
+    id: str
+    version_id: str
+    name: str
+    uri: str
+    digest: str
+    state: ArtifactState = ArtifactState.LIVE
+    custom_properties: Properties = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object in a store. `generation` is the store's immutable revision id
+    (GCS generation, S3 versionId or ETag, a local file's content hash)."""
+
+    bucket: str
+    key: str
+    size: int
+    generation: str
+    etag: str = ""

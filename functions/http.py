@@ -1,0 +1,75 @@
+"""HTTP entry points on Flask (what functions-framework runs): one function per target,
+or every function behind the in-process broker (`modelhooks serve`)."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import TYPE_CHECKING
+
+from functions.bootstrap import Deps
+from functions.catalog import NAMES, load
+from functions.errors import ModelhooksError, NotFound
+from functions.runtime import Response, deliver, ingest, worst
+
+if TYPE_CHECKING:
+    import flask
+
+__all__ = ["call_function", "create_app", "to_flask"]
+
+
+def to_flask(resp: Response) -> flask.Response:
+    import flask
+
+    return flask.Response(resp.body, status=resp.status, headers=resp.headers)
+
+
+def call_function(name: str, request: flask.Request, deps: Deps) -> Response:
+    from functions.broker import single
+
+    fn = load(name)
+    return deliver(dict(request.headers), request.get_data(), deps, partial(single, fn, deps))
+
+
+def publish(request: flask.Request, deps: Deps) -> Response:
+    """`POST /`: the broker. Answers with every outcome of the chain."""
+    from functions.broker import Broker
+    from functions.router import load_triggers
+
+    try:
+        events = ingest(dict(request.headers), request.get_data(), deps)
+        broker = Broker(load_triggers(deps.settings.router.triggers), deps)
+    except ModelhooksError as exc:
+        return Response(exc.status, {"Content-Type": "application/json"}, json.dumps(exc.as_json()).encode())
+    outcomes = [o for event in events for o in broker.publish(event)]
+    doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
+    status = worst([o.status for o in outcomes]) if outcomes else 200
+    return Response(
+        200 if status < 300 else status,
+        {"Content-Type": "application/json"},
+        json.dumps(doc).encode(),
+    )
+
+
+def create_app(deps: Deps) -> flask.Flask:
+    """The `modelhooks serve` app: /functions/<name>, / (broker), /healthz."""
+    import flask
+
+    app = flask.Flask("modelhooks")
+
+    @app.post("/functions/<name>")
+    def function(name: str) -> flask.Response:
+        if name not in NAMES:
+            err = NotFound(f"no function {name!r}", known=list(NAMES))
+            return flask.Response(json.dumps(err.as_json()), 404, mimetype="application/json")
+        return to_flask(call_function(name, flask.request, deps))
+
+    @app.post("/")
+    def broker() -> flask.Response:
+        return to_flask(publish(flask.request, deps))
+
+    @app.get("/healthz")
+    def healthz() -> flask.Response:
+        return flask.Response(json.dumps({"status": "ok", "functions": list(NAMES)}), 200, mimetype="application/json")
+
+    return app

@@ -1,0 +1,43 @@
+"""Structured logs: one JSON object per line, in the shape Cloud Logging understands
+(`severity`, `message`, plus fields that become `jsonPayload`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["configure", "log"]
+
+_LOGGER = logging.getLogger("modelhooks")
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "severity": record.levelname,
+            "message": record.getMessage(),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
+            "logger": record.name,
+        }
+        doc.update({k: v for k, v in vars(record).items() if k not in _RESERVED})
+        if record.exc_info:
+            doc["stack_trace"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+def configure(level: str = "INFO") -> None:
+    """Send modelhooks logs to stderr as JSON lines (idempotent)."""
+    if not any(isinstance(h.formatter, JsonFormatter) for h in _LOGGER.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        _LOGGER.addHandler(handler)
+        _LOGGER.propagate = False
+    _LOGGER.setLevel(level)
+
+
+def log(level: int, message: str, **fields: Any) -> None:
+    _LOGGER.log(level, message, extra=fields)

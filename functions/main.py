@@ -1,0 +1,26 @@
+"""functions-framework targets: `functions-framework --target register` (Cloud Run
+functions, or a Knative Service running the same image).
+
+Each target is an `http` function that parses and answers CloudEvents itself, so it can
+reply with a canonical event (a `cloud_event` function's return value is ignored).
+Dependencies are built on the first request, not at import: cold start matters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import functions_framework
+
+from functions.bootstrap import build
+from functions.http import call_function, to_flask
+
+if TYPE_CHECKING:
+    import flask
+
+__all__ = ["register"]
+
+
+@functions_framework.http
+def register(request: flask.Request) -> flask.Response:
+    return to_flask(call_function("register", request, build()))

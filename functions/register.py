@@ -1,0 +1,138 @@
+"""`register`: record pushed artifacts in the model registry; archive deleted models.
+
+Find-or-create RegisteredModel → ModelVersion → ModelArtifact, keyed by the natural
+identity (model name, version name, artifact digest). The same event twice yields one
+version; the same version name with another digest is a Conflict, never an overwrite.
+A delete that arrives before the push it follows leaves an archived tombstone, so the late
+push is recognised as stale instead of resurrecting the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
+from functions.domain import ArtifactState, ModelArtifact, ModelState
+from functions.errors import Conflict
+from functions.ports import ModelRegistry
+from functions.runtime import Deps, Function
+
+__all__ = ["FUNCTION", "archive_model", "register_model"]
+
+T = TypeVar("T")
+ARCHIVED_AT = "modelhooks.archived_at"
+
+
+def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
+    if isinstance(event.data, ArtifactPushed):
+        return register_model(event, event.data, registry=deps.registry)
+    if isinstance(event.data, ModelDeleted):
+        archive_model(event, event.data, registry=deps.registry)
+    return []
+
+
+def register_model(
+    event: CanonicalEvent, pushed: ArtifactPushed, *, registry: ModelRegistry
+) -> list[CanonicalEvent]:
+    created = False
+    model = registry.get_model(pushed.model)
+    if model is None:
+        model = _find_or_create(
+            lambda: registry.create_model(pushed.model, properties={"namespace": pushed.namespace}),
+            lambda: registry.get_model(pushed.model),
+        )
+        created = True
+    elif model.state == ModelState.ARCHIVED:
+        archived_at = model.custom_properties.get(ARCHIVED_AT, "")
+        if event.time and archived_at and event.time.isoformat() <= archived_at:
+            return []  # a push older than the deletion that archived the model: stale
+        model = registry.update_model(_replace(model, state=ModelState.LIVE))
+
+    version = registry.get_version(model.id, pushed.version)
+    if version is None:
+        props = {"digest": pushed.digest, "uri": pushed.uri, "store": pushed.store}
+        version = _find_or_create(
+            lambda: registry.create_version(model.id, pushed.version, properties=props),
+            lambda: registry.get_version(model.id, pushed.version),
+        )
+        created = True
+    if version.custom_properties.get("digest") != pushed.digest:
+        raise Conflict(
+            f"model {pushed.model!r} version {pushed.version!r} is already registered with "
+            "another digest",
+            registered=version.custom_properties.get("digest"),
+            received=pushed.digest,
+        )
+
+    artifacts = [a for a in registry.list_artifacts(version.id) if a.name == "model"]
+    artifact = artifacts[0] if artifacts else None
+    if artifact is None or artifact.state != ArtifactState.LIVE:
+        artifact = registry.upsert_artifact(
+            ModelArtifact(
+                id=artifact.id if artifact else "",
+                version_id=version.id,
+                name="model",
+                uri=pushed.uri,
+                digest=pushed.digest,
+                state=ArtifactState.LIVE,
+                custom_properties={"source_event": event.id},
+            )
+        )
+        created = True
+
+    reply = ModelRegistered(
+        model=pushed.model,
+        version=pushed.version,
+        uri=pushed.uri,
+        digest=pushed.digest,
+        registry=getattr(registry, "name", type(registry).__name__),
+        registered_model_id=model.id,
+        model_version_id=version.id,
+        model_artifact_id=artifact.id,
+        namespace=pushed.namespace,
+        created=created,
+    )
+    return [CanonicalEvent.new(reply, source="modelhooks/register", subject=event.subject,
+                               id=f"{event.id}/registered")]
+
+
+def archive_model(event: CanonicalEvent, deleted: ModelDeleted, *, registry: ModelRegistry) -> None:
+    stamp = (event.time.isoformat() if event.time else "") or "0"
+    model = registry.get_model(deleted.name)
+    if model is None:
+        model = _find_or_create(
+            lambda: registry.create_model(deleted.name, properties={}),
+            lambda: registry.get_model(deleted.name),
+        )
+    if model.state == ModelState.ARCHIVED and model.custom_properties.get(ARCHIVED_AT, "") >= stamp:
+        return
+    props = {**model.custom_properties, ARCHIVED_AT: stamp}
+    registry.update_model(_replace(model, state=ModelState.ARCHIVED, custom_properties=props))
+    for version in registry.list_versions(model.id):
+        if version.state != ModelState.ARCHIVED:
+            registry.update_version(_replace(version, state=ModelState.ARCHIVED))
+
+
+def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> T:
+    """Create; when a concurrent delivery won the race, return what it created."""
+    try:
+        return create()
+    except Conflict:
+        found = find()
+        if found is None:
+            raise
+        return found
+
+
+def _replace(obj: T, **changes: object) -> T:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
+
+
+FUNCTION = Function(
+    name="register",
+    accepts=frozenset({ArtifactPushed.TYPE, ModelDeleted.TYPE}),
+    handle=handle,
+)

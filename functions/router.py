@@ -1,0 +1,91 @@
+"""An in-process broker that follows the SAME Knative Trigger definitions as the cluster.
+
+Triggers are read from `infra/knative/*.yaml` (the single source of truth); a Trigger names
+its function with the label `modelhooks.dev/function`. Both filter styles are honoured:
+`spec.filter.attributes` (exact) and `spec.filters` (exact, prefix, suffix, all, any, not);
+as in Knative, `filters` wins when both are present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from events.model import CanonicalEvent
+from functions.errors import ConfigError
+
+__all__ = ["DEFAULT_TRIGGERS", "Trigger", "load_triggers", "matches"]
+
+DEFAULT_TRIGGERS = Path(__file__).resolve().parent.parent / "infra" / "knative"
+FUNCTION_LABEL = "modelhooks.dev/function"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    name: str
+    function: str
+    attributes: Mapping[str, str]
+    filters: tuple[Mapping[str, Any], ...] = ()
+
+    def matches(self, attrs: Mapping[str, str]) -> bool:
+        if self.filters:
+            return all(matches(f, attrs) for f in self.filters)
+        return all(v == "" or attrs.get(k) == v for k, v in self.attributes.items())
+
+    def accepts(self, event: CanonicalEvent) -> bool:
+        return self.matches(event.attributes())
+
+
+def matches(expr: Mapping[str, Any], attrs: Mapping[str, str]) -> bool:
+    """One Knative `filters` expression against CloudEvent attributes."""
+    if len(expr) != 1:
+        raise ConfigError(f"a filter expression has exactly one dialect key, got {list(expr)}")
+    ((kind, arg),) = expr.items()
+    if kind == "exact":
+        return all(attrs.get(k) == v for k, v in arg.items())
+    if kind == "prefix":
+        return all(k in attrs and attrs[k].startswith(v) for k, v in arg.items())
+    if kind == "suffix":
+        return all(k in attrs and attrs[k].endswith(v) for k, v in arg.items())
+    if kind == "all":
+        return all(matches(e, attrs) for e in arg)
+    if kind == "any":
+        return any(matches(e, attrs) for e in arg)
+    if kind == "not":
+        return not matches(arg, attrs)
+    raise ConfigError(f"unsupported trigger filter dialect {kind!r} (cesql is not supported)")
+
+
+def load_triggers(directory: Path | None = None) -> list[Trigger]:
+    """Every Trigger in the directory's YAML files that names a modelhooks function."""
+    import yaml
+
+    directory = directory or DEFAULT_TRIGGERS
+    if not directory.is_dir():
+        raise ConfigError(f"trigger directory {directory} does not exist (router.triggers)")
+    triggers = []
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in _docs(yaml.safe_load_all(path.read_text())):
+            if doc.get("kind") != "Trigger":
+                continue
+            meta, spec = doc.get("metadata", {}), doc.get("spec", {})
+            function = (meta.get("labels") or {}).get(FUNCTION_LABEL)
+            if not function:
+                continue
+            triggers.append(
+                Trigger(
+                    name=meta.get("name", "?"),
+                    function=function,
+                    attributes=(spec.get("filter") or {}).get("attributes") or {},
+                    filters=tuple(spec.get("filters") or ()),
+                )
+            )
+    return triggers
+
+
+def _docs(stream: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    for doc in stream:
+        if isinstance(doc, dict):
+            yield doc

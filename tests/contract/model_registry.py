@@ -1,0 +1,101 @@
+"""The ModelRegistry contract: every backend (and the in-memory fake) must pass it.
+
+Use: subclass `ModelRegistryContract` and provide a `registry` fixture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pytest
+
+from functions.domain import ArtifactState, ModelArtifact, ModelState
+from functions.errors import Conflict, NotFound
+from functions.ports import ModelRegistry
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class ModelRegistryContract:
+    def test_is_a_model_registry(self, registry: ModelRegistry) -> None:
+        assert isinstance(registry, ModelRegistry)
+
+    def test_create_then_get_model(self, registry: ModelRegistry) -> None:
+        name = unique("m")
+        created = registry.create_model(name, properties={"team": "a"})
+        found = registry.get_model(name)
+        assert found is not None
+        assert found.id == created.id
+        assert found.state == ModelState.LIVE
+        assert found.custom_properties["team"] == "a"
+        assert registry.get_model(unique("absent")) is None
+
+    def test_duplicate_model_name_conflicts(self, registry: ModelRegistry) -> None:
+        name = unique("m")
+        registry.create_model(name, properties={})
+        with pytest.raises(Conflict):
+            registry.create_model(name, properties={})
+
+    def test_versions_are_unique_per_model(self, registry: ModelRegistry) -> None:
+        a = registry.create_model(unique("a"), properties={})
+        b = registry.create_model(unique("b"), properties={})
+        va = registry.create_version(a.id, "1", properties={"digest": "sha256:aa"})
+        vb = registry.create_version(b.id, "1", properties={"digest": "sha256:bb"})
+        assert va.id != vb.id
+        with pytest.raises(Conflict):
+            registry.create_version(a.id, "1", properties={})
+        got = registry.get_version(a.id, "1")
+        assert got is not None and got.custom_properties["digest"] == "sha256:aa"
+        assert registry.get_version(a.id, "2") is None
+        assert [v.name for v in registry.list_versions(a.id)] == ["1"]
+
+    def test_version_of_missing_model_is_not_found(self, registry: ModelRegistry) -> None:
+        with pytest.raises(NotFound):
+            registry.create_version("999999", "1", properties={})
+
+    def test_archive_model_and_version(self, registry: ModelRegistry) -> None:
+        model = registry.create_model(unique("m"), properties={})
+        version = registry.create_version(model.id, "1", properties={})
+        registry.update_model(dataclasses.replace(model, state=ModelState.ARCHIVED))
+        registry.update_version(dataclasses.replace(version, state=ModelState.ARCHIVED))
+        got_model = registry.get_model(model.name)
+        got_version = registry.get_version(model.id, "1")
+        assert got_model is not None and got_model.state == ModelState.ARCHIVED
+        assert got_version is not None and got_version.state == ModelState.ARCHIVED
+
+    def test_artifact_create_and_update(self, registry: ModelRegistry) -> None:
+        model = registry.create_model(unique("m"), properties={})
+        version = registry.create_version(model.id, "1", properties={})
+        artifact = registry.upsert_artifact(
+            ModelArtifact(
+                id="",
+                version_id=version.id,
+                name="model",
+                uri="gs://b/models/m/1/",
+                digest="gcs-generation:1",
+                state=ArtifactState.PENDING,
+            )
+        )
+        assert artifact.id
+        registry.upsert_artifact(dataclasses.replace(artifact, state=ArtifactState.LIVE))
+        (stored,) = registry.list_artifacts(version.id)
+        assert stored.id == artifact.id
+        assert stored.state == ArtifactState.LIVE
+        assert stored.uri == "gs://b/models/m/1/"
+        assert stored.digest == "gcs-generation:1"
+
+    def test_duplicate_artifact_name_conflicts(self, registry: ModelRegistry) -> None:
+        model = registry.create_model(unique("m"), properties={})
+        version = registry.create_version(model.id, "1", properties={})
+        new = ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="d")
+        registry.upsert_artifact(new)
+        with pytest.raises(Conflict):
+            registry.upsert_artifact(new)
+
+    def test_list_models_includes_created(self, registry: ModelRegistry) -> None:
+        name = unique("m")
+        registry.create_model(name, properties={})
+        assert name in [m.name for m in registry.list_models()]
