@@ -1,0 +1,241 @@
+"""Key and certificate methods, both directions with the upstream model_signing library and
+CLI, and every way a verification must fail."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import model_signing
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from model_signing import hashing
+
+from functions.errors import Conflict, VerificationFailed
+from functions.ports import Signer, Verifier
+from functions.signing import (
+    CertificateSigner,
+    CertificateVerifier,
+    HashOptions,
+    KeySigner,
+    KeyVerifier,
+    local_model,
+    sign_model,
+    verify_bundle,
+    verify_model,
+)
+from functions.signing.bundle import unverified_payload
+from tests.unit.signing_material import Chain, KeyPair, make_chain, make_key, write_model
+
+CLI = Path(sys.executable).parent / "model_signing"
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "bert")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
+    return make_key(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    return make_chain(tmp_path_factory.mktemp("pki"))
+
+
+def sign(model: Path, signer: Signer, **kw: object) -> str:
+    store, bucket, prefix = local_model(model)
+    return sign_model(store, bucket, prefix, signer, **kw).root_digest  # type: ignore[arg-type]
+
+
+def verify(model: Path, verifier: Verifier, **kw: object) -> str:
+    store, bucket, prefix = local_model(model)
+    return verify_model(store, bucket, prefix, verifier, **kw).root_digest  # type: ignore[arg-type]
+
+
+def upstream_hashing() -> hashing.Config:
+    return hashing.Config().set_ignored_paths(paths=["model.sig"])
+
+
+@pytest.mark.parametrize("curve", [ec.SECP256R1(), ec.SECP384R1()], ids=["p256", "p384"])
+def test_key_both_directions(model: Path, tmp_path: Path, curve: ec.EllipticCurve) -> None:
+    pair = make_key(tmp_path, "k", curve)
+    digest = sign(model, KeySigner.from_file(pair.private))
+    # upstream accepts ours (auto-detecting our serialization)...
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=pair.public).verify(
+        model, model / "model.sig"
+    )
+    # ...and we accept upstream's.
+    (model / "model.sig").unlink()
+    model_signing.signing.Config().use_elliptic_key_signer(
+        private_key=pair.private
+    ).set_hashing_config(upstream_hashing()).sign(model, model / "model.sig")
+    assert verify(model, KeyVerifier(pair.public)) == digest
+
+
+def test_certificate_both_directions(model: Path, chain: Chain) -> None:
+    signer = CertificateSigner.from_files(chain.key, chain.leaf, [chain.intermediates])
+    digest = sign(model, signer)
+    model_signing.verifying.Config().use_certificate_verifier(
+        certificate_chain=[chain.root]
+    ).verify(model, model / "model.sig")
+    (model / "model.sig").unlink()
+    model_signing.signing.Config().use_certificate_signer(
+        private_key=chain.key,
+        signing_certificate=chain.leaf,
+        certificate_chain=[chain.intermediates],
+    ).set_hashing_config(upstream_hashing()).sign(model, model / "model.sig")
+    assert verify(model, CertificateVerifier([chain.root])) == digest
+
+
+def test_shards_both_directions(model: Path, keys: KeyPair) -> None:
+    opts = HashOptions(method="shards", shard_size=4096)
+    digest = sign(model, KeySigner.from_file(keys.private), options=opts)
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
+        model, model / "model.sig"
+    )
+    (model / "model.sig").unlink()
+    model_signing.signing.Config().use_elliptic_key_signer(
+        private_key=keys.private
+    ).set_hashing_config(upstream_hashing().use_shard_serialization(shard_size=4096)).sign(
+        model, model / "model.sig"
+    )
+    assert verify(model, KeyVerifier(keys.public)) == digest
+
+
+@pytest.mark.skipif(not CLI.exists(), reason="model_signing CLI not installed in the venv")
+def test_upstream_cli_accepts_ours(model: Path, keys: KeyPair, chain: Chain) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    args = ["verify", "key", "--signature", model / "model.sig", "--public_key", keys.public]
+    out = subprocess.run([CLI, *args, model], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (model / "model.sig").unlink()
+    sign(model, CertificateSigner.from_files(chain.key, chain.leaf, [chain.intermediates]))
+    args = ["verify", "certificate", "--signature", model / "model.sig"]
+    args += ["--certificate_chain", chain.root]
+    out = subprocess.run([CLI, *args, model], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_bundle_format(model: Path, keys: KeyPair) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    bundle = json.loads((model / "model.sig").read_bytes())
+    assert bundle["mediaType"] == "application/vnd.dev.sigstore.bundle.v0.3+json"
+    assert bundle["verificationMaterial"] == {
+        "publicKey": {"hint": KeySigner.from_file(keys.private).identity().split(":")[1]},
+        "tlogEntries": [],
+    }
+    payload_type, payload = unverified_payload((model / "model.sig").read_bytes())
+    statement = json.loads(payload)
+    assert payload_type == "application/vnd.in-toto+json"
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["predicateType"] == "https://model_signing/signature/v1.0"
+    assert statement["subject"][0]["name"] == "bert"
+    assert set(statement["predicate"]) == {"serialization", "resources"}
+    assert {"model.sig", "_SUCCESS"} <= set(statement["predicate"]["serialization"]["ignore_paths"])
+
+
+def test_tampered_missing_and_extra_files_are_named(model: Path, keys: KeyPair) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    (model / "a.txt").write_bytes(b"ALPHA")
+    (model / "weights" / "model-00002.safetensors").unlink()
+    (model / "evil.py").write_text("import os")
+    with pytest.raises(VerificationFailed) as e:
+        verify(model, KeyVerifier(keys.public))
+    assert e.value.details == {
+        "missing": ["weights/model-00002.safetensors"],
+        "extra": ["evil.py"],
+        "modified": ["a.txt"],
+    }
+    assert "a.txt" in e.value.message
+
+
+def test_ready_marker_after_signing_is_ignored(model: Path, keys: KeyPair) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    (model / "_SUCCESS").write_text("")
+    verify(model, KeyVerifier(keys.public))
+
+
+def test_wrong_key_is_refused(model: Path, keys: KeyPair, tmp_path: Path) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    other = make_key(tmp_path, "other")
+    with pytest.raises(VerificationFailed, match="not valid"):
+        verify(model, KeyVerifier(other.public))
+
+
+def test_untrusted_chain_is_refused(model: Path, chain: Chain, tmp_path: Path) -> None:
+    sign(model, CertificateSigner.from_files(chain.key, chain.leaf, [chain.intermediates]))
+    stranger = make_chain(tmp_path, "stranger")
+    with pytest.raises(VerificationFailed) as e:
+        verify(model, CertificateVerifier([stranger.root]))
+    assert e.value.details["reason"]
+
+
+def test_key_signature_is_not_a_certificate_signature(
+    model: Path, keys: KeyPair, chain: Chain
+) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    with pytest.raises(VerificationFailed):
+        verify(model, CertificateVerifier([chain.root]))
+
+
+def test_signature_for_another_model_is_rejected(tmp_path: Path, keys: KeyPair) -> None:
+    one, two = write_model(tmp_path / "one"), write_model(tmp_path / "two")
+    (two / "config.json").write_text('{"layers": 3}')
+    sign(one, KeySigner.from_file(keys.private))
+    bundle = (one / "model.sig").read_bytes()
+    with pytest.raises(VerificationFailed, match="config.json"):
+        verify(two, KeyVerifier(keys.public), bundle=bundle)
+    digest = verify(one, KeyVerifier(keys.public))
+    with pytest.raises(VerificationFailed, match="another model digest"):
+        verify_bundle(bundle, KeyVerifier(keys.public), expected_digest="sha256:" + "0" * 64)
+    assert verify_bundle(bundle, KeyVerifier(keys.public), expected_digest=digest)
+
+
+def test_modified_envelope_is_refused(model: Path, keys: KeyPair) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    bundle = json.loads((model / "model.sig").read_bytes())
+    other = write_model(model.parent / "other")
+    (other / "a.txt").write_text("beta")
+    store, bucket, prefix = local_model(other)
+    forged = sign_model(store, bucket, prefix, KeySigner.from_file(keys.private))
+    bundle["dsseEnvelope"]["payload"] = json.loads((other / "model.sig").read_bytes())[
+        "dsseEnvelope"
+    ]["payload"]
+    assert forged.created
+    with pytest.raises(VerificationFailed):
+        verify_bundle(json.dumps(bundle).encode(), KeyVerifier(keys.public))
+
+
+def test_signing_is_idempotent_and_never_overwrites(model: Path, keys: KeyPair) -> None:
+    store, bucket, prefix = local_model(model)
+    signer = KeySigner.from_file(keys.private)
+    first = sign_model(store, bucket, prefix, signer)
+    again = sign_model(store, bucket, prefix, signer)
+    assert first.created and not again.created and again.root_digest == first.root_digest
+    (model / "a.txt").write_text("changed")
+    with pytest.raises(Conflict):
+        sign_model(store, bucket, prefix, signer)
+    replaced = sign_model(store, bucket, prefix, signer, replace=True)
+    assert replaced.created and replaced.root_digest != first.root_digest
+
+
+def test_missing_signature(model: Path, keys: KeyPair) -> None:
+    with pytest.raises(VerificationFailed, match="no signature"):
+        verify(model, KeyVerifier(keys.public))
+
+
+def test_custom_signature_name(model: Path, keys: KeyPair) -> None:
+    opts = HashOptions(signature_name="bert.sig")
+    sign(model, KeySigner.from_file(keys.private), options=opts)
+    assert (model / "bert.sig").exists()
+    verify(model, KeyVerifier(keys.public), options=opts)
+    shutil.copy(model / "bert.sig", model.parent / "elsewhere.sig")
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
+        model, model / "bert.sig"
+    )

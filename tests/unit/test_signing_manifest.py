@@ -1,0 +1,164 @@
+"""The streamed manifest is the manifest model_signing computes for the same files."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from model_signing import hashing
+
+from functions.adapters.object_store.local import LocalObjectStore
+from functions.domain import ObjectInfo
+from functions.errors import BadRequest, Conflict, VerificationFailed
+from functions.signing import HashOptions, Manifest, Resource, Serialization, hash_model
+from functions.signing.local import local_model
+from tests.unit.signing_material import write_model
+
+
+def upstream(model: Path, config: hashing.Config) -> dict[str, str]:
+    manifest = config.set_ignored_paths(paths=["model.sig", "_SUCCESS"]).hash(model)
+    return {rd.identifier: rd.digest.digest_hex for rd in manifest.resource_descriptors()}
+
+
+def ours(model: Path, options: HashOptions) -> Manifest:
+    store, bucket, prefix = local_model(model)
+    return hash_model(store, bucket, prefix, options.serialization(), options=options)
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "bert")
+
+
+@pytest.mark.parametrize(
+    ("options", "config"),
+    [
+        (HashOptions(), hashing.Config().use_file_serialization()),
+        (HashOptions(chunk_size=4096, readahead=1), hashing.Config().use_file_serialization()),
+        (
+            HashOptions(method="shards", shard_size=4096),
+            hashing.Config().use_shard_serialization(shard_size=4096),
+        ),
+        (
+            HashOptions(hash_type="blake3"),
+            hashing.Config().use_file_serialization(hashing_algorithm="blake3"),
+        ),
+    ],
+    ids=["files", "small-chunks", "shards", "blake3"],
+)
+def test_same_digests_as_model_signing(
+    model: Path, options: HashOptions, config: hashing.Config
+) -> None:
+    (model / "model.sig").write_text("{}")  # ignored by both
+    (model / "_SUCCESS").write_text("")
+    (model / ".git").mkdir()
+    (model / ".git" / "HEAD").write_text("ref")
+    manifest = ours(model, options)
+    assert {r.name: r.digest for r in manifest.resources} == upstream(model, config)
+    assert manifest.model_name == "bert"
+
+
+def test_root_digest_and_order_follow_path_components(model: Path) -> None:
+    names = [r.name for r in ours(model, HashOptions()).resources]
+    assert names.index("a/b.bin") < names.index("a.txt")  # "a" < "a.txt", unlike strings
+
+
+def test_statement_round_trip_and_upstream_payload(model: Path) -> None:
+    from model_signing._signing import signing
+
+    manifest = ours(model, HashOptions(method="shards", shard_size=4096))
+    assert Manifest.from_statement(manifest.statement()) == manifest
+    # model_signing parses our statement into the same manifest (and root digest check).
+    import json
+
+    parsed = signing.dsse_payload_to_manifest(json.loads(manifest.statement()))
+    assert {str(rd.identifier) for rd in parsed.resource_descriptors()} == {
+        r.name for r in manifest.resources
+    }
+
+
+def test_shard_size_written_as_float_by_upstream_is_accepted() -> None:
+    s = Serialization.from_json(
+        {"method": "shards", "hash_type": "sha256", "shard_size": 1024.0, "allow_symlinks": False}
+    )
+    assert s.shard_size == 1024 and s.algorithm == "sha256-sharded-1024"
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b.replace(b"model_signing/signature/v1.0", b"model_signing/other/v9"),
+        lambda b: b.replace(b'"digest": "0', b'"digest": "1', 1),
+        lambda b: b"not json",
+    ],
+    ids=["predicate-type", "inconsistent-root", "garbage"],
+)
+def test_bad_statements_are_refused(mutate: object) -> None:
+    manifest = Manifest("m", Serialization(), (Resource("a", "sha256", "0" * 64),))
+    with pytest.raises(VerificationFailed):
+        Manifest.from_statement(mutate(manifest.statement()))  # type: ignore[operator]
+
+
+def test_diff_names_files() -> None:
+    s = Serialization()
+    signed = Manifest("m", s, (Resource("a", "sha256", "00"), Resource("b", "sha256", "11")))
+    now = Manifest("m", s, (Resource("a", "sha256", "01"), Resource("c", "sha256", "22")))
+    assert signed.diff(now) == {"missing": ["b"], "extra": ["c"], "modified": ["a"]}
+
+
+def test_symlinks_refused_unless_allowed(model: Path) -> None:
+    (model / "link").symlink_to(model / "a.txt")
+    with pytest.raises(BadRequest) as e:
+        local_model(model)
+    assert e.value.details["symlinks"] == ["link"]
+    m = ours_allowing(model)
+    assert "link" in {r.name for r in m.resources}
+
+
+def ours_allowing(model: Path) -> Manifest:
+    store, bucket, prefix = local_model(model, allow_symlinks=True)
+    opts = HashOptions(allow_symlinks=True)
+    return hash_model(store, bucket, prefix, opts.serialization(), options=opts)
+
+
+class CountingStore(LocalObjectStore):
+    """Counts the ranges in flight, to check the memory bound."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.lock = threading.Lock()
+        self.inflight = self.peak = 0
+
+    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+        with self.lock:
+            self.inflight += 1
+            self.peak = max(self.peak, self.inflight)
+        try:
+            return super().read_range(bucket, key, start, length)
+        finally:
+            with self.lock:
+                self.inflight -= 1
+
+
+def test_inflight_ranges_are_bounded(tmp_path: Path) -> None:
+    for i in range(4):
+        (tmp_path / "m" / f"f{i}").parent.mkdir(exist_ok=True)
+        (tmp_path / "m" / f"f{i}").write_bytes(bytes([i]) * 200_000)
+    store = CountingStore(tmp_path)
+    opts = HashOptions(chunk_size=1024, workers=2, readahead=3)
+    hash_model(store, "m", "", opts.serialization(), options=opts)
+    assert 0 < store.peak <= 2 * 3
+    assert opts.max_buffered == 2 * 4 * 1024
+
+
+class ShrinkingStore(LocalObjectStore):
+    def list(self, bucket: str, prefix: str = "") -> object:  # type: ignore[override]
+        for info in super().list(bucket, prefix):
+            yield ObjectInfo(info.bucket, info.key, info.size + 10, info.generation)
+
+
+def test_object_changing_while_hashed_is_a_conflict(model: Path) -> None:
+    store = ShrinkingStore(model.parent)
+    with pytest.raises(Conflict):
+        hash_model(store, model.name, "", HashOptions().serialization())
