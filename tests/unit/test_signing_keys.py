@@ -189,7 +189,7 @@ def test_signature_for_another_model_is_rejected(tmp_path: Path, keys: KeyPair) 
     (two / "config.json").write_text('{"layers": 3}')
     sign(one, KeySigner.from_file(keys.private))
     bundle = (one / "model.sig").read_bytes()
-    with pytest.raises(VerificationFailed, match="config.json"):
+    with pytest.raises(VerificationFailed, match=r"config\.json"):
         verify(two, KeyVerifier(keys.public), bundle=bundle)
     digest = verify(one, KeyVerifier(keys.public))
     with pytest.raises(VerificationFailed, match="another model digest"):
