@@ -1,0 +1,148 @@
+"""`S3ObjectStore`: Amazon S3 and S3-compatible stores (MinIO) through boto3 (imported
+lazily).
+
+A conditional write is PutObject with `If-None-Match: *`; ranged reads are GetObject with
+a Range header; an object's generation is its VersionId, or its ETag when unversioned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from functions.domain import ObjectInfo
+from functions.errors import (
+    Conflict,
+    Forbidden,
+    ModelhooksError,
+    NotFound,
+    Throttled,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = ["S3ObjectStore", "s3_error"]
+
+_NOT_FOUND = {"404", "NoSuchKey", "NoSuchBucket", "NotFound"}
+_CONFLICT = {"412", "409", "PreconditionFailed", "ConditionalRequestConflict"}
+_THROTTLED = {"429", "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
+_DENIED = {"403", "AccessDenied", "AllAccessDisabled"}
+_UNAUTHENTICATED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+
+
+def _code(exc: Exception) -> str:
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def s3_error(exc: Exception, bucket: str, key: str = "") -> ModelhooksError:
+    """The modelhooks error for a botocore exception."""
+    code = _code(exc)
+    where = f"s3://{bucket}/{key}"
+    details = {"bucket": bucket, "key": key, "reason": str(exc)}
+    if code in _NOT_FOUND:
+        return NotFound(f"{where} does not exist", **details)
+    if code in _CONFLICT:
+        return Conflict(f"{where} already exists or changed", **details)
+    if code in _THROTTLED:
+        return Throttled(f"S3 throttled a request on {where}", **details)
+    if code in _UNAUTHENTICATED:
+        return Unauthenticated(f"S3 refused the credentials for {where}", **details)
+    if code in _DENIED:
+        return Forbidden(f"S3 denied access to {where}", **details)
+    return Unavailable(f"S3 failed on {where}", **details)  # 5xx, connection, timeouts
+
+
+class S3ObjectStore:
+    """S3 buckets. The client is built on first use (or injected).
+
+    >>> store = S3ObjectStore(endpoint_url="http://127.0.0.1:9000")  # doctest: +SKIP
+    >>> store.put("models", "bert/1/model.sig", b"{}", if_absent=True)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        max_connections: int = 32,
+    ) -> None:
+        self._client = client
+        self._endpoint_url = endpoint_url
+        self._region = region
+        self._max_connections = max_connections
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                max_pool_connections=self._max_connections,
+                retries={"mode": "adaptive", "max_attempts": 5},
+                s3={"addressing_style": "path" if self._endpoint_url else "auto"},
+            )
+            self._client = boto3.client(
+                "s3", endpoint_url=self._endpoint_url, region_name=self._region, config=config
+            )
+        return self._client
+
+    @staticmethod
+    def _generation(meta: dict[str, Any]) -> tuple[str, str]:
+        etag = str(meta.get("ETag", "")).strip('"')
+        version = meta.get("VersionId")
+        return (str(version) if version and version != "null" else etag), etag
+
+    def stat(self, bucket: str, key: str) -> ObjectInfo | None:
+        try:
+            meta = self.client.head_object(Bucket=bucket, Key=key)
+        except Exception as e:
+            if _code(e) in _NOT_FOUND:
+                return None
+            raise s3_error(e, bucket, key) from e
+        generation, etag = self._generation(meta)
+        return ObjectInfo(bucket, key, int(meta.get("ContentLength", 0)), generation, etag)
+
+    def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix
+            )
+            for page in pages:
+                for item in page.get("Contents", []):
+                    generation, etag = self._generation(item)
+                    yield ObjectInfo(bucket, item["Key"], int(item["Size"]), generation, etag)
+        except Exception as e:
+            raise s3_error(e, bucket, prefix) from e
+
+    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        try:
+            response = self.client.get_object(
+                Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
+            )
+            data: bytes = response["Body"].read()
+        except Exception as e:
+            if _code(e) in ("InvalidRange", "416"):  # start at or past the end
+                return b""
+            raise s3_error(e, bucket, key) from e
+        return data
+
+    def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
+        extra = {"IfNoneMatch": "*"} if if_absent else {}
+        try:
+            response = self.client.put_object(Bucket=bucket, Key=key, Body=data, **extra)
+        except Exception as e:
+            raise s3_error(e, bucket, key) from e
+        generation, etag = self._generation(response)
+        return ObjectInfo(bucket, key, len(data), generation, etag)
+
+    def delete(self, bucket: str, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key)
+        except Exception as e:
+            if _code(e) not in _NOT_FOUND:  # deleting what is gone succeeds
+                raise s3_error(e, bucket, key) from e
