@@ -1,0 +1,46 @@
+"""Recorded, real-shaped upstream deliveries, loaded by name.
+
+Each `<source>-<case>.json` is an HTTP body as the upstream delivers it: a structured
+CloudEvent for CloudEvent producers (Eventarc, ApiServerSource, zot, our own), a Pub/Sub
+push envelope for Pub/Sub producers (Cloud Storage notifications, Artifact Registry
+`gcr`), the raw body for native webhooks (S3/MinIO, distribution). Object-store samples
+use bucket `models` and the default layout (`models/{name}/{version}/` + `_SUCCESS`);
+most name model `sentiment`, version `1`.
+
+>>> "s3-minio-put-marker" in names()
+True
+>>> load("oci-distribution-push")["events"][0]["target"]["tag"]
+'1'
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from typing import Any
+
+__all__ = ["body", "load", "names"]
+
+_SUFFIX = ".json"
+
+
+def names() -> list[str]:
+    """Every sample's name (its file name without `.json`), sorted."""
+    return sorted(
+        entry.name.removesuffix(_SUFFIX)
+        for entry in files(__package__).iterdir()
+        if entry.name.endswith(_SUFFIX)
+    )
+
+
+def body(name: str) -> bytes:
+    """A sample's bytes, exactly as they would arrive over HTTP."""
+    entry = files(__package__).joinpath(name + _SUFFIX)
+    if not entry.is_file():
+        raise KeyError(f"no sample named {name!r}; known: {', '.join(names())}")
+    return entry.read_bytes()
+
+
+def load(name: str) -> Any:
+    """A sample, parsed."""
+    return json.loads(body(name))

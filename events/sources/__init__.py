@@ -1,0 +1,117 @@
+"""Every upstream format → canonical events: one translator module per upstream.
+
+`translate` dispatches one decoded delivery (`Inbound`) by kind, type and shape:
+
+| kind       | recognised by                                   | translator                       |
+|------------|-------------------------------------------------|----------------------------------|
+| cloudevent | type `dev.modelhooks.*`                         | canonical.from_canonical_cloudevent |
+| cloudevent | type `google.cloud.storage.object.v1.*`         | gcs.from_eventarc                |
+| cloudevent | type `dev.knative.apiserver.*`                  | kubernetes.from_apiserver_event  |
+| cloudevent | type `zotregistry.*`                            | oci_distribution.from_zot_event  |
+| cloudevent | type `google.cloud.pubsub.topic.v1.messagePublished` | its Pub/Sub message, as below |
+| pubsub     | attributes `ce-specversion` / `ce-type`          | the CloudEvent it carries, as above |
+| pubsub     | attributes `eventType` + `bucketId`             | gcs.from_pubsub_notification     |
+| pubsub     | data `action` + `digest`/`tag`                  | artifact_registry.from_gar_message |
+| webhook    | `Records`                                       | s3.from_s3_notification          |
+| webhook    | `events`                                        | oci_distribution.from_distribution_notification |
+
+Valid but irrelevant deliveries (a blob push, a file that is not the ready marker, a pull)
+translate to `[]`. Unknown types or shapes and malformed or missing fields raise
+`BadRequest` naming the field. Canonical ids derive from the upstream identity, so a
+redelivery translates to the same ids.
+
+>>> from events.layout import ObjectLayout
+>>> body = {"events": [{"id": "e1", "action": "pull", "target": {}}]}
+>>> translate(Inbound("webhook", "w1", body), layout=ObjectLayout())
+[]
+"""
+
+from __future__ import annotations
+
+from events.inbound import Inbound
+from events.layout import ObjectLayout
+from events.model import CanonicalEvent
+from events.sources import artifact_registry, canonical, gcs, kubernetes, oci_distribution, s3
+from events.sources._common import json_value, unwrap_pubsub
+from functions.errors import BadRequest
+
+__all__ = ["PUBSUB_MESSAGE_PUBLISHED", "translate"]
+
+PUBSUB_MESSAGE_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
+_CE_PREFIX = "ce-"  # the CloudEvents Pub/Sub protocol binding's attribute prefix
+
+
+def translate(
+    inbound: Inbound, *, layout: ObjectLayout, registry_host: str | None = None
+) -> list[CanonicalEvent]:
+    """The canonical events one upstream delivery means (often one, maybe none).
+
+    `layout` says which object-store keys are model prefixes and ready markers;
+    `registry_host` names the registry zot events come from (zot does not say).
+    """
+    if inbound.kind == "cloudevent":
+        return _cloudevent(inbound, layout, registry_host)
+    if inbound.kind == "pubsub":
+        return _pubsub(inbound, layout, registry_host)
+    if inbound.kind == "webhook":
+        return _webhook(inbound, layout)
+    raise BadRequest(f"unknown delivery kind {inbound.kind!r}", field="kind")
+
+
+def _cloudevent(
+    inbound: Inbound, layout: ObjectLayout, registry_host: str | None
+) -> list[CanonicalEvent]:
+    event_type = inbound.attributes.get("type")
+    if not event_type:
+        raise BadRequest("cloudevent: type is missing", field="type")
+    if event_type.startswith(canonical.TYPE_PREFIX):
+        return canonical.from_canonical_cloudevent(inbound)
+    if event_type.startswith(gcs.EVENTARC_TYPE_PREFIX):
+        return gcs.from_eventarc(inbound, layout=layout)
+    if event_type.startswith(kubernetes.APISERVER_TYPE_PREFIX):
+        return kubernetes.from_apiserver_event(inbound)
+    if event_type.startswith(oci_distribution.ZOT_TYPE_PREFIX):
+        return oci_distribution.from_zot_event(inbound, registry_host=registry_host)
+    if event_type == PUBSUB_MESSAGE_PUBLISHED:
+        message = unwrap_pubsub(json_value(inbound.data, "cloudevent"), "cloudevent data")
+        return _pubsub(message, layout, registry_host)
+    raise BadRequest(f"cloudevent: unknown type {event_type!r}", field="type")
+
+
+def _pubsub(
+    inbound: Inbound, layout: ObjectLayout, registry_host: str | None
+) -> list[CanonicalEvent]:
+    attrs = inbound.attributes
+    if f"{_CE_PREFIX}specversion" in attrs or f"{_CE_PREFIX}type" in attrs:
+        ce = {k.removeprefix(_CE_PREFIX): v for k, v in attrs.items() if k.startswith(_CE_PREFIX)}
+        if "content-type" in attrs:
+            ce["datacontenttype"] = attrs["content-type"]
+        carried = Inbound(
+            kind="cloudevent",
+            id=ce.get("id") or inbound.id,
+            data=inbound.data,
+            attributes=ce,
+            headers=inbound.headers,
+        )
+        return _cloudevent(carried, layout, registry_host)
+    if "eventType" in attrs and "bucketId" in attrs:
+        return gcs.from_pubsub_notification(inbound, layout=layout)
+    if artifact_registry.is_gar_message(json_value(inbound.data, "pubsub message")):
+        return artifact_registry.from_gar_message(inbound)
+    raise BadRequest(
+        "pubsub message: unknown shape (neither a CloudEvent, a Cloud Storage notification "
+        "nor an Artifact Registry message)",
+        field="data",
+    )
+
+
+def _webhook(inbound: Inbound, layout: ObjectLayout) -> list[CanonicalEvent]:
+    body = json_value(inbound.data, "webhook")
+    if s3.is_s3_notification(body):
+        return s3.from_s3_notification(inbound, layout=layout)
+    if oci_distribution.is_distribution_notification(body):
+        return oci_distribution.from_distribution_notification(inbound)
+    raise BadRequest(
+        "webhook body: unknown shape (expected S3 `Records` or registry `events`)",
+        field="body",
+    )

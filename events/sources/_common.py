@@ -1,0 +1,179 @@
+"""Reading untyped upstream JSON with errors that name the field.
+
+Every translator reads through these helpers, so a malformed delivery surfaces as
+`BadRequest("s3 record 0: s3.object.key is missing")` and never as a KeyError.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from events.inbound import Inbound
+from events.model import CanonicalEvent, EventData
+from functions.errors import BadRequest
+
+__all__ = [
+    "as_object",
+    "canonical",
+    "json_value",
+    "optional_object",
+    "optional_text",
+    "parse_time",
+    "payload",
+    "text",
+    "unwrap_pubsub",
+    "validation_error",
+    "value_at",
+]
+
+D = TypeVar("D", bound=EventData)
+
+_MISSING = object()
+
+
+def _fail(where: str, path: str, problem: str) -> BadRequest:
+    return BadRequest(f"{where}: {path} {problem}", field=path, where=where)
+
+
+def as_object(value: Any, where: str, path: str = "data") -> Mapping[str, Any]:
+    """`value` as a JSON object, else BadRequest naming `path`."""
+    if not isinstance(value, Mapping):
+        raise _fail(where, path, f"must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def value_at(obj: Mapping[str, Any], path: str, where: str) -> Any:
+    """The value at a dotted `path` ("s3.object.key"), or `_MISSING`."""
+    current: Any = obj
+    walked: list[str] = []
+    for part in path.split("."):
+        if current is None:
+            return _MISSING
+        if not isinstance(current, Mapping):
+            raise _fail(where, ".".join(walked), "must be a JSON object")
+        walked.append(part)
+        current = current.get(part, _MISSING)
+        if current is _MISSING:
+            return _MISSING
+    return current
+
+
+def optional_object(obj: Mapping[str, Any], path: str, where: str) -> Mapping[str, Any]:
+    """An object field that may be absent (absent and null read as {})."""
+    value = value_at(obj, path, where)
+    if value is _MISSING or value is None:
+        return {}
+    return as_object(value, where, path)
+
+
+def optional_text(obj: Mapping[str, Any], path: str, where: str) -> str | None:
+    """A string field that may be absent (absent, null and "" all read as None).
+
+    Numbers are accepted and rendered as text: several upstreams send int64 values
+    either as JSON numbers or as strings.
+    """
+    value = value_at(obj, path, where)
+    if value is _MISSING or value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _fail(where, path, f"must be a string, not {type(value).__name__}")
+    return str(value)
+
+
+def text(obj: Mapping[str, Any], path: str, where: str) -> str:
+    """A required, non-empty string field."""
+    value = optional_text(obj, path, where)
+    if value is None:
+        raise _fail(where, path, "is missing")
+    return value
+
+
+def parse_time(value: str | None, where: str, path: str) -> datetime | None:
+    """An RFC 3339 timestamp (nanoseconds and a trailing Z allowed) as an aware datetime."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise _fail(where, path, f"is not an RFC 3339 timestamp: {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def json_value(data: Any, where: str) -> Any:
+    """Decoded JSON data: ingress hands over bytes when the body did not parse."""
+    if isinstance(data, bytes | bytearray):
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise _fail(where, "data", "is not JSON") from None
+    return data
+
+
+def payload(cls: type[D], where: str, **fields: Any) -> D:
+    """A canonical payload; a value the model refuses becomes BadRequest naming it."""
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        raise validation_error(exc, where) from None
+
+
+def validation_error(exc: ValidationError, where: str) -> BadRequest:
+    first = exc.errors()[0]
+    path = ".".join(str(p) for p in first["loc"]) or "data"
+    return BadRequest(f"{where}: {path} {first['msg'].lower()}", field=path, where=where)
+
+
+def canonical(
+    data: EventData,
+    *,
+    id: str,
+    source: str,
+    subject: str | None,
+    time: datetime | None,
+) -> CanonicalEvent:
+    """The canonical envelope. Every attribute comes from the upstream delivery (no clock,
+    no random id), so translating the same delivery twice yields equal events."""
+    return CanonicalEvent(
+        id=id, source=source, type=data.TYPE, data=data, subject=subject, time=time
+    )
+
+
+def unwrap_pubsub(envelope: Any, where: str = "pubsub push") -> Inbound:
+    """The Inbound for a Pub/Sub push body `{"message": {...}, "subscription": ...}`.
+
+    Also the `data` of an Eventarc `google.cloud.pubsub.topic.v1.messagePublished`
+    CloudEvent, which carries the same envelope. Message data that parses as JSON is
+    decoded; anything else stays bytes.
+    """
+    body = as_object(envelope, where, "body")
+    as_object(value_at(body, "message", where), where, "message")
+    # Push deliveries carry both spellings (messageId and message_id).
+    message_id = optional_text(body, "message.messageId", where) or optional_text(
+        body, "message.message_id", where
+    )
+    if message_id is None:
+        raise _fail(where, "message.messageId", "is missing")
+    attributes = value_at(body, "message.attributes", where)
+    attrs = {} if attributes in (_MISSING, None) else attributes
+    attrs = as_object(attrs, where, "message.attributes")
+    if not all(isinstance(v, str) for v in attrs.values()):
+        raise _fail(where, "message.attributes", "values must be strings")
+    raw = optional_text(body, "message.data", where)
+    try:
+        decoded = base64.b64decode(raw, validate=True) if raw else b""
+    except (binascii.Error, ValueError):
+        raise _fail(where, "message.data", "is not base64") from None
+    data: Any = None  # as ingress decodes an empty push: no data
+    if decoded:
+        try:
+            data = json.loads(decoded)
+        except ValueError:
+            data = decoded
+    return Inbound(kind="pubsub", id=message_id, data=data, attributes=dict(attrs))

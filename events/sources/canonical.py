@@ -1,0 +1,56 @@
+"""A CloudEvent already in our vocabulary (`dev.modelhooks.*`) → a CanonicalEvent.
+
+Replays, other modelhooks instances and function replies arrive this way. The data is
+validated against the payload model of its type; id, source, subject, time and every
+extension attribute are kept as they came.
+
+>>> ev = from_canonical_cloudevent(Inbound("cloudevent", "r1", {
+...     "uri": "oci://r/m:1", "store": "oci"}, {
+...     "specversion": "1.0", "id": "r1", "source": "/replay",
+...     "type": "dev.modelhooks.artifact.deleted", "team": "ml"}))
+>>> ev[0].id, ev[0].extensions
+('r1', {'team': 'ml'})
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from events.inbound import Inbound
+from events.model import CanonicalEvent, data_class
+from events.sources._common import as_object, json_value, parse_time, text, validation_error
+from functions.errors import BadRequest
+
+__all__ = ["TYPE_PREFIX", "from_canonical_cloudevent"]
+
+TYPE_PREFIX = "dev.modelhooks."
+# Context attributes with a slot of their own; everything else is an extension.
+_CONTEXT = frozenset(
+    {"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time"}
+)
+
+
+def from_canonical_cloudevent(inbound: Inbound) -> list[CanonicalEvent]:
+    """One canonical CloudEvent, its data validated by the model of its type."""
+    where = "canonical event"
+    attrs = inbound.attributes
+    event_type = text(attrs, "type", where)
+    cls = data_class(event_type)
+    if cls is None:
+        raise BadRequest(f"{where}: unknown type {event_type!r}", field="type")
+    raw = as_object(json_value(inbound.data, where), where)
+    try:
+        data = cls.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise validation_error(exc, f"{where} {event_type}") from None
+    return [
+        CanonicalEvent(
+            id=text(attrs, "id", where),
+            source=text(attrs, "source", where),
+            type=event_type,
+            data=data,
+            subject=attrs.get("subject") or None,
+            time=parse_time(attrs.get("time"), where, "time"),
+            extensions={k: v for k, v in attrs.items() if k not in _CONTEXT},
+        )
+    ]
