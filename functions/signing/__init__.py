@@ -25,6 +25,7 @@ from functions.signing.keys import CertificateSigner, CertificateVerifier, KeySi
 from functions.signing.local import local_model
 from functions.signing.manifest import Manifest, Resource, Serialization
 from functions.signing.model import (
+    Location,
     Signed,
     Verified,
     sign_model,
@@ -40,6 +41,7 @@ __all__ = [
     "HashOptions",
     "KeySigner",
     "KeyVerifier",
+    "Location",
     "Manifest",
     "Progress",
     "Resource",

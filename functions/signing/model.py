@@ -18,7 +18,24 @@ from functions.signing.bundle import signer_of, unverified_payload
 from functions.signing.manifest import Manifest
 from functions.signing.streaming import HashOptions, Progress, hash_model, read_object
 
-__all__ = ["Signed", "Verified", "sign_model", "signature_key", "verify_bundle", "verify_model"]
+__all__ = [
+    "Location",
+    "Signed",
+    "Verified",
+    "sign_model",
+    "signature_key",
+    "verify_bundle",
+    "verify_model",
+]
+
+
+@dataclass(frozen=True)
+class Location:
+    """A signature kept outside the model (another bucket, a local file, …)."""
+
+    store: ObjectStore
+    bucket: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -46,9 +63,11 @@ def signature_key(prefix: str, name: str = "model.sig") -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
-def _existing(store: ObjectStore, bucket: str, key: str) -> bytes | None:
+def _existing(at: Location) -> bytes | None:
     try:
-        return read_object(store, bucket, key) if store.stat(bucket, key) else None
+        return (
+            read_object(at.store, at.bucket, at.key) if at.store.stat(at.bucket, at.key) else None
+        )
     except NotFound:
         return None
 
@@ -67,19 +86,19 @@ def sign_model(
     signer: Signer,
     *,
     options: HashOptions | None = None,
-    key: str | None = None,
+    at: Location | None = None,
     replace: bool = False,
     progress: Progress | None = None,
 ) -> Signed:
-    """Hash the model, sign its manifest and store the bundle at `key` (default
-    `<prefix>/<options.signature_name>`), only if absent.
+    """Hash the model, sign its manifest and store the bundle, only if absent, at
+    `<prefix>/<options.signature_name>` (or `at`).
 
     Idempotent: when a signature for the same root digest is already there, nothing is
     signed again (`created=False`). A signature for other content is a Conflict, unless
     `replace`.
     """
     opts = options or HashOptions()
-    key = key or signature_key(prefix, opts.signature_name)
+    out = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
     manifest = hash_model(
         store, bucket, prefix, opts.serialization(), options=opts, progress=progress
     )
@@ -87,29 +106,29 @@ def sign_model(
     def settled(bundle: bytes) -> Signed | None:
         claimed = _claimed_digest(bundle)
         if claimed == manifest.root_digest:
-            return Signed(bucket, key, claimed, signer_of(bundle), False, manifest)
+            return Signed(out.bucket, out.key, claimed, signer_of(bundle), False, manifest)
         if replace:
             return None
         raise Conflict(
             "a signature for other content already exists",
-            bucket=bucket,
-            key=key,
+            bucket=out.bucket,
+            key=out.key,
             signed_digest=claimed,
             model_digest=manifest.root_digest,
         )
 
-    if (old := _existing(store, bucket, key)) is not None and (done := settled(old)):
+    if (old := _existing(out)) is not None and (done := settled(old)):
         return done
     bundle = signer.sign(manifest.statement())
     try:
-        store.put(bucket, key, bundle, if_absent=not replace)
+        out.store.put(out.bucket, out.key, bundle, if_absent=not replace)
     except Conflict:
         # A concurrent delivery won the race: fine if it signed the same content.
-        other = _existing(store, bucket, key)
+        other = _existing(out)
         if other is None or (done := settled(other)) is None:
             raise
         return done
-    return Signed(bucket, key, manifest.root_digest, signer.identity(), True, manifest)
+    return Signed(out.bucket, out.key, manifest.root_digest, signer.identity(), True, manifest)
 
 
 def verify_bundle(
@@ -135,27 +154,27 @@ def verify_model(
     verifier: Verifier,
     *,
     options: HashOptions | None = None,
-    key: str | None = None,
+    at: Location | None = None,
     bundle: bytes | None = None,
     expected_digest: str | None = None,
     progress: Progress | None = None,
 ) -> Verified:
-    """Verify the signature (from `bundle`, or read at `key`), then re-hash the model as
+    """Verify the signature (`bundle`, or read from `at`, by default
+    `<prefix>/<options.signature_name>`), then re-hash the model as
     the signature says it was hashed and compare file by file.
 
     VerificationFailed names what is wrong: untrusted signer, other digest, or the
     missing / extra / modified files.
     """
     opts = options or HashOptions()
-    key = key or signature_key(prefix, opts.signature_name)
+    src = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
     if bundle is None:
-        bundle = _existing(store, bucket, key)
+        bundle = _existing(src)
         if bundle is None:
-            raise VerificationFailed("the model has no signature", bucket=bucket, key=key)
+            raise VerificationFailed("the model has no signature", bucket=src.bucket, key=src.key)
     expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
 
-    root = prefix.strip("/")
-    ignore = [key[len(root) + 1 :] if root else key, opts.signature_name]
+    ignore = [opts.signature_name]
     if opts.ready_marker not in expected.paths:
         ignore.append(opts.ready_marker)  # it may land after signing
     actual = hash_model(

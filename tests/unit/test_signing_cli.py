@@ -1,0 +1,49 @@
+"""`modelhooks sign` / `modelhooks verify` on a local model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from functions.cli_signing import add_commands
+from tests.unit.signing_material import make_chain, make_key, write_model
+
+
+def run(*argv: str | Path) -> int:
+    parser = argparse.ArgumentParser(prog="modelhooks")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args([str(a) for a in argv])
+    return int(args.func(args))
+
+
+def test_key_sign_verify_and_tamper(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model, keys = write_model(tmp_path / "bert"), make_key(tmp_path)
+    assert run("sign", model, "--key", keys.private, "--quiet") == 0
+    out = capsys.readouterr().out
+    assert "verdict: signed" in out and "root digest: sha256:" in out
+    assert run("verify", model, "--public-key", keys.public, "--quiet") == 0
+    assert "verdict: OK" in capsys.readouterr().out
+    assert run("sign", model, "--key", keys.private, "--quiet") == 0
+    assert "already signed" in capsys.readouterr().out
+    (model / "config.json").write_text("{}")
+    assert run("verify", model, "--public-key", keys.public, "--quiet") == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "config.json" in out
+
+
+def test_certificate_blake3_and_external_signature(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, chain = write_model(tmp_path / "bert"), make_chain(tmp_path)
+    (tmp_path / "sigs").mkdir()
+    sig = tmp_path / "sigs" / "bert.sig"
+    common = ["--signature", sig, "--hash", "blake3", "--quiet"]
+    assert run("sign", model, "--key", chain.key, "--certificate", chain.leaf,
+               "--certificate-chain", chain.intermediates, *common) == 0  # fmt: skip
+    assert sig.exists() and not (model / "model.sig").exists()
+    assert run("verify", model, "--certificate-chain", chain.root, *common) == 0
+    other = make_chain(tmp_path, "other")
+    assert run("verify", model, "--certificate-chain", other.root, *common) == 1
+    assert "not valid" in capsys.readouterr().out
