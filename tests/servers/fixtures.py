@@ -1,0 +1,143 @@
+"""pytest fixtures for the real test servers (registered by tests/conftest.py).
+
+Every fixture is session-scoped and starts its server on first use, on ephemeral loopback
+ports, waits for its readiness probe, and stops it when the session ends. A server whose
+binary is missing, or that does not become ready, FAILS the tests that use it (never a
+skip): run ``make servers`` (``python -m tests.servers install``) first. When a test that
+uses a server fails, the server's log tail is attached to the report.
+
+=================  ===========================================================
+fixture            yields
+=================  ===========================================================
+kube_apiserver     kube.KubeApiServer (url, ca_file, admin_token, ca, write_kubeconfig, api_client)
+minio              objectstores.Minio (endpoint_url, keys, notify_port/url/token/arn, s3_client)
+fake_gcs           objectstores.FakeGcs (url, project, env, storage_client)
+docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
+zot                registries.OciRegistry (same fields; CloudEvents to notify_url)
+model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
+=================  ===========================================================
+
+Notifications: each server that notifies posts to ``http://127.0.0.1:<notify_port>/...``,
+a port the fixture reserved and exposes but does not listen on; the test (or the e2e
+layer's function) listens there, e.g. ``with NotificationSink(minio.notify_port) as sink``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.servers._proc import Process, ServerFailed, log_tail
+from tests.servers.kube import KubeApiServer, start_kube
+from tests.servers.model_registry import ModelRegistry, start_model_registry
+from tests.servers.objectstores import FakeGcs, Minio, start_fake_gcs, start_minio
+from tests.servers.recipes import RECIPES
+from tests.servers.registries import OciRegistry, start_docker_registry, start_zot
+
+T = TypeVar("T")
+_LOGS = pytest.StashKey[dict[str, tuple[Path, ...]]]()
+_STARTS = pytest.StashKey[dict[str, float]]()
+
+
+def _serve(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    needs: tuple[str, ...],
+    start: Callable[[Path], tuple[T, list[Process]]],
+) -> Iterator[T]:
+    name = request.fixturename or "server"
+    missing = [n for n in needs if not RECIPES[n].installed()]
+    if missing:
+        pytest.fail(
+            f"test server(s) {missing} not installed for fixture {name!r}: run `make servers` "
+            f"(python -m tests.servers install {' '.join(missing)}) and read its error",
+            pytrace=False,
+        )
+    workdir = tmp_path_factory.mktemp(name)
+    started = time.monotonic()
+    try:
+        info, processes = start(workdir)
+    except ServerFailed as exc:
+        pytest.fail(f"fixture {name!r}: {exc}", pytrace=False)
+    config = request.config
+    config.stash.setdefault(_STARTS, {})[name] = time.monotonic() - started
+    config.stash.setdefault(_LOGS, {})[name] = tuple(p.log_path for p in processes)
+    try:
+        yield info
+    finally:
+        for process in reversed(processes):
+            process.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeApiServer]:
+    """etcd + kube-apiserver (RBAC, admin token in system:masters, harness CA)."""
+    yield from _serve(request, tmp_path_factory, ("etcd", "kube-apiserver"), start_kube)
+
+
+@pytest.fixture(scope="session")
+def minio(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Minio]:
+    """MinIO with webhook target ``notify_arn`` posting to ``notify_url``."""
+    yield from _serve(request, tmp_path_factory, ("minio",), start_minio)
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FakeGcs]:
+    """fake-gcs-server, memory backend; set ``fake_gcs.env`` for STORAGE_EMULATOR_HOST."""
+    yield from _serve(request, tmp_path_factory, ("fake-gcs-server",), start_fake_gcs)
+
+
+@pytest.fixture(scope="session")
+def docker_registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OciRegistry]:
+    """distribution 2.8: deletes enabled, notifications to ``notify_url``."""
+    yield from _serve(request, tmp_path_factory, ("docker-registry",), start_docker_registry)
+
+
+@pytest.fixture(scope="session")
+def zot(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OciRegistry]:
+    """zot with the events extension: CloudEvents to ``notify_url``."""
+    yield from _serve(request, tmp_path_factory, ("zot",), start_zot)
+
+
+@pytest.fixture(scope="session")
+def model_registry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ModelRegistry]:
+    """Kubeflow Model Registry REST server over a throw-away PostgreSQL 15."""
+    needs = ("postgresql", "model-registry")
+    yield from _serve(request, tmp_path_factory, needs, start_model_registry)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.failed:
+        return
+    logs = item.config.stash.get(_LOGS, {})
+    for fixture in getattr(item, "fixturenames", ()):
+        for path in logs.get(fixture, ()):
+            report.sections.append((f"server log {path.name} (tail)", log_tail(path, 60)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    starts = config.stash.get(_STARTS, {})
+    if starts:
+        summary = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in starts.items())
+        terminalreporter.write_line(f"test servers started (time to ready): {summary}")

