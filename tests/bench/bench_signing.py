@@ -1,0 +1,277 @@
+"""Signing throughput, side by side with its anchors, in one run:
+
+    python -m tests.bench.bench_signing [--size-mib 2560] [--files 5] [--skip-minio]
+
+Local (warm page cache, sha256): our streamed signing vs model_signing's own Python API on
+the same files (goal: >= 0.95x its shard mode), plus blake3. With MinIO installed (the
+tests/servers harness starts it): streaming sign vs download-then-sign vs raw ranged GETs
+(goal: >= 0.8x raw GET), peak RSS (goal <= 256 MiB) and bytes written to disk (goal: 0).
+
+Every measurement runs in its own child process, so peak RSS and disk writes are its own.
+The model is generated in a temporary directory and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MiB = 1 << 20
+
+
+def _disk_writes() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("write_bytes")).split()[1])
+
+
+def _measure(run: Callable[[], int]) -> dict[str, float]:
+    writes = _disk_writes()
+    start = time.perf_counter()
+    size = run()
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "bytes": size,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "disk_write_mib": (_disk_writes() - writes) / MiB,
+    }
+
+
+def _model_size(model: Path) -> int:
+    return sum(p.stat().st_size for p in model.rglob("*") if p.is_file() and p.name != "model.sig")
+
+
+# --- cases (run in a child process) -------------------------------------------------------
+
+
+def _upstream(model: Path, key: Path, mode: str) -> int:
+    import model_signing
+    from model_signing import hashing
+
+    config = hashing.Config().set_ignored_paths(paths=["model.sig"])
+    if mode == "shards":
+        config = config.use_shard_serialization()
+    elif mode == "blake3":
+        config = config.use_file_serialization(hashing_algorithm="blake3")
+    sig = model / "model.sig"
+    sig.unlink(missing_ok=True)
+    model_signing.signing.Config().use_elliptic_key_signer(private_key=key).set_hashing_config(
+        config
+    ).sign(model, sig)
+    sig.unlink()
+    return _model_size(model)
+
+
+def _ours_local(model: Path, key: Path, mode: str) -> int:
+    from functions.signing import HashOptions, KeySigner, local_model, sign_model
+
+    options = {
+        "files": HashOptions(),
+        "shards": HashOptions(method="shards"),
+        "blake3": HashOptions(hash_type="blake3"),
+    }[mode]
+    store, bucket, prefix = local_model(model)
+    signed = sign_model(store, bucket, prefix, KeySigner.from_file(key), options=options)
+    store.delete(bucket, signed.key)
+    return _model_size(model)
+
+
+def _s3(endpoint: str, access: str, secret: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(max_pool_connections=32, s3={"addressing_style": "path"}),
+    )
+
+
+def _minio_stream(client: Any, bucket: str, key: Path) -> int:
+    from functions.adapters.object_store.s3 import S3ObjectStore
+    from functions.signing import KeySigner, sign_model
+
+    store = S3ObjectStore(client)
+    signed = sign_model(store, bucket, "bench", KeySigner.from_file(key), replace=True)
+    store.delete(bucket, signed.key)
+    return sum(i.size for i in store.list(bucket, "bench/"))
+
+
+def _minio_raw_get(client: Any, bucket: str, chunk: int, parallel: int) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    objects = [(o["Key"], o["Size"]) for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
+    ranges = [(k, s, min(chunk, n - s)) for k, n in objects for s in range(0, n, chunk)]
+
+    def get(r: tuple[str, int, int]) -> int:
+        body = client.get_object(Bucket=bucket, Key=r[0], Range=f"bytes={r[1]}-{r[1] + r[2] - 1}")
+        return len(body["Body"].read())
+
+    with ThreadPoolExecutor(parallel) as pool:
+        return sum(pool.map(get, ranges))
+
+
+def _minio_download_then_sign(client: Any, bucket: str, key: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-dl-") as tmp:
+        model = Path(tmp) / "bench"
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="bench/")["Contents"]:
+            target = Path(tmp) / o["Key"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, o["Key"], str(target))
+        return _upstream(model, key, "shards")
+
+
+def _child(args: argparse.Namespace) -> None:
+    # Imports are not what is measured.
+    import model_signing.signing  # noqa: F401
+
+    import functions.signing.keys  # noqa: F401
+    from functions.signing import KeySigner
+
+    key = Path(args.key)
+    KeySigner.from_file(key).sign(b"{}")
+    if args.case.startswith("minio-"):
+        client = _s3(args.endpoint, args.access, args.secret)
+        run: Callable[[], int] = {
+            "minio-stream": lambda: _minio_stream(client, args.bucket, key),
+            "minio-raw-get": lambda: _minio_raw_get(client, args.bucket, 8 * MiB, 8),
+            "minio-download-then-sign": lambda: _minio_download_then_sign(client, args.bucket, key),
+        }[args.case]
+    else:
+        who, mode = args.case.split("-", 1)
+        fn = _upstream if who == "upstream" else _ours_local
+        model = Path(args.model)
+        run = lambda: fn(model, key, mode)  # noqa: E731
+    print(json.dumps(_measure(run)))
+
+
+# --- parent ------------------------------------------------------------------------------
+
+
+def _generate(model: Path, size_mib: int, files: int) -> None:
+    model.mkdir(parents=True)
+    block = os.urandom(16 * MiB)
+    per_file = size_mib // files
+    for i in range(files):
+        with open(model / f"model-{i + 1:05d}-of-{files:05d}.safetensors", "wb") as f:
+            for j in range(per_file // 16):
+                f.write(j.to_bytes(8, "little") + block[8:])
+    (model / "config.json").write_text('{"architectures": ["Bench"]}')
+
+
+def _run(case: str, **kw: str) -> dict[str, float]:
+    argv = [sys.executable, "-m", "tests.bench.bench_signing", "--case", case]
+    for k, v in kw.items():
+        argv += [f"--{k}", v]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f"{case} failed:\n{out.stderr}")
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _row(name: str, r: dict[str, float], anchor: float | None = None, label: str = "") -> str:
+    gbs = r["bytes"] / r["seconds"] / 1e9
+    ratio = f"{gbs / anchor:5.2f}x {label}" if anchor else ""
+    return (
+        f"  {name:<34} {gbs:6.2f} GB/s  {r['seconds']:6.2f} s  rss {r['peak_rss_mib']:6.0f} MiB"
+        f"  disk-writes {r['disk_write_mib']:6.1f} MiB  {ratio}"
+    )
+
+
+def _gbs(r: dict[str, float]) -> float:
+    return r["bytes"] / r["seconds"] / 1e9
+
+
+def _local(model: Path, key: Path) -> None:
+    kw = {"model": str(model), "key": str(key)}
+    results = {}
+    for case in ("upstream-files", "upstream-shards", "ours-files", "ours-shards",
+                 "upstream-blake3", "ours-blake3"):  # fmt: skip
+        _run(case, **kw)  # warm-up: page cache and imports
+        results[case] = min((_run(case, **kw) for _ in range(3)), key=lambda r: r["seconds"])
+    anchor = _gbs(results["upstream-shards"])
+    print(f"local model, {results['ours-files']['bytes'] / 1e9:.2f} GB, warm page cache")
+    print("  (goal: ours >= 0.95x model_signing shard mode)")
+    for case, r in results.items():
+        print(_row(case, r, anchor, "of upstream-shards"))
+    b3 = _gbs(results["upstream-blake3"])
+    print(f"  ours-blake3 vs upstream-blake3: {_gbs(results['ours-blake3']) / b3:.2f}x")
+
+
+def _minio(model: Path, key: Path) -> None:
+    from tests.servers.objectstores import start_minio
+    from tests.servers.recipes import RECIPES
+
+    if not RECIPES["minio"].installed():
+        print("minio: not installed (python -m tests.servers install minio); skipped")
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-minio-") as tmp:
+        info, processes = start_minio(Path(tmp))
+        try:
+            client = _s3(info.endpoint_url, info.access_key, info.secret_key)
+            client.create_bucket(Bucket="bench")
+            for path in sorted(model.iterdir()):
+                client.upload_file(str(path), "bench", f"bench/{path.name}")
+            kw = {"endpoint": info.endpoint_url, "access": info.access_key,
+                  "secret": info.secret_key, "bucket": "bench", "key": str(key)}  # fmt: skip
+            results = {}
+            for case in ("minio-raw-get", "minio-stream", "minio-download-then-sign"):
+                _run(case, **kw)
+                results[case] = min(
+                    (_run(case, **kw) for _ in range(2)), key=lambda r: r["seconds"]
+                )
+        finally:
+            for p in processes:
+                p.stop()
+    anchor = _gbs(results["minio-raw-get"])
+    print("MinIO on loopback (goals: stream >= 0.8x raw GET, rss <= 256 MiB, 0 disk writes)")
+    for case, r in results.items():
+        print(_row(case, r, anchor, "of raw GET"))
+    stream, dl = results["minio-stream"], results["minio-download-then-sign"]
+    print(
+        f"  streaming sign vs download-then-sign: {dl['seconds'] / stream['seconds']:.2f}x faster"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size-mib", type=int, default=2560)
+    parser.add_argument("--files", type=int, default=5)
+    parser.add_argument("--skip-minio", action="store_true")
+    for child_arg in ("case", "model", "key", "endpoint", "access", "secret", "bucket"):
+        parser.add_argument(f"--{child_arg}", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        _child(args)
+        return
+    from tests.unit.signing_material import make_key
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-signing-"))
+    try:
+        keys = make_key(tmp)
+        model = tmp / "bench"
+        _generate(model, args.size_mib, args.files)
+        print(f"cpus: {os.cpu_count()}  model: {args.files} files, {args.size_mib} MiB")
+        _local(model, keys.private)
+        if not args.skip_minio:
+            _minio(model, keys.private)
+    finally:
+        shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()
