@@ -6,6 +6,7 @@ streamed from where the model lies through the ObjectStore port.
     bundle     Sigstore bundle v0.3 / DSSE envelope reading and assembly
     keys       EC key and certificate signers / verifiers
     keyless    Sigstore keyless signer / verifier and where its trust comes from
+    config     SigningConfig: method, key material, the enabling rule
     model      sign_model / verify_model / verify_bundle
     local      local directories (symlink policy)
 
@@ -15,6 +16,7 @@ Heavy libraries (model_signing, sigstore, cryptography, blake3) load on first us
 >>> sign_model(store, "models", "bert/1", KeySigner.from_file(Path("key.pem")))  # doctest: +SKIP
 """
 
+from functions.signing.config import SigningConfig
 from functions.signing.keyless import (
     SigstoreSigner,
     SigstoreTrust,
@@ -47,6 +49,7 @@ __all__ = [
     "Resource",
     "Serialization",
     "Signed",
+    "SigningConfig",
     "SigstoreSigner",
     "SigstoreTrust",
     "SigstoreVerifier",
