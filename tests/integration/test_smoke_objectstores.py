@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from urllib.parse import unquote_plus
 
 import pytest
 
@@ -94,7 +95,9 @@ def test_minio_bucket_notification_reaches_listener(minio: Minio) -> None:
     record = delivery.json()["Records"][0]
     assert record["eventName"] == "s3:ObjectCreated:Put"
     assert record["s3"]["bucket"]["name"] == bucket
-    assert record["s3"]["object"]["key"] == "models/m/1/_SUCCESS"
+    # keys arrive URL-encoded, as from AWS S3
+    assert record["s3"]["object"]["key"] == "models%2Fm%2F1%2F_SUCCESS"
+    assert unquote_plus(record["s3"]["object"]["key"]) == "models/m/1/_SUCCESS"
     # the filter kept the weights file out
     assert not [d for d in sink.deliveries if b"weights.bin" in d.body]
 

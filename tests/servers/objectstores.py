@@ -75,7 +75,6 @@ def start_minio(workdir: Path) -> tuple[Minio, list[Process]]:
         "MINIO_ROOT_PASSWORD": secret,
         "MINIO_BROWSER": "off",
         "MINIO_UPDATE": "off",
-        "MINIO_REGION": "us-east-1",
         f"MINIO_NOTIFY_WEBHOOK_ENABLE_{MINIO_NOTIFY_ID}": "on",
         f"MINIO_NOTIFY_WEBHOOK_ENDPOINT_{MINIO_NOTIFY_ID}": notify_url,
         f"MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_{MINIO_NOTIFY_ID}": notify_token,
