@@ -2,8 +2,9 @@
 memory, nothing written to disk.
 
 Each unit (a file, or a shard in shard mode) is hashed in order by one worker, which keeps
-`readahead` ranges of `chunk_size` bytes in flight on a shared reader pool. Memory is
-therefore bounded by `workers * (readahead + 1) * chunk_size` whatever the model size.
+`readahead` ranges of `chunk_size` bytes in flight on a shared reader pool (or, for a local
+disk, reads synchronously). Memory is therefore bounded by
+`workers * (readahead + 1) * chunk_size` whatever the model size.
 
 >>> manifest = hash_model(store, "models", "bert/1/", HashOptions().serialization())  # doctest: +SKIP
 """
@@ -15,9 +16,10 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+from functions.adapters.object_store.local import LocalObjectStore
 from functions.domain import ObjectInfo
 from functions.errors import Conflict
 from functions.ports import ObjectStore
@@ -65,9 +67,12 @@ class HashOptions:
     signature_name: str = "model.sig"
     ready_marker: str = "_SUCCESS"
     ignore_paths: tuple[str, ...] = ()
-    chunk_size: int = 8 * MiB
-    workers: int = 0  # 0: one per CPU, at least 2
-    readahead: int = 3
+    # Tuning; None = auto. A local disk is read synchronously by each worker (page-cache
+    # copies gain nothing from prefetching); a remote store keeps `readahead` ranged GETs
+    # in flight per worker to hide latency.
+    chunk_size: int | None = None  # auto: 1 MiB local (stays in cache), 4 MiB remote
+    workers: int | None = None  # auto: CPUs + 4 (more units than cores balances the tail)
+    readahead: int | None = None  # auto: 0 local, 2 remote
 
     def serialization(self) -> Serialization:
         ignored = {self.signature_name, self.ready_marker, *DEFAULT_IGNORED, *self.ignore_paths}
@@ -79,14 +84,20 @@ class HashOptions:
             ignore_paths=tuple(sorted(p for p in ignored if p)),
         )
 
-    @property
-    def max_buffered(self) -> int:
-        """Upper bound of the bytes held in memory by one `hash_model` call."""
-        return self._workers * (self.readahead + 1) * self.chunk_size
+    def tuned(self, store: ObjectStore) -> HashOptions:
+        """These options with every `None` tuning knob decided for `store`."""
+        local = isinstance(store, LocalObjectStore)
+        return replace(
+            self,
+            chunk_size=self.chunk_size or (MiB if local else 4 * MiB),
+            workers=self.workers or min(32, (os.cpu_count() or 2) + 4),
+            readahead=self.readahead if self.readahead is not None else (0 if local else 2),
+        )
 
-    @property
-    def _workers(self) -> int:
-        return self.workers or max(2, os.cpu_count() or 2)
+    def max_buffered(self, store: ObjectStore) -> int:
+        """Upper bound of the bytes one `hash_model` call holds in memory for `store`."""
+        t = self.tuned(store)
+        return (t.workers or 1) * ((t.readahead or 0) + 1) * (t.chunk_size or 1)
 
 
 def _new_hasher(hash_type: HashType) -> _Hasher:
@@ -163,15 +174,16 @@ def hash_model(
     Ignores `serialization.ignore_paths`, git metadata and the extra `ignore` names.
     Conflict when an object shrinks while it is read.
     """
-    opts = options or HashOptions()
+    opts = (options or HashOptions()).tuned(store)
+    chunk, readahead = opts.chunk_size or MiB, opts.readahead or 0
     ignored = (*serialization.ignore_paths, *DEFAULT_IGNORED, *ignore)
     files = list_model(store, bucket, prefix, ignored)
     units = list(_units(files, serialization))
-    workers = max(1, min(opts._workers, len(units)))
+    workers = max(1, min(opts.workers or 1, len(units)))
     if progress is not None:
         progress.start(sum(end - start for _, _, start, end in units))
 
-    with ThreadPoolExecutor(workers * opts.readahead or 1, "mh-read") as readers:
+    with ThreadPoolExecutor(workers * readahead or 1, "mh-read") as readers:
 
         def read(key: str, start: int, length: int) -> bytes:
             data = store.read_range(bucket, key, start, length)
@@ -184,27 +196,33 @@ def hash_model(
                 )
             return data
 
-        def hash_unit(unit: tuple[str, str, int, int]) -> Resource:
-            name, key, start, end = unit
-            hasher = _new_hasher(serialization.hash_type)
-            ranges = iter(range(start, end, opts.chunk_size))
-            window: deque[Future[bytes]] = deque()
+        def chunks(key: str, start: int, end: int) -> Iterator[bytes]:
+            offsets = range(start, end, chunk)
+            if readahead == 0:  # synchronous reads in the hashing thread (local disks)
+                for offset in offsets:
+                    yield read(key, offset, min(chunk, end - offset))
+                return
+            pending, window = iter(offsets), deque[Future[bytes]]()
 
             def submit() -> None:
-                offset = next(ranges, None)
+                offset = next(pending, None)
                 if offset is not None:
-                    length = min(opts.chunk_size, end - offset)
-                    window.append(readers.submit(read, key, offset, length))
+                    window.append(readers.submit(read, key, offset, min(chunk, end - offset)))
 
-            for _ in range(opts.readahead):
+            for _ in range(readahead):
                 submit()
             while window:
                 data = window.popleft().result()
                 submit()
+                yield data
+
+        def hash_unit(unit: tuple[str, str, int, int]) -> Resource:
+            name, key, start, end = unit
+            hasher = _new_hasher(serialization.hash_type)
+            for data in chunks(key, start, end):
                 hasher.update(data)
                 if progress is not None:
                     progress.advance(len(data))
-                del data
             return Resource(name, serialization.algorithm, hasher.hexdigest())
 
         with ThreadPoolExecutor(workers, "mh-hash") as hashers:

@@ -149,7 +149,7 @@ def test_inflight_ranges_are_bounded(tmp_path: Path) -> None:
     opts = HashOptions(chunk_size=1024, workers=2, readahead=3)
     hash_model(store, "m", "", opts.serialization(), options=opts)
     assert 0 < store.peak <= 2 * 3
-    assert opts.max_buffered == 2 * 4 * 1024
+    assert opts.max_buffered(store) == 2 * 4 * 1024
 
 
 class ShrinkingStore(LocalObjectStore):
