@@ -64,9 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     watcher = None
     if settings.store.backend == "local" and settings.serve.watch_interval > 0:
-        watcher = LocalStoreWatcher(
-            store, deps.layout, publish, settings.serve.watch_interval
-        )
+        watcher = LocalStoreWatcher(store, deps.layout, publish, settings.serve.watch_interval)
         watcher.start()
     try:
         server.serve_forever()
@@ -113,7 +111,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         for e in events:
-            print(json.dumps({"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)}))
+            print(
+                json.dumps({"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)})
+            )
         print(f"{len(events)} events would be sent (dry run)", file=sys.stderr)
         return 0
     send = _http_sender(args.to, args.mode) if args.to else _local_sender(settings)
@@ -137,7 +137,10 @@ def _local_sender(settings: Settings) -> Any:
         failed = [o for o in broker.publish(event) if o.status >= 300]
         if not failed:
             return True, ""
-        return False, f"{failed[0].function}: {(failed[0].error or {}).get('message', failed[0].status)}"
+        return (
+            False,
+            f"{failed[0].function}: {(failed[0].error or {}).get('message', failed[0].status)}",
+        )
 
     return send
 
@@ -171,21 +174,21 @@ def cmd_registry_list(args: argparse.Namespace) -> int:
     from functions.bootstrap import build
 
     registry = build(_settings(args)).registry
-    rows = []
+    rows: list[dict[str, str]] = []
     for model in registry.list_models():
-        for version in registry.list_versions(model.id) or [None]:
-            artifacts = registry.list_artifacts(version.id) if version else []
-            for artifact in artifacts or [None]:
+        row = {"model": model.name, "model_state": model.state.value}
+        blank = dict.fromkeys(("version", "version_state", "uri", "digest", "artifact_state"), "")
+        versions = registry.list_versions(model.id)
+        if not versions:
+            rows.append({**row, **blank})
+        for version in versions:
+            vrow = {**row, **blank, "version": version.name, "version_state": version.state.value}
+            artifacts = registry.list_artifacts(version.id)
+            if not artifacts:
+                rows.append(vrow)
+            for a in artifacts:
                 rows.append(
-                    {
-                        "model": model.name,
-                        "model_state": model.state.value,
-                        "version": version.name if version else "",
-                        "version_state": version.state.value if version else "",
-                        "uri": artifact.uri if artifact else "",
-                        "digest": artifact.digest if artifact else "",
-                        "artifact_state": artifact.state.value if artifact else "",
-                    }
+                    {**vrow, "uri": a.uri, "digest": a.digest, "artifact_state": a.state.value}
                 )
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -227,9 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("source", help="a file (JSON or JSON Lines), a directory, or - for stdin")
     rp.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
     rp.add_argument("--mode", choices=["binary", "structured"], default="binary")
-    rp.add_argument("--type", action="append", metavar="TYPE", help="only this canonical type (repeatable)")
-    rp.add_argument("--since", type=datetime.fromisoformat, help="only events at or after (ISO 8601)")
-    rp.add_argument("--until", type=datetime.fromisoformat, help="only events at or before (ISO 8601)")
+    rp.add_argument(
+        "--type", action="append", metavar="TYPE", help="only this canonical type (repeatable)"
+    )
+    rp.add_argument(
+        "--since", type=datetime.fromisoformat, help="only events at or after (ISO 8601)"
+    )
+    rp.add_argument(
+        "--until", type=datetime.fromisoformat, help="only events at or before (ISO 8601)"
+    )
     rp.add_argument("--rate", type=float, default=0.0, help="events per second (0 = no limit)")
     rp.add_argument("--dry-run", action="store_true", help="print what would be sent")
     rp.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -40,7 +40,9 @@ def publish(request: flask.Request, deps: Deps) -> Response:
         events = ingest(dict(request.headers), request.get_data(), deps)
         broker = Broker(load_triggers(deps.settings.router.triggers), deps)
     except ModelhooksError as exc:
-        return Response(exc.status, {"Content-Type": "application/json"}, json.dumps(exc.as_json()).encode())
+        return Response(
+            exc.status, {"Content-Type": "application/json"}, json.dumps(exc.as_json()).encode()
+        )
     outcomes = [o for event in events for o in broker.publish(event)]
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
@@ -70,6 +72,8 @@ def create_app(deps: Deps) -> flask.Flask:
 
     @app.get("/healthz")
     def healthz() -> flask.Response:
-        return flask.Response(json.dumps({"status": "ok", "functions": list(NAMES)}), 200, mimetype="application/json")
+        return flask.Response(
+            json.dumps({"status": "ok", "functions": list(NAMES)}), 200, mimetype="application/json"
+        )
 
     return app

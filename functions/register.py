@@ -10,13 +10,17 @@ push is recognised as stale instead of resurrecting the model.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from datetime import UTC
+from typing import TYPE_CHECKING, TypeVar
 
 from events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
 from functions.domain import ArtifactState, ModelArtifact, ModelState
 from functions.errors import Conflict
 from functions.ports import ModelRegistry
-from functions.runtime import Deps, Function
+from functions.runtime import Function
+
+if TYPE_CHECKING:
+    from functions.bootstrap import Deps
 
 __all__ = ["FUNCTION", "archive_model", "register_model"]
 
@@ -45,7 +49,7 @@ def register_model(
         created = True
     elif model.state == ModelState.ARCHIVED:
         archived_at = model.custom_properties.get(ARCHIVED_AT, "")
-        if event.time and archived_at and event.time.isoformat() <= archived_at:
+        if archived_at and _stamp(event) <= archived_at:
             return []  # a push older than the deletion that archived the model: stale
         model = registry.update_model(_replace(model, state=ModelState.LIVE))
 
@@ -93,12 +97,15 @@ def register_model(
         namespace=pushed.namespace,
         created=created,
     )
-    return [CanonicalEvent.new(reply, source="modelhooks/register", subject=event.subject,
-                               id=f"{event.id}/registered")]
+    return [
+        CanonicalEvent.new(
+            reply, source="modelhooks/register", subject=event.subject, id=f"{event.id}/registered"
+        )
+    ]
 
 
 def archive_model(event: CanonicalEvent, deleted: ModelDeleted, *, registry: ModelRegistry) -> None:
-    stamp = (event.time.isoformat() if event.time else "") or "0"
+    stamp = _stamp(event)
     model = registry.get_model(deleted.name)
     if model is None:
         model = _find_or_create(
@@ -112,6 +119,11 @@ def archive_model(event: CanonicalEvent, deleted: ModelDeleted, *, registry: Mod
     for version in registry.list_versions(model.id):
         if version.state != ModelState.ARCHIVED:
             registry.update_version(_replace(version, state=ModelState.ARCHIVED))
+
+
+def _stamp(event: CanonicalEvent) -> str:
+    """The event's time as a sortable UTC string ("" when the event has no time)."""
+    return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if event.time else ""
 
 
 def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> T:

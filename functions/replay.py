@@ -41,7 +41,7 @@ class Summary:
             f"sent {self.sent}, succeeded {self.succeeded}, failed {self.failed}, "
             f"skipped {self.skipped}"
         ]
-        out += [f"  {n}× {reason}" for reason, n in self.reasons.most_common()]
+        out += [f"  {n} x {reason}" for reason, n in self.reasons.most_common()]
         return out
 
 
@@ -77,11 +77,17 @@ def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
 
 def to_events(docs: Iterable[tuple[str, Any]], layout: ObjectLayout) -> Iterator[CanonicalEvent]:
     for where, doc in docs:
-        ctype = "application/cloudevents+json" if isinstance(doc, dict) and "specversion" in doc else "application/json"
+        ctype = (
+            "application/cloudevents+json"
+            if isinstance(doc, dict) and "specversion" in doc
+            else "application/json"
+        )
         if isinstance(doc, list):
             ctype = "application/cloudevents-batch+json"
         try:
-            for inbound in decode({"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30):
+            for inbound in decode(
+                {"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30
+            ):
                 yield from translate(inbound, layout=layout)
         except ModelhooksError as exc:
             raise BadRequest(f"{where}: {exc.message}") from None

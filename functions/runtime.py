@@ -147,7 +147,12 @@ def deliver(
     try:
         events = ingest(headers, body, deps)
     except ModelhooksError as exc:
-        log(logging.WARNING, f"delivery rejected: {exc.message}", status=exc.status, error=exc.as_json())
+        log(
+            logging.WARNING,
+            f"delivery rejected: {exc.message}",
+            status=exc.status,
+            error=exc.as_json(),
+        )
         return _json_response(exc.status, exc.as_json())
     outcomes = [o for event in events for o in dispatch(event)]
     status = worst(o.status for o in outcomes) if outcomes else 204

@@ -17,12 +17,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from events.layout import ObjectLayout
 from functions.errors import ConfigError
 
-__all__ = ["Settings", "SettingSpec", "describe", "load_settings"]
+__all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
 
 PREFIX = "MODELHOOKS_"
 
@@ -52,10 +52,17 @@ class LayoutSettings(_Section):
     )
     marker: str = Field("_SUCCESS", description="the file whose arrival means 'pushed'")
 
-    @model_validator(mode="after")
-    def _valid_layout(self) -> LayoutSettings:
-        self.object_layout()
-        return self
+    @field_validator("pattern")
+    @classmethod
+    def _valid_pattern(cls, value: str) -> str:
+        ObjectLayout(pattern=value)
+        return value
+
+    @field_validator("marker")
+    @classmethod
+    def _valid_marker(cls, value: str) -> str:
+        ObjectLayout(marker=value)
+        return value
 
     def object_layout(self) -> ObjectLayout:
         return ObjectLayout(pattern=self.pattern, marker=self.marker)
@@ -87,12 +94,22 @@ class RouterSettings(_Section):
 
 
 class ServeSettings(_Section):
-    host: str = Field("127.0.0.1", description="`modelhooks serve` listen address")
+    host: str = Field(
+        "127.0.0.1",
+        description="`modelhooks serve` listen address",
+        json_schema_extra={"flag": "--host"},
+    )
     port: int = Field(
-        8080, ge=0, le=65535, description="listen port", json_schema_extra={"env": "PORT"}
+        8080,
+        ge=0,
+        le=65535,
+        description="listen port (0 = any free port)",
+        json_schema_extra={"env": "PORT", "flag": "--port"},
     )
     watch_interval: float = Field(
-        1.0, ge=0, description="seconds between scans of the local store for ready markers (0 = off)"
+        1.0,
+        ge=0,
+        description="seconds between scans of the local store for ready markers (0 = off)",
     )
 
 
@@ -132,7 +149,9 @@ class SettingSpec(BaseModel):
         return ".".join(self.path)
 
 
-def describe(model: type[BaseModel] = Settings, path: tuple[str, ...] = ()) -> Iterator[SettingSpec]:
+def describe(
+    model: type[BaseModel] = Settings, path: tuple[str, ...] = ()
+) -> Iterator[SettingSpec]:
     """Every leaf setting with its env var, flag and default (the README table)."""
     for name, field in model.model_fields.items():
         ann = field.annotation
@@ -145,7 +164,7 @@ def describe(model: type[BaseModel] = Settings, path: tuple[str, ...] = ()) -> I
         yield SettingSpec(
             path=full,
             env=env,
-            flag="--" + "-".join(full).replace("_", "-"),
+            flag=str(extra.get("flag") or "--" + "-".join(full).replace("_", "-")),
             default=field.default,
             description=field.description or "",
         )
@@ -207,7 +226,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _flatten(doc: Mapping[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+def _flatten(
+    doc: Mapping[str, Any], path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
     for key, value in doc.items():
         if isinstance(value, Mapping):
             yield from _flatten(value, (*path, str(key)))

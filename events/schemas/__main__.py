@@ -1,0 +1,4 @@
+from events.schemas import write
+
+for path in write():
+    print(path)

@@ -1,0 +1,26 @@
+"""Unit-layer fixtures: an isolated MODELHOOKS_HOME and fresh process-wide caches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from functions import bootstrap
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A clean environment: settings come from MODELHOOKS_* set by the test alone."""
+    import os
+
+    for var in list(os.environ):
+        if var.startswith("MODELHOOKS_") or var in ("K_SINK", "PORT"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("MODELHOOKS_HOME", str(tmp_path / "home"))
+    bootstrap._default_settings.cache_clear()
+    bootstrap._build.cache_clear()
+    yield tmp_path / "home"
+    bootstrap._default_settings.cache_clear()
+    bootstrap._build.cache_clear()

@@ -1,0 +1,35 @@
+"""The documentation promises that code keeps: README's settings table, event schemas."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from events.schemas import DIRECTORY, generate
+from functions.cli import settings_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_settings_table_matches_the_settings_model() -> None:
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(
+        r"<!-- settings-table:begin.*?-->\n(.*?)<!-- settings-table:end -->", readme, re.S
+    )
+    assert m, "README.md lacks the settings-table markers"
+    assert m.group(1).strip() == settings_table().strip(), (
+        "README settings table is stale: run `modelhooks settings --markdown`"
+    )
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    head = (ROOT / "README.md").read_text().splitlines()[:8]
+    assert any(line.startswith("make run") for line in head)
+    assert any(line.startswith("make test") for line in head)
+
+
+def test_event_schemas_are_fresh() -> None:
+    expected = generate()
+    on_disk = {p.name: json.loads(p.read_text()) for p in DIRECTORY.glob("*.json")}
+    assert on_disk == expected, "events/schemas is stale: run `make schemas`"

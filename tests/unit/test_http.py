@@ -1,0 +1,350 @@
+"""HTTP through the functions-framework app (`--target register`) and `modelhooks serve`:
+every CloudEvents mode, Pub/Sub wrapped and unwrapped, auth, duplicates, bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from events import samples
+from functions.adapters.model_registry.sqlite import SqliteModelRegistry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def client(home: Path) -> FlaskClient:
+    from functions_framework import create_app
+
+    app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+    return app.test_client()
+
+
+@pytest.fixture
+def serve(home: Path) -> FlaskClient:
+    from functions.bootstrap import build
+    from functions.http import create_app
+
+    return create_app(build()).test_client()
+
+
+def registry(home: Path) -> SqliteModelRegistry:
+    return SqliteModelRegistry(home / "registry.db")
+
+
+def versions(home: Path, model: str) -> list[str]:
+    reg = registry(home)
+    m = reg.get_model(model)
+    return [v.name for v in reg.list_versions(m.id)] if m else []
+
+
+def structured(name: str) -> dict[str, Any]:
+    doc = samples.load(name)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def as_binary(doc: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+    headers = {f"ce-{k}": str(v) for k, v in doc.items() if k not in ("data", "datacontenttype")}
+    headers["Content-Type"] = doc.get("datacontenttype", "application/json")
+    return headers, json.dumps(doc["data"]).encode()
+
+
+def test_binary_mode_registers_and_replies_in_binary_mode(client: FlaskClient, home: Path) -> None:
+    headers, body = as_binary(structured("canonical-artifact-pushed"))
+    resp = client.post("/", headers=headers, data=body)
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.headers["ce-type"] == "dev.modelhooks.model.registered"
+    assert resp.headers["ce-specversion"] == "1.0"
+    assert (
+        resp.json is not None and resp.json["model"] == "sentiment" and resp.json["created"] is True
+    )
+    assert versions(home, "sentiment") == ["1"]
+
+
+def test_structured_mode(client: FlaskClient, home: Path) -> None:
+    doc = structured("canonical-artifact-pushed")
+    resp = client.post("/", data=json.dumps(doc), content_type="application/cloudevents+json")
+    assert resp.status_code == 200
+    assert resp.headers["ce-type"] == "dev.modelhooks.model.registered"
+    assert versions(home, "sentiment") == ["1"]
+
+
+def test_batch_mode_answers_a_batch_of_replies(client: FlaskClient, home: Path) -> None:
+    one = structured("canonical-artifact-pushed")
+    two = json.loads(json.dumps(one))
+    two["id"], two["data"]["version"], two["data"]["uri"] = (
+        "replay-0002",
+        "2",
+        "gs://models/models/sentiment/2/",
+    )
+    resp = client.post(
+        "/", data=json.dumps([one, two]), content_type="application/cloudevents-batch+json"
+    )
+    assert resp.status_code == 200
+    assert resp.content_type == "application/cloudevents-batch+json"
+    assert [r["data"]["version"] for r in resp.json] == ["1", "2"]
+    assert sorted(versions(home, "sentiment")) == ["1", "2"]
+
+
+def test_pubsub_wrapped_gcs_notification(client: FlaskClient, home: Path) -> None:
+    resp = client.post("/", json=samples.load("gcs-pubsub-finalize-marker"))
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.headers["ce-type"] == "dev.modelhooks.model.registered"
+    assert versions(home, "sentiment") == ["1"]
+
+
+def test_pubsub_unwrapped_gcs_notification(client: FlaskClient, home: Path) -> None:
+    wrapped = samples.load("gcs-pubsub-finalize-marker")
+    msg = wrapped["message"]
+    headers = {"x-goog-pubsub-message-id": msg["messageId"], "x-goog-pubsub-subscription-name": "s"}
+    headers.update(msg["attributes"])
+    resp = client.post(
+        "/", headers=headers, data=base64.b64decode(msg["data"]), content_type="application/json"
+    )
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert versions(home, "sentiment") == ["1"]
+
+
+def test_a_file_that_is_not_the_marker_is_acknowledged_without_effect(
+    client: FlaskClient, home: Path
+) -> None:
+    resp = client.post(
+        "/",
+        json=structured("gcs-eventarc-finalized-weights"),
+        content_type="application/cloudevents+json",
+    )
+    assert resp.status_code == 204
+    assert versions(home, "sentiment") == []
+
+
+def test_duplicate_delivery_returns_the_same_reply_and_changes_nothing(
+    client: FlaskClient, home: Path
+) -> None:
+    headers, body = as_binary(structured("canonical-artifact-pushed"))
+    first = client.post("/", headers=headers, data=body)
+    second = client.post("/", headers=headers, data=body)
+    assert first.status_code == second.status_code == 200
+    assert first.headers["ce-id"] == second.headers["ce-id"]
+    assert versions(home, "sentiment") == ["1"]
+    assert (
+        len(
+            registry(home).list_artifacts(
+                registry(home).get_version(registry(home).get_model("sentiment").id, "1").id
+            )
+        )
+        == 1
+    )  # type: ignore[union-attr]
+
+
+def test_redelivery_after_restart_is_idempotent(home: Path) -> None:
+    """The dedupe memory is per process; idempotent effects make a fresh process safe too."""
+    from functions_framework import create_app
+
+    from functions import bootstrap
+
+    headers, body = as_binary(structured("canonical-artifact-pushed"))
+    for _ in range(2):
+        bootstrap._build.cache_clear()
+        app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+        resp = app.test_client().post("/", headers=headers, data=body)
+        assert resp.status_code == 200
+    assert resp.json is not None and resp.json["created"] is False
+    assert versions(home, "sentiment") == ["1"]
+
+
+def test_same_version_other_digest_is_409(client: FlaskClient, home: Path) -> None:
+    doc = structured("canonical-artifact-pushed")
+    assert (
+        client.post("/", json=doc, content_type="application/cloudevents+json").status_code == 200
+    )
+    doc["id"], doc["data"]["digest"] = "other", "gcs-generation:2"
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 409
+    (outcome,) = resp.json["outcomes"]
+    assert outcome["error"]["error"] == "conflict"
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "says"),
+    [
+        ({"Content-Type": "application/json"}, b"{not json", 400, "not valid JSON"),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            b'{"specversion": "1.0", "id": "x", "source": "s"}',
+            400,
+            "'type'",
+        ),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            b'{"specversion": "0.3", "id": "x", "source": "s", "type": "t"}',
+            400,
+            "specversion",
+        ),
+        (
+            {"Content-Type": "application/cloudevents+json"},
+            b'{"specversion": "1.0", "id": "x", "source": "s", "type": "com.example.unknown"}',
+            400,
+            "com.example.unknown",
+        ),
+        ({"Content-Type": "application/cloudevents-batch+json"}, b'{"a": 1}', 400, "JSON array"),
+        ({"Content-Type": "application/json"}, b"[1, 2]", 400, "JSON object"),
+        ({"Content-Type": "application/json"}, b'{"hello": "world"}', 400, ""),
+    ],
+)
+def test_bad_input_is_a_4xx_naming_the_problem(
+    client: FlaskClient, headers: dict[str, str], body: bytes, status: int, says: str
+) -> None:
+    resp = client.post("/", headers=headers, data=body)
+    assert resp.status_code == status
+    assert resp.json is not None and resp.json["error"] == "bad_request"
+    assert says in resp.json["message"]
+
+
+def test_wrong_typed_field_names_the_field(client: FlaskClient) -> None:
+    doc = structured("canonical-artifact-pushed")
+    doc["data"]["version"] = {"not": "a string"}
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 400
+    assert "version" in json.dumps(resp.json)
+
+
+def test_body_over_the_limit_is_413(
+    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_INGRESS_MAX_BODY_BYTES", "100")
+    bootstrap._default_settings.cache_clear()
+    resp = client.post(
+        "/",
+        json=structured("canonical-artifact-pushed"),
+        content_type="application/cloudevents+json",
+    )
+    assert resp.status_code == 413
+    assert resp.json is not None and "100" in resp.json["message"]
+
+
+def test_bearer_auth(client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "bearer:token=s3cret")
+    bootstrap._default_settings.cache_clear()
+    doc = json.dumps(structured("canonical-artifact-pushed"))
+    ctype = "application/cloudevents+json"
+    assert client.post("/", data=doc, content_type=ctype).status_code == 401
+    bad = client.post("/", data=doc, content_type=ctype, headers={"Authorization": "Bearer nope"})
+    assert (
+        bad.status_code == 401 and bad.json is not None and bad.json["error"] == "unauthenticated"
+    )
+    assert versions(home, "sentiment") == []
+    ok = client.post("/", data=doc, content_type=ctype, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+
+
+def test_tenant_outside_its_buckets_is_403(
+    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://ml-models;other=gs://models")
+    bootstrap._default_settings.cache_clear()
+    resp = client.post(
+        "/",
+        json=structured("canonical-artifact-pushed"),
+        content_type="application/cloudevents+json",
+    )
+    assert resp.status_code == 403
+    assert "gs://models" in json.dumps(resp.json)
+    assert versions(home, "sentiment") == []
+
+
+def test_bucket_notification_takes_the_owning_tenant(
+    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models")
+    bootstrap._default_settings.cache_clear()
+    resp = client.post("/", json=samples.load("gcs-pubsub-finalize-marker"))
+    assert resp.status_code == 200
+    assert resp.json is not None and resp.json["namespace"] == "ml"
+
+
+def test_out_of_order_delete_before_create(client: FlaskClient, home: Path) -> None:
+    """The Model's deletion (17:45) arrives before the older push (17:02): it stays archived."""
+    delete = client.post(
+        "/", json=structured("k8s-resource-delete"), content_type="application/cloudevents+json"
+    )
+    assert delete.status_code == 204, delete.get_data(as_text=True)
+    push = client.post(
+        "/",
+        json=structured("canonical-artifact-pushed"),
+        content_type="application/cloudevents+json",
+    )
+    assert push.status_code == 204
+    model = registry(home).get_model("sentiment")
+    assert model is not None and model.state.value == "ARCHIVED"
+    assert versions(home, "sentiment") == []
+
+
+def test_k_sink_receives_the_reply(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.server
+    import threading
+
+    from functions_framework import create_app
+
+    from functions import bootstrap
+
+    got: list[dict[str, str]] = []
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            got.append({k.lower(): v for k, v in self.headers.items()})
+            self.send_response(202)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Sink)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        monkeypatch.setenv("K_SINK", f"http://127.0.0.1:{server.server_port}/")
+        bootstrap._default_settings.cache_clear()
+        app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+        resp = app.test_client().post(
+            "/",
+            json=structured("canonical-artifact-pushed"),
+            content_type="application/cloudevents+json",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert resp.status_code == 204
+    assert [h["ce-type"] for h in got] == ["dev.modelhooks.model.registered"]
+
+
+def test_serve_routes_by_the_knative_triggers(serve: FlaskClient, home: Path) -> None:
+    resp = serve.post("/", json=samples.load("s3-minio-put-marker"))
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    outcomes = resp.json["outcomes"]
+    assert [(o["function"], o["status"]) for o in outcomes] == [("register", 200)]
+    assert registry(home).list_models()
+
+
+def test_serve_function_endpoint_and_health(serve: FlaskClient) -> None:
+    assert serve.get("/healthz").json["status"] == "ok"
+    doc = structured("canonical-artifact-pushed")
+    resp = serve.post("/functions/register", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 200 and resp.headers["ce-type"] == "dev.modelhooks.model.registered"
+    missing = serve.post("/functions/nope", json=doc)
+    assert missing.status_code == 404 and "register" in json.dumps(missing.json)

@@ -1,0 +1,97 @@
+"""Precedence is exactly as documented: flag > environment > config file > default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from functions.errors import ConfigError
+from functions.settings import describe, load_settings
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = load_settings(env={"MODELHOOKS_HOME": str(tmp_path)})
+    assert s.layout.marker == "_SUCCESS"
+    assert s.layout.pattern == "models/{name}/{version}/"
+    assert s.ingress.max_body_bytes == 1 << 20
+    assert s.registry.backend == "sqlite"
+
+
+def test_file_beats_default(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "layout:\n  marker: FROM_FILE\n")
+    assert load_settings(env={}, config_file=cfg).layout.marker == "FROM_FILE"
+
+
+def test_env_beats_file(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "layout:\n  marker: FROM_FILE\n")
+    s = load_settings(env={"MODELHOOKS_LAYOUT_MARKER": "FROM_ENV"}, config_file=cfg)
+    assert s.layout.marker == "FROM_ENV"
+
+
+def test_flag_beats_env_and_file(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "layout:\n  marker: FROM_FILE\n")
+    s = load_settings(
+        {"layout.marker": "FROM_FLAG"},
+        env={"MODELHOOKS_LAYOUT_MARKER": "FROM_ENV"},
+        config_file=cfg,
+    )
+    assert s.layout.marker == "FROM_FLAG"
+
+
+def test_config_file_from_env_var_and_from_home(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "other.yaml", "ingress:\n  max_body_bytes: 10\n")
+    assert load_settings(env={"MODELHOOKS_CONFIG": str(cfg)}).ingress.max_body_bytes == 10
+    write(tmp_path / "config.yaml", "ingress:\n  max_body_bytes: 20\n")
+    assert load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}).ingress.max_body_bytes == 20
+
+
+def test_platform_variables_port_and_k_sink() -> None:
+    s = load_settings(env={"PORT": "9090", "K_SINK": "http://broker/"})
+    assert s.serve.port == 9090
+    assert s.router.sink == "http://broker/"
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MODELHOOKS_INGRESS_MAX_BODY_BYTES": "lots"}, "MODELHOOKS_INGRESS_MAX_BODY_BYTES"),
+        ({"MODELHOOKS_INGRESS_MAX_BODY_BYTES": "0"}, "MODELHOOKS_INGRESS_MAX_BODY_BYTES"),
+        ({"MODELHOOKS_LAYOUT_PATTERN": "models/{name}/"}, "MODELHOOKS_LAYOUT_PATTERN"),
+        ({"MODELHOOKS_STORE_BACKEND": "ftp"}, "MODELHOOKS_STORE_BACKEND"),
+        ({"PORT": "70000"}, "PORT"),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(env=env)
+    assert named in str(err.value)
+
+
+def test_bad_flag_names_the_flag() -> None:
+    with pytest.raises(ConfigError, match="--router-max-depth"):
+        load_settings({"router.max_depth": "0"}, env={})
+
+
+def test_bad_file_value_names_the_key_and_file(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "router:\n  max_depth: deep\n")
+    with pytest.raises(ConfigError, match=r"router\.max_depth in .*c\.yaml"):
+        load_settings(env={}, config_file=cfg)
+
+
+def test_unknown_key_in_file_is_an_error(tmp_path: Path) -> None:
+    cfg = write(tmp_path / "c.yaml", "layout:\n  markr: X\n")
+    with pytest.raises(ConfigError, match="markr"):
+        load_settings(env={}, config_file=cfg)
+
+
+def test_every_setting_has_env_flag_and_description() -> None:
+    specs = list(describe())
+    assert len({s.env for s in specs}) == len(specs)
+    assert len({s.flag for s in specs}) == len(specs)
+    assert all(s.description for s in specs)
