@@ -53,7 +53,9 @@ class ArtifactPushed(EventData):
     TYPE = "dev.modelhooks.artifact.pushed"
     model: str = Name
     version: str = Name
-    uri: str = Field(description="gs://b/prefix/, s3://b/prefix/, file://…, oci://host/repo@sha256:…")
+    uri: str = Field(
+        description="gs://b/prefix/, s3://b/prefix/, file://…, oci://host/repo@sha256:…"
+    )
     digest: str = Field(
         min_length=1,
         description="immutable identity: sha256:<hex> (OCI), gcs-generation:<n>, "
