@@ -88,7 +88,8 @@ state: {settings.home.resolve()}   (registry: registry.db, store: store/<bucket>
 Drop a model into the local store (the ready marker {settings.layout.marker} makes it count):
   mkdir -p {example} && echo weights > {example}/weights.bin && touch {example}/{settings.layout.marker}
 Replay the bundled samples (real GCS, S3, OCI, Kubernetes notifications):
-  .venv/bin/modelhooks replay events/samples --to http://{host}:{port}/
+  .venv/bin/modelhooks replay events/samples --ingress-registry-host zot.local:5000 \\
+      --to http://{host}:{port}/
 See what got registered:
   .venv/bin/modelhooks registry list
 """
@@ -103,7 +104,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     layout = settings.layout.object_layout()
     events = list(
         select(
-            to_events(read_documents(args.source), layout),
+            to_events(read_documents(args.source), layout, settings.ingress.registry_host or None),
             types=frozenset(args.type or ()),
             since=args.since,
             until=args.until,

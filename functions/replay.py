@@ -75,7 +75,10 @@ def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
                 raise BadRequest(f"{where}:{n} is not JSON: {exc}") from None
 
 
-def to_events(docs: Iterable[tuple[str, Any]], layout: ObjectLayout) -> Iterator[CanonicalEvent]:
+def to_events(
+    docs: Iterable[tuple[str, Any]], layout: ObjectLayout, registry_host: str | None = None
+) -> Iterator[CanonicalEvent | BadRequest]:
+    """Canonical events, or a BadRequest naming the document that does not translate."""
     for where, doc in docs:
         ctype = (
             "application/cloudevents+json"
@@ -88,19 +91,22 @@ def to_events(docs: Iterable[tuple[str, Any]], layout: ObjectLayout) -> Iterator
             for inbound in decode(
                 {"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30
             ):
-                yield from translate(inbound, layout=layout)
+                yield from translate(inbound, layout=layout, registry_host=registry_host)
         except ModelhooksError as exc:
-            raise BadRequest(f"{where}: {exc.message}") from None
+            yield BadRequest(f"{where}: {exc.message}")
 
 
 def select(
-    events: Iterable[CanonicalEvent],
+    events: Iterable[CanonicalEvent | BadRequest],
     *,
     types: frozenset[str] = frozenset(),
     since: datetime | None = None,
     until: datetime | None = None,
-) -> Iterator[CanonicalEvent]:
+) -> Iterator[CanonicalEvent | BadRequest]:
     for event in events:
+        if isinstance(event, BadRequest):
+            yield event
+            continue
         if types and event.type not in types:
             continue
         if (since or until) and event.time is None:
@@ -113,17 +119,23 @@ def select(
 
 
 def replay(
-    events: Iterable[CanonicalEvent],
+    events: Iterable[CanonicalEvent | BadRequest],
     send: Callable[[CanonicalEvent], tuple[bool, str]],
     *,
     rate: float = 0.0,
     progress: Callable[[], None] = lambda: None,
 ) -> Summary:
-    """Send each event (at most `rate` per second); `send` says (ok, reason)."""
+    """Send each event (at most `rate` per second); `send` says (ok, reason). Documents
+    that did not translate count as failed, with their reason."""
     summary = Summary()
     interval = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
     for event in events:
+        if isinstance(event, BadRequest):
+            summary.failed += 1
+            summary.reasons[event.message] += 1
+            progress()
+            continue
         if interval:
             time.sleep(max(0.0, next_at - time.monotonic()))
             next_at += interval

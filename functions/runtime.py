@@ -96,7 +96,12 @@ def ingest(headers: Mapping[str, str], body: bytes, deps: Deps) -> list[Canonica
     """Authenticate, decode and translate one delivery (raises ModelhooksError)."""
     deps.authenticate(headers, body)
     inbounds = decode(headers, body, max_bytes=deps.settings.ingress.max_body_bytes)
-    return [e for inbound in inbounds for e in translate(inbound, layout=deps.layout)]
+    host = deps.settings.ingress.registry_host or None
+    return [
+        e
+        for inbound in inbounds
+        for e in translate(inbound, layout=deps.layout, registry_host=host)
+    ]
 
 
 def run(fn: Function, event: CanonicalEvent, deps: Deps) -> Outcome:

@@ -76,6 +76,9 @@ class IngressSettings(_Section):
     auth: str = Field(
         "none", description="delivery authentication spec: none, oidc:…, hmac:…, bearer:…"
     )
+    registry_host: str = Field(
+        "", description="the OCI registry host zot's events come from (zot does not name it)"
+    )
     dedupe_size: int = Field(
         10_000, ge=0, description="recent event ids remembered per process (0 = off)"
     )
