@@ -19,7 +19,10 @@ import json
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["body", "load", "names"]
+from events.inbound import Inbound
+from events.ingress import decode
+
+__all__ = ["body", "inbound", "load", "names"]
 
 _SUFFIX = ".json"
 
@@ -44,3 +47,13 @@ def body(name: str) -> bytes:
 def load(name: str) -> Any:
     """A sample, parsed."""
     return json.loads(body(name))
+
+
+def inbound(name: str) -> Inbound:
+    """The one `Inbound` ingress decodes a sample to (structured CloudEvents are sent
+    as `application/cloudevents+json`, everything else as `application/json`)."""
+    raw = body(name)
+    structured = isinstance(doc := json.loads(raw), dict) and "specversion" in doc
+    ctype = "application/cloudevents+json" if structured else "application/json"
+    (unit,) = decode({"content-type": ctype}, raw)
+    return unit
