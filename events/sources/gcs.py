@@ -16,6 +16,10 @@ file under a model prefix → ArtifactDeleted for that prefix. A delete that car
 `overwrittenByGeneration` is an overwrite, not a deletion → nothing. Archive and
 metadata updates → nothing.
 
+Eventarc's `deleted` data carries no overwrite marker, so an overwrite there reads as a
+deletion of the old generation; the marker's ArtifactDeleted names that generation
+(`digest`), and consumers compare it with the live marker before acting.
+
 >>> from events.layout import ObjectLayout
 >>> msg = Inbound(kind="pubsub", id="42", data=b"", attributes={
 ...     "eventType": "OBJECT_FINALIZE", "bucketId": "models",
