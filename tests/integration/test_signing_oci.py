@@ -1,0 +1,103 @@
+"""Models stored as OCI artifacts: signed as referrers on zot (referrers API) and on
+distribution 2.8 (fallback `sha256-<hex>` tag), verified against real registries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import model_signing
+import pytest
+
+from functions.errors import VerificationFailed
+from functions.signing import KeySigner, KeyVerifier
+from functions.signing.bundle import MEDIA_TYPE
+from functions.signing.oci import OCI_MANIFEST, TITLE, OciClient, sign_oci, verify_oci
+from tests.unit.signing_material import KeyPair, make_key, write_model
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
+    return make_key(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(params=["docker_registry", "zot"])
+def registry(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(request.param)
+
+
+def push_model(client: OciClient, repo: str, tag: str, model: Path) -> None:
+    """ORAS-style: one layer per file, titled with its model-relative path."""
+    layers = []
+    for path in sorted(p for p in model.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        layers.append(
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": client.push_blob(repo, data),
+                "size": len(data),
+                "annotations": {TITLE: path.relative_to(model).as_posix()},
+            }
+        )
+    config = {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2}
+    config["digest"] = client.push_blob(repo, b"{}")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": "application/vnd.modelhooks.model.v1",
+        "config": config,
+        "layers": layers,
+    }
+    client.push_manifest(repo, tag, manifest)
+
+
+def test_sign_and_verify_as_referrer(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
+    client = OciClient(registry.url)
+    model = write_model(tmp_path / "bert")
+    push_model(client, "models/bert", "v1", model)
+    signer = KeySigner.from_file(keys.private)
+
+    signed = sign_oci(client, "models/bert", "v1", signer)
+    assert signed.created
+    assert not sign_oci(client, "models/bert", "v1", signer).created  # idempotent
+    verified = verify_oci(client, "models/bert", "v1", KeyVerifier(keys.public))
+    assert verified.root_digest == signed.root_digest
+
+    # The referrer is where each registry kind keeps it.
+    _, digest, _ = client.manifest("models/bert", "v1")
+    status, _, _ = client.request("GET", f"/v2/models/bert/referrers/{digest}")
+    if registry.kind == "docker-registry":
+        assert status == 404
+        index, _, _ = client.manifest("models/bert", digest.replace(":", "-"))
+        assert [m["artifactType"] for m in index["manifests"]] == [MEDIA_TYPE]
+    else:
+        assert status == 200
+
+    # model_signing accepts the pushed bundle for the same files.
+    artifact, _, _ = client.manifest("models/bert", signed.key)
+    layer = artifact["layers"][0]
+    bundle = client.blob_range("models/bert", layer["digest"], 0, layer["size"])
+    (model / "model.sig").write_bytes(bundle)
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
+        model, model / "model.sig"
+    )
+    assert json.loads(bundle)["mediaType"] == MEDIA_TYPE
+
+
+def test_unsigned_other_and_wrong_key(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
+    client = OciClient(registry.url)
+    model = write_model(tmp_path / "bert")
+    push_model(client, "models/gpt", "v1", model)
+    (model / "a.txt").write_text("changed")
+    push_model(client, "models/gpt", "v2", model)
+    sign_oci(client, "models/gpt", "v1", KeySigner.from_file(keys.private))
+
+    with pytest.raises(VerificationFailed, match="no trusted signature"):
+        verify_oci(client, "models/gpt", "v2", KeyVerifier(keys.public))
+    other = make_key(tmp_path, "other")
+    with pytest.raises(VerificationFailed) as e:
+        verify_oci(client, "models/gpt", "v1", KeyVerifier(other.public))
+    assert e.value.details["errors"]
