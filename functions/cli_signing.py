@@ -6,6 +6,7 @@ local directory, gs:// or s3://, hashed where it lies (no local copy).
     modelhooks sign s3://models/bert/1 --identity-token /var/run/secrets/sigstore/token
     modelhooks verify ./bert --public-key key.pub
     modelhooks verify s3://models/bert/1 --identity me@example.com --issuer https://accounts.example.com
+    modelhooks sign oci://127.0.0.1:5000/models/bert:v1 --key key.pem   (bundle pushed as a referrer)
 
 Exit status: 0 signed / verified, 1 verification failed, 2 any other error.
 """
@@ -140,9 +141,38 @@ def _verifier(args: argparse.Namespace) -> Verifier:
     )
 
 
+def _oci(uri: str) -> tuple[Any, str, str]:
+    """(client, repository, tag or digest) for oci://host[:port]/repo[:tag|@digest]; plain
+    HTTP for loopback registries, HTTPS otherwise."""
+    from functions.signing.oci import OciClient
+
+    host, _, rest = uri.removeprefix("oci://").partition("/")
+    if "@" in rest:
+        repo, _, ref = rest.partition("@")
+    else:
+        repo, _, ref = rest.rpartition(":") if ":" in rest else (rest, "", "latest")
+    if not host or not repo:
+        raise BadRequest(f"{uri}: expected oci://host/repository[:tag|@digest]")
+    loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
+    return OciClient(f"{'http' if loopback else 'https'}://{host}"), repo, ref
+
+
+def _print_signed(signed: Any) -> None:
+    print(f"signer: {signed.signer}")
+    print(f"root digest: sha256:{signed.root_digest}")
+    print(f"signature: {signed.bucket}/{signed.key}")
+    print(f"verdict: {'signed' if signed.created else 'already signed (unchanged)'}")
+
+
 def cmd_sign(args: argparse.Namespace) -> int:
     from functions.signing import sign_model
 
+    if args.uri.startswith("oci://"):
+        from functions.signing.oci import sign_oci
+
+        client, repo, ref = _oci(args.uri)
+        _print_signed(sign_oci(client, repo, ref, _signer(args), options=_options(args, None)))
+        return 0
     store, bucket, prefix, local = _store(args.uri, args.allow_symlinks)
     name, at = _signature(args.signature, local)
     signer = _signer(args)
@@ -160,31 +190,38 @@ def cmd_sign(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
-    print(f"signer: {signed.signer}")
-    print(f"root digest: sha256:{signed.root_digest}")
-    print(f"signature: {signed.bucket}/{signed.key}")
-    print(f"verdict: {'signed' if signed.created else 'already signed (unchanged)'}")
+    _print_signed(signed)
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from functions.signing import verify_model
 
-    store, bucket, prefix, local = _store(args.uri, args.allow_symlinks)
-    name, at = _signature(args.signature, local)
     verifier = _verifier(args)
     bar = _Bar("verifying", args.quiet)
     try:
-        verified = verify_model(
-            store,
-            bucket,
-            prefix,
-            verifier,
-            options=_options(args, name),
-            at=at,
-            expected_digest=args.expected_digest,
-            progress=bar,
-        )
+        if args.uri.startswith("oci://"):
+            from functions.signing.oci import verify_oci
+
+            client, repo, ref = _oci(args.uri)
+            options = _options(args, None)
+            expected = args.expected_digest
+            verified = verify_oci(
+                client, repo, ref, verifier, options=options, expected_digest=expected
+            )
+        else:
+            store, bucket, prefix, local = _store(args.uri, args.allow_symlinks)
+            name, at = _signature(args.signature, local)
+            verified = verify_model(
+                store,
+                bucket,
+                prefix,
+                verifier,
+                options=_options(args, name),
+                at=at,
+                expected_digest=args.expected_digest,
+                progress=bar,
+            )
     except VerificationFailed as e:
         bar.close()
         print(f"verdict: FAILED\n{e.diagnostics()}")

@@ -101,3 +101,22 @@ def test_unsigned_other_and_wrong_key(registry: Any, tmp_path: Path, keys: KeyPa
     with pytest.raises(VerificationFailed) as e:
         verify_oci(client, "models/gpt", "v1", KeyVerifier(other.public))
     assert e.value.details["errors"]
+
+
+def test_cli_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
+    import argparse
+
+    from functions.cli_signing import add_commands
+
+    def run(*argv: str | Path) -> int:
+        parser = argparse.ArgumentParser()
+        add_commands(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args([str(a) for a in argv])
+        return int(args.func(args))
+
+    client = OciClient(registry.url)
+    push_model(client, "models/t5", "v1", write_model(tmp_path / "t5"))
+    uri = f"oci://{registry.host}/models/t5:v1"
+    assert run("sign", uri, "--key", keys.private, "--quiet") == 0
+    assert run("verify", uri, "--public-key", keys.public, "--quiet") == 0
+    assert run("verify", uri, "--public-key", make_key(tmp_path, "x").public, "--quiet") == 1
