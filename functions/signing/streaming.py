@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -183,6 +184,7 @@ def hash_model(
     if progress is not None:
         progress.start(sum(end - start for _, _, start, end in units))
 
+    failed = threading.Event()
     with ThreadPoolExecutor(workers * readahead or 1, "mh-read") as readers:
 
         def read(key: str, start: int, length: int) -> bytes:
@@ -219,10 +221,16 @@ def hash_model(
         def hash_unit(unit: tuple[str, str, int, int]) -> Resource:
             name, key, start, end = unit
             hasher = _new_hasher(serialization.hash_type)
-            for data in chunks(key, start, end):
-                hasher.update(data)
-                if progress is not None:
-                    progress.advance(len(data))
+            try:
+                for data in chunks(key, start, end):
+                    if failed.is_set():  # another unit failed: the result is lost anyway
+                        break
+                    hasher.update(data)
+                    if progress is not None:
+                        progress.advance(len(data))
+            except BaseException:
+                failed.set()
+                raise
             return Resource(name, serialization.algorithm, hasher.hexdigest())
 
         with ThreadPoolExecutor(workers, "mh-hash") as hashers:

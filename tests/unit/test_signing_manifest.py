@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from model_signing import hashing
 
 from functions.adapters.object_store.local import LocalObjectStore
 from functions.domain import ObjectInfo
-from functions.errors import BadRequest, Conflict, VerificationFailed
+from functions.errors import BadRequest, Conflict, Unavailable, VerificationFailed
 from functions.signing import HashOptions, Manifest, Resource, Serialization, hash_model
 from functions.signing.local import local_model
 from tests.unit.signing_material import write_model
@@ -162,3 +163,26 @@ def test_object_changing_while_hashed_is_a_conflict(model: Path) -> None:
     store = ShrinkingStore(model.parent)
     with pytest.raises(Conflict):
         hash_model(store, model.name, "", HashOptions().serialization())
+
+
+class FailingStore(LocalObjectStore):
+    """Fails reading one object; counts the reads of the others."""
+
+    reads = 0
+
+    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+        if key == "f0":
+            raise Unavailable("backend down")
+        FailingStore.reads += 1
+        time.sleep(0.0005)
+        return super().read_range(bucket, key, start, length)
+
+
+def test_a_failing_read_stops_the_other_units(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    for i in range(3):
+        (tmp_path / "m" / f"f{i}").write_bytes(b"x" * 1_000_000)
+    opts = HashOptions(chunk_size=1000, workers=3, readahead=0)
+    with pytest.raises(Unavailable):
+        hash_model(FailingStore(tmp_path), "m", "", opts.serialization(), options=opts)
+    assert FailingStore.reads < 2 * 1000
