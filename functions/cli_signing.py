@@ -141,22 +141,6 @@ def _verifier(args: argparse.Namespace) -> Verifier:
     )
 
 
-def _oci(uri: str) -> tuple[Any, str, str]:
-    """(client, repository, tag or digest) for oci://host[:port]/repo[:tag|@digest]; plain
-    HTTP for loopback registries, HTTPS otherwise."""
-    from functions.signing.oci import OciClient
-
-    host, _, rest = uri.removeprefix("oci://").partition("/")
-    if "@" in rest:
-        repo, _, ref = rest.partition("@")
-    else:
-        repo, _, ref = rest.rpartition(":") if ":" in rest else (rest, "", "latest")
-    if not host or not repo:
-        raise BadRequest(f"{uri}: expected oci://host/repository[:tag|@digest]")
-    loopback = host.split(":")[0] in ("127.0.0.1", "localhost", "[::1]")
-    return OciClient(f"{'http' if loopback else 'https'}://{host}"), repo, ref
-
-
 def _print_signed(signed: Any) -> None:
     print(f"signer: {signed.signer}")
     print(f"root digest: sha256:{signed.root_digest}")
@@ -168,9 +152,9 @@ def cmd_sign(args: argparse.Namespace) -> int:
     from functions.signing import sign_model
 
     if args.uri.startswith("oci://"):
-        from functions.signing.oci import sign_oci
+        from functions.signing.oci import client_for, sign_oci
 
-        client, repo, ref = _oci(args.uri)
+        client, repo, ref = client_for(args.uri)
         _print_signed(sign_oci(client, repo, ref, _signer(args), options=_options(args, None)))
         return 0
     store, bucket, prefix, local = _store(args.uri, args.allow_symlinks)
@@ -201,9 +185,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     bar = _Bar("verifying", args.quiet)
     try:
         if args.uri.startswith("oci://"):
-            from functions.signing.oci import verify_oci
+            from functions.signing.oci import client_for, verify_oci
 
-            client, repo, ref = _oci(args.uri)
+            client, repo, ref = client_for(args.uri)
             options = _options(args, None)
             expected = args.expected_digest
             verified = verify_oci(

@@ -1,9 +1,10 @@
 """`sign`: sign a pushed model where it lies and record the signature in the registry.
 
-On `artifact.pushed` for an object-store model (gs://, s3://, file://): unless the
-registered version already records a signature for this artifact digest, hash the model
-(streamed), write `<prefix>/model.sig` if absent, record the signature on the version
-(custom properties `signature.*`) and reply `model.signed`. A second delivery answers the
+On `artifact.pushed` for a model in a bucket (gs://, s3://, file://) or an OCI registry
+(oci://): unless the registered version already records a signature for this artifact
+digest, hash the model (streamed), write `<prefix>/model.sig` if absent (for OCI: push the
+bundle as a referrer of the model manifest), record the signature on the version (custom
+properties `signature.*`) and reply `model.signed`. A second delivery answers the
 same reply without hashing again.
 
 The version must be registered first (events are unordered): until `register` has run,
@@ -67,21 +68,29 @@ def sign_artifact(
     options: HashOptions,
 ) -> list[CanonicalEvent]:
     from functions.signing.model import sign_model
+    from functions.signing.oci import client_for, sign_oci
 
-    if not pushed.uri.startswith(("gs://", "s3://", "file://")):
-        _log.info("sign: %s is not an object-store model; not signed here", pushed.uri)
+    if not pushed.uri.startswith(("gs://", "s3://", "file://", "oci://")):
+        _log.info("sign: %s is not a model location this function signs", pushed.uri)
         return []
     version = _registered_version(registry, pushed)
     props = version.custom_properties
     if props.get("signature.artifact_digest") == pushed.digest:
         return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing
 
-    store, bucket, prefix = stores.resolve(pushed.uri)
-    signed = sign_model(store, bucket, prefix, signer, options=options)
-    scheme = pushed.uri.split("://", 1)[0] + (":///" if pushed.uri.startswith("file:") else "://")
+    if pushed.uri.startswith("oci://"):
+        client, repo, ref = client_for(pushed.uri)
+        signed = sign_oci(client, repo, ref, signer, options=options)
+        host = pushed.uri.removeprefix("oci://").partition("/")[0]
+        location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
+    else:
+        store, bucket, prefix = stores.resolve(pushed.uri)
+        signed = sign_model(store, bucket, prefix, signer, options=options)
+        scheme = "file:///" if pushed.uri.startswith("file:") else pushed.uri[:5]
+        location = f"{scheme}{signed.bucket}/{signed.key}"
     props = {
         **props,
-        "signature.uri": f"{scheme}{signed.bucket}/{signed.key}",
+        "signature.uri": location,
         "signature.root_digest": f"sha256:{signed.root_digest}",
         "signature.signer": signed.signer,
         "signature.artifact_digest": pushed.digest,

@@ -34,7 +34,7 @@ from functions.signing.manifest import Manifest, Serialization
 from functions.signing.model import Signed, Verified, verify_bundle
 from functions.signing.streaming import HashOptions, hash_model
 
-__all__ = ["OciClient", "OciModelStore", "sign_oci", "verify_oci"]
+__all__ = ["OciClient", "OciModelStore", "client_for", "sign_oci", "verify_oci"]
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -140,6 +140,22 @@ class OciClient:
         return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
 
 
+def client_for(uri: str) -> tuple[OciClient, str, str]:
+    """(client, repository, tag or digest) for `oci://host[:port]/repo[:tag|@digest]`:
+    plain HTTP for loopback registries, HTTPS otherwise."""
+    host, _, rest = uri.removeprefix("oci://").partition("/")
+    if "@" in rest:
+        repo, _, ref = rest.partition("@")
+    elif ":" in rest.rsplit("/", 1)[-1]:
+        repo, _, ref = rest.rpartition(":")
+    else:
+        repo, ref = rest, "latest"
+    if not host or not repo:
+        raise BadRequest(f"{uri}: expected oci://host/repository[:tag|@digest]")
+    loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+    return OciClient(f"{'http' if loopback else 'https'}://{host}"), repo, ref
+
+
 class OciModelStore:
     """A read-only ObjectStore view of model manifests: bucket = `repo@digest` (immutable,
     so its layer list is fetched once), keys = layer titles, bytes = blob ranges."""
@@ -195,14 +211,15 @@ def _rename(manifest: Manifest, repo: str) -> Manifest:
     return Manifest(repo.rsplit("/", 1)[-1], manifest.serialization, manifest.resources)
 
 
-def _bundles(client: OciClient, repo: str, digest: str) -> Iterator[bytes]:
+def _bundles(client: OciClient, repo: str, digest: str) -> Iterator[tuple[str, bytes]]:
+    """(referrer manifest digest, bundle) of every signature referring to `digest`."""
     for ref in client.referrers(repo, digest):
         if ref.get("artifactType") != MEDIA_TYPE:
             continue
         artifact, _, _ = client.manifest(repo, ref["digest"])
         for layer in artifact.get("layers", []):
             if layer.get("mediaType") == MEDIA_TYPE:
-                yield client.blob_range(repo, layer["digest"], 0, int(layer["size"]))
+                yield ref["digest"], client.blob_range(repo, layer["digest"], 0, int(layer["size"]))
 
 
 def sign_oci(
@@ -212,15 +229,13 @@ def sign_oci(
     Idempotent: an existing referrer bundle over the same root digest is kept."""
     opts = options or HashOptions()
     manifest, digest, size = _hash(client, repo, ref, opts.serialization(), opts)
-    for old in _bundles(client, repo, digest):
+    for referrer, old in _bundles(client, repo, digest):
         try:
-            if (
-                Manifest.from_statement(unverified_payload(old)[1]).root_digest
-                == manifest.root_digest
-            ):
-                return Signed(repo, digest, manifest.root_digest, signer_of(old), False, manifest)
+            claimed = Manifest.from_statement(unverified_payload(old)[1]).root_digest
         except VerificationFailed:
             continue
+        if claimed == manifest.root_digest:
+            return Signed(repo, referrer, claimed, signer_of(old), False, manifest)
     bundle = signer.sign(manifest.statement())
     config = {**EMPTY, "digest": client.push_blob(repo, b"{}")}
     layer = {"mediaType": MEDIA_TYPE, "digest": client.push_blob(repo, bundle), "size": len(bundle)}
@@ -278,7 +293,7 @@ def verify_oci(
     opts = options or HashOptions()
     _, digest, _ = client.manifest(repo, ref)
     errors: list[str] = []
-    for bundle in _bundles(client, repo, digest):
+    for _, bundle in _bundles(client, repo, digest):
         try:
             expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
         except VerificationFailed as e:

@@ -120,3 +120,43 @@ def test_cli_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
     assert run("sign", uri, "--key", keys.private, "--quiet") == 0
     assert run("verify", uri, "--public-key", keys.public, "--quiet") == 0
     assert run("verify", uri, "--public-key", make_key(tmp_path, "x").public, "--quiet") == 1
+
+
+def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
+    from datetime import UTC, datetime
+
+    from events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+    from functions.adapters.model_registry.memory import InMemoryModelRegistry
+    from functions.register import register_model
+    from functions.settings import load_settings
+    from functions.sign import sign_artifact
+    from functions.signing import HashOptions
+    from functions.stores import Stores
+
+    client = OciClient(registry.url)
+    push_model(client, "models/llama", "v1", write_model(tmp_path / "llama"))
+    _, digest, _ = client.manifest("models/llama", "v1")
+    data = ArtifactPushed(
+        model="llama",
+        version="v1",
+        uri=f"oci://{registry.host}/models/llama@{digest}",
+        digest=digest,
+        store="oci",
+    )
+    event = CanonicalEvent(id="p1", source="t", type=data.TYPE, data=data, time=datetime.now(UTC))
+    registry_ = InMemoryModelRegistry()
+    register_model(event, data, registry=registry_)
+    kw: dict[str, Any] = {
+        "stores": Stores(load_settings(env={})),
+        "registry": registry_,
+        "signer": KeySigner.from_file(keys.private),
+        "options": HashOptions(),
+    }
+    (reply,) = sign_artifact(event, data, **kw)
+    signed = reply.data
+    assert isinstance(signed, ModelSigned)
+    assert signed.signature_uri.startswith(f"oci://{registry.host}/models/llama@sha256:")
+    assert sign_artifact(event, data, **kw)[0].data == signed
+    assert verify_oci(client, "models/llama", digest, KeyVerifier(keys.public)).root_digest == (
+        signed.root_digest.removeprefix("sha256:")
+    )
