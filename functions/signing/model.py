@@ -174,7 +174,7 @@ def verify_model(
             raise VerificationFailed("the model has no signature", bucket=src.bucket, key=src.key)
     expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
 
-    ignore = [opts.signature_name]
+    ignore = [opts.signature_name, *opts.ignore_paths]
     if opts.ready_marker not in expected.paths:
         ignore.append(opts.ready_marker)  # it may land after signing
     actual = hash_model(

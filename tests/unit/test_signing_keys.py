@@ -239,3 +239,11 @@ def test_custom_signature_name(model: Path, keys: KeyPair) -> None:
     model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
         model, model / "bert.sig"
     )
+
+
+def test_verify_can_ignore_more_paths(model: Path, keys: KeyPair) -> None:
+    sign(model, KeySigner.from_file(keys.private))
+    (model / "README.md").write_text("added after signing")
+    with pytest.raises(VerificationFailed, match="README"):
+        verify(model, KeyVerifier(keys.public))
+    verify(model, KeyVerifier(keys.public), options=HashOptions(ignore_paths=("README.md",)))
