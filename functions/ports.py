@@ -103,6 +103,11 @@ class Signer(Protocol):
         key material, Unavailable when a signing service (Fulcio, Rekor) fails."""
         ...
 
+    def signed(self, bundle: bytes) -> bool:
+        """Whether `bundle` carries this signer's signature (so a redelivery can keep an
+        existing signature instead of signing again)."""
+        ...
+
 
 @runtime_checkable
 class Verifier(Protocol):

@@ -17,7 +17,15 @@ from functions.signing.manifest import PAYLOAD_TYPE
 if TYPE_CHECKING:
     from sigstore_models.bundle.v1 import Bundle, VerificationMaterial
 
-__all__ = ["MEDIA_TYPE", "dsse_bundle", "pae", "proto_bundle", "signer_of", "unverified_payload"]
+__all__ = [
+    "MEDIA_TYPE",
+    "dsse_bundle",
+    "envelope_parts",
+    "pae",
+    "proto_bundle",
+    "signer_of",
+    "unverified_payload",
+]
 
 MEDIA_TYPE: Final[Literal["application/vnd.dev.sigstore.bundle.v0.3+json"]] = (
     "application/vnd.dev.sigstore.bundle.v0.3+json"
@@ -47,6 +55,16 @@ def unverified_payload(bundle: bytes) -> tuple[str, bytes]:
         return str(envelope["payloadType"]), base64.b64decode(envelope["payload"])
     except (KeyError, ValueError) as e:
         raise VerificationFailed("malformed DSSE envelope", reason=str(e)) from e
+
+
+def envelope_parts(bundle: bytes) -> tuple[str, bytes, bytes]:
+    """(payloadType, payload, first signature) of the envelope, unverified."""
+    envelope = _load(bundle)["dsseEnvelope"]
+    try:
+        signature = base64.b64decode(envelope["signatures"][0]["sig"])
+    except (KeyError, IndexError, ValueError) as e:
+        raise VerificationFailed("DSSE envelope has no signature", reason=str(e)) from e
+    return (*unverified_payload(bundle), signature)
 
 
 def signer_of(bundle: bytes) -> str:

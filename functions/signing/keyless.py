@@ -114,6 +114,17 @@ class SigstoreSigner:
     def identity(self) -> str:
         return f"sigstore {self._token().identity}"
 
+    def signed(self, bundle: bytes) -> bool:
+        """Whether the bundle's certificate names this token's identity (unverified: the
+        bundle was ours to write; verifiers check the chain and the log)."""
+        from functions.signing.bundle import signer_of
+
+        try:
+            identity = str(self._token().identity)
+        except ConfigError:
+            return False
+        return f"({identity}" in signer_of(bundle) or f" {identity})" in signer_of(bundle)
+
     def sign(self, statement: bytes) -> bytes:
         from sigstore.dsse import Statement
         from sigstore.sign import SigningContext

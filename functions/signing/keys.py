@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from functions.errors import ConfigError, VerificationFailed
-from functions.signing.bundle import dsse_bundle, pae, proto_bundle
+from functions.signing.bundle import dsse_bundle, envelope_parts, pae, proto_bundle
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -103,6 +103,17 @@ class KeySigner:
     def sign(self, statement: bytes) -> bytes:
         signature = self._key.sign(pae(statement), _hash_for(self._key.public_key()))
         return dsse_bundle(statement, signature, self._material())
+
+    def signed(self, bundle: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            payload_type, payload, signature = envelope_parts(bundle)
+            key = self._key.public_key()
+            key.verify(signature, pae(payload, payload_type), _hash_for(key))
+        except (InvalidSignature, VerificationFailed):
+            return False
+        return True
 
 
 class CertificateSigner(KeySigner):

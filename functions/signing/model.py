@@ -93,9 +93,9 @@ def sign_model(
     """Hash the model, sign its manifest and store the bundle, only if absent, at
     `<prefix>/<options.signature_name>` (or `at`).
 
-    Idempotent: when a signature for the same root digest is already there, nothing is
-    signed again (`created=False`). A signature for other content is a Conflict, unless
-    `replace`.
+    Idempotent: when this signer's signature for the same root digest is already there,
+    nothing is signed again (`created=False`). Any other signature (other content, other
+    signer, forged) is a Conflict, unless `replace`.
     """
     opts = options or HashOptions()
     out = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
@@ -105,12 +105,12 @@ def sign_model(
 
     def settled(bundle: bytes) -> Signed | None:
         claimed = _claimed_digest(bundle)
-        if claimed == manifest.root_digest:
+        if claimed == manifest.root_digest and signer.signed(bundle):
             return Signed(out.bucket, out.key, claimed, signer_of(bundle), False, manifest)
         if replace:
             return None
         raise Conflict(
-            "a signature for other content already exists",
+            "another signature already exists (other content or other signer)",
             bucket=out.bucket,
             key=out.key,
             signed_digest=claimed,

@@ -226,7 +226,8 @@ def sign_oci(
     client: OciClient, repo: str, ref: str, signer: Signer, *, options: HashOptions | None = None
 ) -> Signed:
     """Sign the model at `repo:ref` (tag or digest) and push the bundle as its referrer.
-    Idempotent: an existing referrer bundle over the same root digest is kept."""
+    Idempotent: this signer's existing referrer bundle over the same root digest is kept
+    (other signers' referrers are left alone: a model may carry several signatures)."""
     opts = options or HashOptions()
     manifest, digest, size = _hash(client, repo, ref, opts.serialization(), opts)
     for referrer, old in _bundles(client, repo, digest):
@@ -234,7 +235,7 @@ def sign_oci(
             claimed = Manifest.from_statement(unverified_payload(old)[1]).root_digest
         except VerificationFailed:
             continue
-        if claimed == manifest.root_digest:
+        if claimed == manifest.root_digest and signer.signed(old):
             return Signed(repo, referrer, claimed, signer_of(old), False, manifest)
     bundle = signer.sign(manifest.statement())
     config = {**EMPTY, "digest": client.push_blob(repo, b"{}")}

@@ -247,3 +247,15 @@ def test_verify_can_ignore_more_paths(model: Path, keys: KeyPair) -> None:
     with pytest.raises(VerificationFailed, match="README"):
         verify(model, KeyVerifier(keys.public))
     verify(model, KeyVerifier(keys.public), options=HashOptions(ignore_paths=("README.md",)))
+
+
+def test_someone_elses_signature_is_not_kept(model: Path, keys: KeyPair, tmp_path: Path) -> None:
+    store, bucket, prefix = local_model(model)
+    other = KeySigner.from_file(make_key(tmp_path, "other").private)
+    sign_model(store, bucket, prefix, other)
+    mine = KeySigner.from_file(keys.private)
+    assert not mine.signed((model / "model.sig").read_bytes())
+    with pytest.raises(Conflict, match="other signer"):
+        sign_model(store, bucket, prefix, mine)
+    assert sign_model(store, bucket, prefix, mine, replace=True).created
+    assert mine.signed((model / "model.sig").read_bytes())
