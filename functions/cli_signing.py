@@ -220,7 +220,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "uri", help="the model: a local directory, gs://bucket/prefix, s3://bucket/prefix"
+        "uri",
+        help="the model: a local directory, gs://bucket/prefix, s3://bucket/prefix, "
+        "or oci://host/repository[:tag|@digest] (signature pushed as a referrer)",
     )
     p.add_argument(
         "--signature",
