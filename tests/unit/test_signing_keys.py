@@ -62,7 +62,9 @@ def upstream_hashing() -> hashing.Config:
     return hashing.Config().set_ignored_paths(paths=["model.sig"])
 
 
-@pytest.mark.parametrize("curve", [ec.SECP256R1(), ec.SECP384R1()], ids=["p256", "p384"])
+@pytest.mark.parametrize(
+    "curve", [ec.SECP256R1(), ec.SECP384R1(), ec.SECP521R1()], ids=["p256", "p384", "p521"]
+)
 def test_key_both_directions(model: Path, tmp_path: Path, curve: ec.EllipticCurve) -> None:
     pair = make_key(tmp_path, "k", curve)
     digest = sign(model, KeySigner.from_file(pair.private))
@@ -259,3 +261,17 @@ def test_someone_elses_signature_is_not_kept(model: Path, keys: KeyPair, tmp_pat
         sign_model(store, bucket, prefix, mine)
     assert sign_model(store, bucket, prefix, mine, replace=True).created
     assert mine.signed((model / "model.sig").read_bytes())
+
+
+def test_blake3_both_directions(model: Path, keys: KeyPair) -> None:
+    digest = sign(model, KeySigner.from_file(keys.private), options=HashOptions(hash_type="blake3"))
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
+        model, model / "model.sig"
+    )
+    (model / "model.sig").unlink()
+    model_signing.signing.Config().use_elliptic_key_signer(
+        private_key=keys.private
+    ).set_hashing_config(
+        upstream_hashing().use_file_serialization(hashing_algorithm="blake3")
+    ).sign(model, model / "model.sig")
+    assert verify(model, KeyVerifier(keys.public)) == digest
