@@ -40,8 +40,13 @@ class Deps:
 
 def build(settings: Settings | None = None, **overrides: Any) -> Deps:
     """The process's dependencies (cached per settings); `overrides` replace fields."""
-    deps = _build(settings or _default_settings())
+    deps = _build(settings) if settings is not None else _default_deps()
     return dataclasses.replace(deps, **overrides) if overrides else deps
+
+
+@lru_cache(maxsize=1)
+def _default_deps() -> Deps:
+    return _build(_default_settings())
 
 
 @lru_cache(maxsize=1)
@@ -88,3 +93,10 @@ def _http_sink(url: str) -> Sink:
             raise Unavailable(f"sink {url} did not accept the reply: {exc}") from None
 
     return send
+
+
+def reset() -> None:
+    """Forget the cached settings and dependencies (tests; a config reload)."""
+    _default_settings.cache_clear()
+    _default_deps.cache_clear()
+    _build.cache_clear()

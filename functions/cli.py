@@ -112,6 +112,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         for e in events:
+            if isinstance(e, ModelhooksError):
+                print(json.dumps({"error": e.message}))
+                continue
             print(
                 json.dumps({"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)})
             )
@@ -206,7 +209,11 @@ def cmd_settings(args: argparse.Namespace) -> int:
     if args.markdown:
         print(settings_table())
         return 0
-    print(_settings(args).model_dump_json(indent=2))
+    import msgspec
+
+    print(
+        msgspec.json.format(msgspec.json.encode(_settings(args), enc_hook=str).decode(), indent=2)
+    )
     return 0
 
 

@@ -49,7 +49,8 @@ def register_model(
         created = True
     elif model.state == ModelState.ARCHIVED:
         archived_at = model.custom_properties.get(ARCHIVED_AT, "")
-        if archived_at and _stamp(event) <= archived_at:
+        stamp = _stamp(event)
+        if archived_at and stamp and stamp <= archived_at:
             return []  # a push older than the deletion that archived the model: stale
         model = registry.update_model(_replace(model, state=ModelState.LIVE))
 
@@ -69,8 +70,9 @@ def register_model(
             received=pushed.digest,
         )
 
-    artifacts = [a for a in registry.list_artifacts(version.id) if a.name == "model"]
-    artifact = artifacts[0] if artifacts else None
+    # A version created just now has no artifact yet: skip the lookup on the hot path.
+    artifacts = [] if created else registry.list_artifacts(version.id)
+    artifact = next((a for a in artifacts if a.name == "model"), None)
     if artifact is None or artifact.state != ArtifactState.LIVE:
         artifact = registry.upsert_artifact(
             ModelArtifact(
@@ -122,7 +124,8 @@ def archive_model(event: CanonicalEvent, deleted: ModelDeleted, *, registry: Mod
 
 
 def _stamp(event: CanonicalEvent) -> str:
-    """The event's time as a sortable UTC string ("" when the event has no time)."""
+    """The event's time as a sortable UTC string ("" when the upstream gave no time: such
+    a push is taken as newer than any deletion, so it is never silently dropped)."""
     return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if event.time else ""
 
 

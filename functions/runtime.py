@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -198,24 +199,23 @@ def binary(event: CanonicalEvent, status: int = 200) -> Response:
     for name, value in event.attributes().items():
         if name != "datacontenttype":
             headers[f"ce-{name}"] = _percent_encode(value)
-    return Response(status, headers, event.data.model_dump_json().encode())
+    return Response(status, headers, event.data.to_json())
 
 
 def structured(event: CanonicalEvent) -> dict[str, Any]:
     doc: dict[str, Any] = dict(event.attributes())
-    doc["data"] = event.data.model_dump(mode="json")
+    doc["data"] = event.data.to_dict()
     return doc
+
+
+_NEEDS_ENCODING = re.compile(r'[^\x21-\x7e]|["%]')
 
 
 def _percent_encode(value: str) -> str:
     """The HTTP binding's rule: space, '"', '%' and non-printable-ASCII are %-encoded."""
-    out = []
-    for ch in value:
-        if 0x21 <= ord(ch) <= 0x7E and ch not in '"%':
-            out.append(ch)
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode())
-    return "".join(out)
+    if not _NEEDS_ENCODING.search(value):
+        return value
+    return _NEEDS_ENCODING.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), value)
 
 
 def _json_response(status: int, doc: Mapping[str, Any]) -> Response:

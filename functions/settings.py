@@ -13,11 +13,14 @@ nested names. A bad value fails start-up with a ConfigError naming the variable.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import msgspec
+from msgspec import Meta, field
 
 from events.layout import ObjectLayout
 from functions.errors import ConfigError
@@ -27,42 +30,45 @@ __all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
 PREFIX = "MODELHOOKS_"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def doc(text: str, *, env: str | None = None, flag: str | None = None, **limits: Any) -> Meta:
+    """A setting's description (and, rarely, its own env var or flag name)."""
+    extra = {k: v for k, v in (("env", env), ("flag", flag)) if v}
+    return Meta(description=text, extra=extra, **limits)
 
 
-class RegistrySettings(_Section):
-    backend: Literal["sqlite"] = Field(
-        "sqlite", description="where registrations go: sqlite ($MODELHOOKS_HOME/registry.db)"
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class RegistrySettings(_Section, frozen=True, kw_only=True):
+    backend: Annotated[
+        Literal["sqlite"], doc("where registrations go: sqlite ($MODELHOOKS_HOME/registry.db)")
+    ] = "sqlite"
+
+
+class StoreSettings(_Section, frozen=True, kw_only=True):
+    backend: Annotated[
+        Literal["local", "cloud"],
+        doc(
+            "local: every bucket is a directory under $MODELHOOKS_HOME/store; "
+            "cloud: gs:// goes to GCS and s3:// to S3"
+        ),
+    ] = "local"
+    s3_endpoint_url: Annotated[str, doc("S3 endpoint (MinIO, other S3-compatible)")] = ""
+
+
+class LayoutSettings(_Section, frozen=True, kw_only=True):
+    pattern: Annotated[str, doc("where a model version lives in a bucket")] = (
+        "models/{name}/{version}/"
     )
+    marker: Annotated[str, doc("the file whose arrival means 'pushed'")] = "_SUCCESS"
 
-
-class StoreSettings(_Section):
-    backend: Literal["local", "cloud"] = Field(
-        "local",
-        description="local: every bucket is a directory under $MODELHOOKS_HOME/store; "
-        "cloud: gs:// goes to GCS and s3:// to S3",
-    )
-    s3_endpoint_url: str = Field("", description="S3 endpoint (MinIO, other S3-compatible)")
-
-
-class LayoutSettings(_Section):
-    pattern: str = Field(
-        "models/{name}/{version}/", description="where a model version lives in a bucket"
-    )
-    marker: str = Field("_SUCCESS", description="the file whose arrival means 'pushed'")
-
-    @field_validator("pattern")
-    @classmethod
-    def _valid_pattern(cls, value: str) -> str:
-        ObjectLayout(pattern=value)
-        return value
-
-    @field_validator("marker")
-    @classmethod
-    def _valid_marker(cls, value: str) -> str:
-        ObjectLayout(marker=value)
-        return value
+    def __post_init__(self) -> None:
+        for name, value in (("pattern", self.pattern), ("marker", self.marker)):
+            try:
+                ObjectLayout(**{name: value})
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None  # "<field>: …" names the field
 
     def object_layout(self) -> ObjectLayout:
         return ObjectLayout(pattern=self.pattern, marker=self.marker)
@@ -71,74 +77,66 @@ class LayoutSettings(_Section):
         return self.object_layout().prefix(name, version)
 
 
-class IngressSettings(_Section):
-    max_body_bytes: int = Field(1 << 20, gt=0, description="larger deliveries get 413")
-    auth: str = Field(
-        "none", description="delivery authentication spec: none, oidc:…, hmac:…, bearer:…"
+class IngressSettings(_Section, frozen=True, kw_only=True):
+    max_body_bytes: Annotated[int, doc("larger deliveries get 413", gt=0)] = 1 << 20
+    auth: Annotated[str, doc("delivery authentication spec: none, oidc:…, hmac:…, bearer:…")] = (
+        "none"
     )
-    registry_host: str = Field(
-        "", description="the OCI registry host zot's events come from (zot does not name it)"
-    )
-    dedupe_size: int = Field(
-        10_000, ge=0, description="recent event ids remembered per process (0 = off)"
-    )
-
-
-class RouterSettings(_Section):
-    triggers: Path | None = Field(
-        None, description="directory of Knative Trigger YAML (default: the repo's infra/knative)"
-    )
-    max_depth: int = Field(8, ge=1, le=64, description="reply hops followed by `serve`")
-    sink: str = Field(
-        "",
-        description="where replies are POSTed instead of answered (SinkBinding)",
-        json_schema_extra={"env": "K_SINK"},
+    registry_host: Annotated[
+        str, doc("the OCI registry host zot's events come from (zot does not name it)")
+    ] = ""
+    dedupe_size: Annotated[int, doc("recent event ids remembered per process (0 = off)", ge=0)] = (
+        10_000
     )
 
 
-class ServeSettings(_Section):
-    host: str = Field(
-        "127.0.0.1",
-        description="`modelhooks serve` listen address",
-        json_schema_extra={"flag": "--host"},
+class RouterSettings(_Section, frozen=True, kw_only=True):
+    triggers: Annotated[
+        Path | None, doc("directory of Knative Trigger YAML (default: the repo's infra/knative)")
+    ] = None
+    max_depth: Annotated[int, doc("reply hops followed by `serve`", ge=1, le=64)] = 8
+    sink: Annotated[
+        str, doc("where replies are POSTed instead of answered (SinkBinding)", env="K_SINK")
+    ] = ""
+
+
+class ServeSettings(_Section, frozen=True, kw_only=True):
+    host: Annotated[str, doc("`modelhooks serve` listen address", flag="--host")] = "127.0.0.1"
+    port: Annotated[
+        int, doc("listen port (0 = any free port)", env="PORT", flag="--port", ge=0, le=65535)
+    ] = 8080
+    watch_interval: Annotated[
+        float,
+        doc("seconds between scans of the local store for ready markers (0 = off)", ge=0),
+    ] = 1.0
+
+
+class TenancySettings(_Section, frozen=True, kw_only=True):
+    tenants: Annotated[
+        str,
+        doc(
+            "namespace=pattern,pattern;… buckets/repositories each namespace may act on "
+            "(glob); empty = no tenancy checks"
+        ),
+    ] = ""
+
+
+class Settings(_Section, frozen=True, kw_only=True):
+    home: Annotated[Path, doc("embedded state: store/, registry.db, keys")] = Path(".modelhooks")
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], doc("log threshold")] = (
+        "INFO"
     )
-    port: int = Field(
-        8080,
-        ge=0,
-        le=65535,
-        description="listen port (0 = any free port)",
-        json_schema_extra={"env": "PORT", "flag": "--port"},
-    )
-    watch_interval: float = Field(
-        1.0,
-        ge=0,
-        description="seconds between scans of the local store for ready markers (0 = off)",
-    )
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    layout: LayoutSettings = field(default_factory=LayoutSettings)
+    ingress: IngressSettings = field(default_factory=IngressSettings)
+    router: RouterSettings = field(default_factory=RouterSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
+    tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 
-class TenancySettings(_Section):
-    tenants: str = Field(
-        "",
-        description="namespace=pattern,pattern;… buckets/repositories each namespace may "
-        "act on (glob); empty = no tenancy checks",
-    )
-
-
-class Settings(_Section):
-    home: Path = Field(Path(".modelhooks"), description="embedded state: store/, registry.db, keys")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", description="log threshold"
-    )
-    registry: RegistrySettings = RegistrySettings()
-    store: StoreSettings = StoreSettings()
-    layout: LayoutSettings = LayoutSettings()
-    ingress: IngressSettings = IngressSettings()
-    router: RouterSettings = RouterSettings()
-    serve: ServeSettings = ServeSettings()
-    tenancy: TenancySettings = TenancySettings()
-
-
-class SettingSpec(BaseModel):
+@dataclass(frozen=True)
+class SettingSpec:
     """One row of the settings table."""
 
     path: tuple[str, ...]
@@ -153,23 +151,26 @@ class SettingSpec(BaseModel):
 
 
 def describe(
-    model: type[BaseModel] = Settings, path: tuple[str, ...] = ()
+    model: type[msgspec.Struct] = Settings, path: tuple[str, ...] = ()
 ) -> Iterator[SettingSpec]:
     """Every leaf setting with its env var, flag and default (the README table)."""
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            yield from describe(ann, (*path, name))
+    import typing
+
+    hints = typing.get_type_hints(model, include_extras=True)
+    for f in msgspec.structs.fields(model):
+        hint = hints[f.name]
+        if isinstance(hint, type) and issubclass(hint, _Section):
+            yield from describe(hint, (*path, f.name))
             continue
-        full = (*path, name)
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        env = str(extra.get("env") or PREFIX + "_".join(full).upper())
+        meta = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Meta)), Meta())
+        extra = meta.extra or {}
+        full = (*path, f.name)
         yield SettingSpec(
             path=full,
-            env=env,
+            env=str(extra.get("env") or PREFIX + "_".join(full).upper()),
             flag=str(extra.get("flag") or "--" + "-".join(full).replace("_", "-")),
-            default=field.default,
-            description=field.description or "",
+            default=f.default,
+            description=meta.description or "",
         )
 
 
@@ -209,12 +210,28 @@ def load_settings(
             raise ConfigError(f"unknown setting {name!r}")
         put(spec.path, value, f"{spec.flag}={value!r} (command line)")
     try:
-        return Settings.model_validate(merged)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(str(p) for p in err["loc"])
-        where = origin.get(loc) or ".".join(loc)
-        raise ConfigError(f"invalid setting {where}: {err['msg']}") from None
+        return msgspec.convert(merged, Settings, strict=False, dec_hook=_decode)
+    except msgspec.ValidationError as exc:
+        m = _ERROR.match(str(exc))
+        msg, loc = (
+            (m["msg"], tuple(filter(None, (m["path"] or "").split(".")))) if m else (str(exc), ())
+        )
+        named = _UNKNOWN.search(msg) or _FIELD_FIRST.match(msg)
+        if named:
+            loc = (*loc, named["name"])
+        where = origin.get(loc) or ".".join(loc) or "settings"
+        raise ConfigError(f"invalid setting {where}: {msg}") from None
+
+
+_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"unknown field `(?P<name>[^`]+)`")
+_FIELD_FIRST = re.compile(r"^(?P<name>[a-z_]+): ")
+
+
+def _decode(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot read a {kind.__name__} from {value!r}")
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

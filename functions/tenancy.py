@@ -61,8 +61,7 @@ class Tenancy:
         if namespace == "default" and not self.allows("default", uri):
             owner = self.owner(uri)
             if owner is not None:
-                data = event.data.model_copy(update={"namespace": owner})
-                return event.model_copy(update={"data": data})
+                return event.replace(data=event.data.replace(namespace=owner))
         if not self.allows(namespace, uri):
             raise Forbidden(
                 f"namespace {namespace!r} may not act on {_location(uri)}",

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec.json
+
 from events.model import EVENT_TYPES, SCHEMA_BASE, EventData
 
 __all__ = ["DIRECTORY", "filename", "generate", "write"]
@@ -25,7 +27,7 @@ def generate() -> dict[str, dict[str, Any]]:
     """file name → schema, for every canonical type."""
     out = {}
     for cls in EVENT_TYPES.values():
-        schema = cls.model_json_schema(mode="serialization")
+        schema = msgspec.json.schema(cls)
         schema = {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"{SCHEMA_BASE}/{filename(cls)}",

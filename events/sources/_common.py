@@ -13,10 +13,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
 from events.inbound import Inbound
-from events.model import CanonicalEvent, EventData
+from events.model import CanonicalEvent, EventData, parse
 from functions.errors import BadRequest
 
 __all__ = [
@@ -29,7 +27,6 @@ __all__ = [
     "payload",
     "text",
     "unwrap_pubsub",
-    "validation_error",
     "value_at",
 ]
 
@@ -118,16 +115,7 @@ def json_value(data: Any, where: str) -> Any:
 
 def payload(cls: type[D], where: str, **fields: Any) -> D:
     """A canonical payload; a value the model refuses becomes BadRequest naming it."""
-    try:
-        return cls(**fields)
-    except ValidationError as exc:
-        raise validation_error(exc, where) from None
-
-
-def validation_error(exc: ValidationError, where: str) -> BadRequest:
-    first = exc.errors()[0]
-    path = ".".join(str(p) for p in first["loc"]) or "data"
-    return BadRequest(f"{where}: {path} {first['msg'].lower()}", field=path, where=where)
+    return parse(cls, fields, where)
 
 
 def canonical(

@@ -14,11 +14,9 @@ extension attribute are kept as they came.
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
 from events.inbound import Inbound
-from events.model import CanonicalEvent, data_class
-from events.sources._common import as_object, json_value, parse_time, text, validation_error
+from events.model import CanonicalEvent, data_class, parse
+from events.sources._common import as_object, json_value, parse_time, text
 from functions.errors import BadRequest
 
 __all__ = ["TYPE_PREFIX", "from_canonical_cloudevent"]
@@ -39,10 +37,7 @@ def from_canonical_cloudevent(inbound: Inbound) -> list[CanonicalEvent]:
     if cls is None:
         raise BadRequest(f"{where}: unknown type {event_type!r}", field="type")
     raw = as_object(json_value(inbound.data, where), where)
-    try:
-        data = cls.model_validate(dict(raw))
-    except ValidationError as exc:
-        raise validation_error(exc, f"{where} {event_type}") from None
+    data = parse(cls, dict(raw), f"{where} {event_type}")
     return [
         CanonicalEvent(
             id=text(attrs, "id", where),

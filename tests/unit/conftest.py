@@ -19,8 +19,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         if var.startswith("MODELHOOKS_") or var in ("K_SINK", "PORT"):
             monkeypatch.delenv(var)
     monkeypatch.setenv("MODELHOOKS_HOME", str(tmp_path / "home"))
-    bootstrap._default_settings.cache_clear()
-    bootstrap._build.cache_clear()
+    bootstrap.reset()
     yield tmp_path / "home"
-    bootstrap._default_settings.cache_clear()
-    bootstrap._build.cache_clear()
+    bootstrap.reset()

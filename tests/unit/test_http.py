@@ -150,7 +150,7 @@ def test_redelivery_after_restart_is_idempotent(home: Path) -> None:
 
     headers, body = as_binary(structured("canonical-artifact-pushed"))
     for _ in range(2):
-        bootstrap._build.cache_clear()
+        bootstrap.reset()
         app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
         resp = app.test_client().post("/", headers=headers, data=body)
         assert resp.status_code == 200
@@ -220,7 +220,7 @@ def test_body_over_the_limit_is_413(
     from functions import bootstrap
 
     monkeypatch.setenv("MODELHOOKS_INGRESS_MAX_BODY_BYTES", "100")
-    bootstrap._default_settings.cache_clear()
+    bootstrap.reset()
     resp = client.post(
         "/",
         json=structured("canonical-artifact-pushed"),
@@ -234,7 +234,7 @@ def test_bearer_auth(client: FlaskClient, home: Path, monkeypatch: pytest.Monkey
     from functions import bootstrap
 
     monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "bearer:token=s3cret")
-    bootstrap._default_settings.cache_clear()
+    bootstrap.reset()
     doc = json.dumps(structured("canonical-artifact-pushed"))
     ctype = "application/cloudevents+json"
     assert client.post("/", data=doc, content_type=ctype).status_code == 401
@@ -253,7 +253,7 @@ def test_tenant_outside_its_buckets_is_403(
     from functions import bootstrap
 
     monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://ml-models;other=gs://models")
-    bootstrap._default_settings.cache_clear()
+    bootstrap.reset()
     resp = client.post(
         "/",
         json=structured("canonical-artifact-pushed"),
@@ -270,7 +270,7 @@ def test_bucket_notification_takes_the_owning_tenant(
     from functions import bootstrap
 
     monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models")
-    bootstrap._default_settings.cache_clear()
+    bootstrap.reset()
     resp = client.post("/", json=samples.load("gcs-pubsub-finalize-marker"))
     assert resp.status_code == 200
     assert resp.json is not None and resp.json["namespace"] == "ml"
@@ -318,7 +318,7 @@ def test_k_sink_receives_the_reply(home: Path, monkeypatch: pytest.MonkeyPatch) 
     thread.start()
     try:
         monkeypatch.setenv("K_SINK", f"http://127.0.0.1:{server.server_port}/")
-        bootstrap._default_settings.cache_clear()
+        bootstrap.reset()
         app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
         resp = app.test_client().post(
             "/",

@@ -49,7 +49,7 @@ def test_a_translated_event_survives_a_round_trip_through_its_own_attributes() -
     inbound = Inbound(
         kind="cloudevent",
         id=original.id,
-        data=original.data.model_dump(mode="json"),
+        data=original.data.to_dict(),
         attributes=original.attributes(),
     )
     [again] = canonical.from_canonical_cloudevent(inbound)
@@ -59,9 +59,9 @@ def test_a_translated_event_survives_a_round_trip_through_its_own_attributes() -
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"model": "sentiment"}, "version field required"),
-        ({**PUSHED.model_dump(), "store": "ftp"}, "store input should be"),
-        ({**PUSHED.model_dump(), "colour": "blue"}, "colour extra inputs are not permitted"),
+        ({"model": "sentiment"}, "version: Object missing required field `version`"),
+        ({**PUSHED.to_dict(), "store": "ftp"}, "store: Invalid enum value 'ftp'"),
+        ({**PUSHED.to_dict(), "colour": "blue"}, "colour: Object contains unknown field `colour`"),
         (["sentiment"], "canonical event: data must be a JSON object"),
         (b"\x00\x01", "canonical event: data is not JSON"),
     ],

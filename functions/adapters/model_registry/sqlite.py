@@ -2,11 +2,14 @@
 
 Same vocabulary and uniqueness rules as the Kubeflow Model Registry: model names are
 unique, version names are unique per model, artifact names per version. One connection
-per thread; WAL so readers (`modelhooks registry list`) never block the functions.
+per process behind a lock: statements take microseconds, and a lock never sleeps the way
+SQLite's busy handler does when several connections of one process contend. WAL, so other
+processes (`modelhooks registry list`) read without blocking the functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -45,25 +48,23 @@ class SqliteModelRegistry:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
 
-    def _db(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.row_factory = sqlite3.Row
-            self._local.db = db
-        return db
+    def close(self) -> None:
+        self._db.close()
 
-    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def _cursor(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
         try:
-            return self._db().execute(sql, params)
+            return self._db.execute(sql, params)
         except sqlite3.IntegrityError as exc:
             if "FOREIGN KEY" in str(exc):
                 raise NotFound(f"registry: the parent of this row does not exist ({exc})") from None
@@ -71,17 +72,25 @@ class SqliteModelRegistry:
         except sqlite3.OperationalError as exc:  # locked, disk I/O: worth a redelivery
             raise Unavailable(f"registry: {exc}") from None
 
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._cursor(sql, params).fetchall()
+
+    def _insert(self, sql: str, params: tuple[Any, ...]) -> str:
+        with self._lock:
+            return str(self._cursor(sql, params).lastrowid)
+
     # registered models
     def get_model(self, name: str) -> RegisteredModel | None:
-        row = self._exec("SELECT * FROM registered_models WHERE name=?", (name,)).fetchone()
-        return _model(row) if row else None
+        rows = self._rows("SELECT * FROM registered_models WHERE name=?", (name,))
+        return _model(rows[0]) if rows else None
 
     def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
-        cur = self._exec(
+        id = self._insert(
             "INSERT INTO registered_models(name, state, properties) VALUES (?,?,?)",
             (name, ModelState.LIVE, json.dumps(dict(properties))),
         )
-        return RegisteredModel(id=str(cur.lastrowid), name=name, custom_properties=properties)
+        return RegisteredModel(id=id, name=name, custom_properties=properties)
 
     def update_model(self, model: RegisteredModel) -> RegisteredModel:
         self._update(
@@ -94,25 +103,23 @@ class SqliteModelRegistry:
         return model
 
     def list_models(self) -> list[RegisteredModel]:
-        return [_model(r) for r in self._exec("SELECT * FROM registered_models ORDER BY name")]
+        return [_model(r) for r in self._rows("SELECT * FROM registered_models ORDER BY name")]
 
     # versions
     def get_version(self, model_id: str, name: str) -> ModelVersion | None:
-        row = self._exec(
+        rows = self._rows(
             "SELECT * FROM model_versions WHERE model_id=? AND name=?", (int(model_id), name)
-        ).fetchone()
-        return _version(row) if row else None
+        )
+        return _version(rows[0]) if rows else None
 
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:
-        cur = self._exec(
+        id = self._insert(
             "INSERT INTO model_versions(model_id, name, state, properties) VALUES (?,?,?,?)",
             (int(model_id), name, ModelState.LIVE, json.dumps(dict(properties))),
         )
-        return ModelVersion(
-            id=str(cur.lastrowid), model_id=model_id, name=name, custom_properties=properties
-        )
+        return ModelVersion(id=id, model_id=model_id, name=name, custom_properties=properties)
 
     def update_version(self, version: ModelVersion) -> ModelVersion:
         self._update(
@@ -125,14 +132,14 @@ class SqliteModelRegistry:
         return version
 
     def list_versions(self, model_id: str) -> list[ModelVersion]:
-        rows = self._exec(
+        rows = self._rows(
             "SELECT * FROM model_versions WHERE model_id=? ORDER BY id", (int(model_id),)
         )
         return [_version(r) for r in rows]
 
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
-        rows = self._exec(
+        rows = self._rows(
             "SELECT * FROM model_artifacts WHERE version_id=? ORDER BY id", (int(version_id),)
         )
         return [_artifact(r) for r in rows]
@@ -149,7 +156,7 @@ class SqliteModelRegistry:
                 properties=props,
             )
             return artifact
-        cur = self._exec(
+        id = self._insert(
             "INSERT INTO model_artifacts(version_id, name, uri, digest, state, properties)"
             " VALUES (?,?,?,?,?,?)",
             (
@@ -161,11 +168,12 @@ class SqliteModelRegistry:
                 props,
             ),
         )
-        return ModelArtifact(**{**artifact.__dict__, "id": str(cur.lastrowid)})
+        return dataclasses.replace(artifact, id=id)
 
     def _update(self, table: str, id: str, **cols: Any) -> None:
         sets = ", ".join(f"{c}=?" for c in cols)
-        cur = self._exec(f"UPDATE {table} SET {sets} WHERE id=?", (*cols.values(), int(id)))
+        with self._lock:
+            cur = self._cursor(f"UPDATE {table} SET {sets} WHERE id=?", (*cols.values(), int(id)))
         if cur.rowcount == 0:
             raise NotFound(f"registry: no row {id} in {table}")
 

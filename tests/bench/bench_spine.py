@@ -1,0 +1,224 @@
+"""Spine benchmarks, each printed next to its anchor, measured side by side in one run.
+
+- cold start: process start → first answered CloudEvent, `register` vs a bare
+  functions-framework hello function (goal ≤ 1.5x);
+- throughput: events/s of `register` on SQLite vs a bare functions-framework echo under
+  the same load generator (goal ≥ 0.8x).
+
+Run: `python -m tests.bench.bench_spine [--runs N] [--seconds S] [--concurrency C]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ANCHORS = Path(__file__).resolve().parent / "anchors" / "bare.py"
+FF = str(Path(sys.executable).with_name("functions-framework"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pushed_event(n: int) -> tuple[dict[str, str], bytes]:
+    """A unique artifact.pushed in binary mode: every request registers a new version."""
+    data = {
+        "model": "bench",
+        "version": str(n),
+        "uri": f"gs://models/models/bench/{n}/",
+        "digest": f"gcs-generation:{n}",
+        "store": "gcs",
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "ce-specversion": "1.0",
+        "ce-id": f"bench-{uuid.uuid4()}",
+        "ce-source": "/bench",
+        "ce-type": "dev.modelhooks.artifact.pushed",
+    }
+    return headers, json.dumps(data).encode()
+
+
+def start(target: str, source: Path, port: int, home: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "MODELHOOKS_HOME": home}
+    return subprocess.Popen(
+        [
+            FF,
+            "--target",
+            target,
+            "--source",
+            str(source),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def post(port: int, headers: dict[str, str], body: bytes, timeout: float = 5) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", "/", body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def cold_start(target: str, source: Path) -> float:
+    """Seconds from process start to the first answered CloudEvent."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as home:
+        headers, body = pushed_event(0)
+        t0 = time.perf_counter()
+        proc = start(target, source, port, home)
+        try:
+            while True:
+                try:
+                    status = post(port, headers, body)
+                except OSError:
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"{target} exited with {proc.returncode}") from None
+                    time.sleep(0.005)
+                    continue
+                if status >= 300:
+                    raise RuntimeError(f"{target} answered {status}")
+                return time.perf_counter() - t0
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def throughput(target: str, source: Path, seconds: float, concurrency: int) -> float:
+    """Completed events per second over `seconds`, `concurrency` keep-alive clients."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as home:
+        proc = start(target, source, port, home)
+        try:
+            _wait_ready(port, proc)
+            counter = iter(range(1, 10**9))
+            lock = threading.Lock()
+            done = [0]
+            errors = [0]
+            deadline = time.perf_counter() + seconds
+
+            def client() -> None:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                while time.perf_counter() < deadline:
+                    with lock:
+                        n = next(counter)
+                    headers, body = pushed_event(n)
+                    conn.request("POST", "/", body=body, headers=headers)
+                    resp = conn.getresponse()
+                    resp.read()
+                    with lock:
+                        if resp.status < 300:
+                            done[0] += 1
+                        else:
+                            errors[0] += 1
+                conn.close()
+
+            threads = [threading.Thread(target=client) for _ in range(concurrency)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - t0
+            if errors[0]:
+                raise RuntimeError(f"{target}: {errors[0]} requests failed")
+            return done[0] / elapsed
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(2000):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}") from None
+            time.sleep(0.01)
+    raise RuntimeError("server did not start")
+
+
+def alternate(
+    runs: int, a: Callable[[], float], b: Callable[[], float]
+) -> tuple[list[float], list[float]]:
+    """Interleave the two measurements so drift on the machine hits both alike."""
+    xs, ys = [], []
+    for _ in range(runs):
+        xs.append(a())
+        ys.append(b())
+    return xs, ys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--concurrency", type=int, default=8)
+    args = p.parse_args(argv)
+    main_py = ROOT / "functions" / "main.py"
+
+    reg, hello = alternate(
+        args.runs, lambda: cold_start("register", main_py), lambda: cold_start("hello", ANCHORS)
+    )
+    r, h = statistics.median(reg), statistics.median(hello)
+    print(f"cold start (median of {args.runs}, process start → first answered CloudEvent)")
+    print(
+        f"  register            {r * 1000:8.0f} ms   (min {min(reg) * 1000:.0f}, max {max(reg) * 1000:.0f})"
+    )
+    print(
+        f"  anchor: ff hello    {h * 1000:8.0f} ms   (min {min(hello) * 1000:.0f}, max {max(hello) * 1000:.0f})"
+    )
+    print(
+        f"  ratio               {r / h:8.2f} x   goal ≤ 1.5x  {'OK' if r / h <= 1.5 else 'MISSED'}"
+    )
+
+    reg_t, echo_t = alternate(
+        3,
+        lambda: throughput("register", main_py, args.seconds, args.concurrency),
+        lambda: throughput("echo", ANCHORS, args.seconds, args.concurrency),
+    )
+    rt, et = statistics.median(reg_t), statistics.median(echo_t)
+    print(
+        f"throughput (median of 3 x {args.seconds:.0f} s, {args.concurrency} keep-alive clients, unique events)"
+    )
+    print(f"  register (SQLite)   {rt:8.0f} events/s")
+    print(f"  anchor: ff echo     {et:8.0f} events/s")
+    print(
+        f"  ratio               {rt / et:8.2f} x   goal ≥ 0.8x  {'OK' if rt / et >= 0.8 else 'MISSED'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
