@@ -15,6 +15,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -78,27 +79,47 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     quiet: bool = False,
+    heartbeat: float = 30.0,
 ) -> str:
-    """Run one step, streaming its output to stderr; raise RecipeError with the output on failure."""
+    """Run one step, raising RecipeError (command + output) on failure.
+
+    Output is streamed to stderr unless ``quiet``; either way a heartbeat line every
+    ``heartbeat`` seconds says the step is alive, how many lines it printed and the last one
+    (for ``go build -v`` that is the package being compiled).
+    """
     log(f"{server}: $ {shlex.join(command)}")
     started = time.monotonic()
     full_env = {**os.environ, **(env or {})}
     lines: list[str] = []
-    with subprocess.Popen(
-        list(command),
-        cwd=cwd,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if not quiet:
-                print(f"    {line}", end="", file=sys.stderr, flush=True)
-        returncode = proc.wait()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(heartbeat):
+            last = lines[-1].strip() if lines else "-"
+            elapsed = time.monotonic() - started
+            log(f"{server}: still running ({elapsed:.0f}s, {len(lines)} lines; last: {last})")
+
+    ticker = threading.Thread(target=beat, daemon=True)
+    ticker.start()
+    try:
+        with subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if not quiet:
+                    print(f"    {line}", end="", file=sys.stderr, flush=True)
+            returncode = proc.wait()
+    finally:
+        done.set()
+        ticker.join()
     output = "".join(lines)
     if returncode != 0:
         raise RecipeError(server, command, output, returncode)

@@ -77,10 +77,12 @@ class GoBuild:
             run(self.name, [GO, "get", f"{self.package}@{self.version}"], cwd=wd, env=env)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
-            cmd = [GO, "build", "-trimpath", "-ldflags", " ".join(("-s", "-w", *self.ldflags))]
+            ldflags = " ".join(("-s", "-w", *self.ldflags))
+            cmd = [GO, "build", "-v", "-trimpath", "-ldflags", ldflags]
             if self.tags:
                 cmd += ["-tags", ",".join(self.tags)]
-            run(self.name, [*cmd, "-o", str(tmp), self.package], cwd=wd, env=env)
+            # -v lists each package as it compiles: the heartbeat shows progress, not the flood
+            run(self.name, [*cmd, "-o", str(tmp), self.package], cwd=wd, env=env, quiet=True)
             tmp.replace(self.path)
         log(f"{self.name}: built {self.path} in {time.monotonic() - started:.0f}s")
 
