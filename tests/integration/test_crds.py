@@ -1,0 +1,429 @@
+"""infra/k8s on a REAL kube-apiserver: the CRDs are accepted and Established, the server
+enforces their schema and CEL rules (422 with our messages), the status subresource works,
+and the RBAC in infra/k8s/rbac gives each identity what it needs and nothing more (403)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from tests.servers.kube import KubeApiServer
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
+GROUP, VERSION, PLURAL = "modelhooks.dev", "v1alpha1", "models"
+NAMESPACE = "modelhooks"  # where infra/k8s/rbac puts the functions' ServiceAccounts
+
+
+def _retry(action: Callable[[], T], timeout: float = 20.0) -> T:
+    """Retry while the apiserver's caches catch up (CRD served, RBAC effective)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _documents(directory: Path) -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(directory.glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
+    return docs
+
+
+def _apply(api: Any, docs: list[dict[str, Any]]) -> None:
+    """Create each document, as `kubectl apply` would on an empty cluster (409 = present)."""
+    from kubernetes import client, utils
+
+    for doc in docs:
+        try:
+            utils.create_from_dict(api, doc)
+        except utils.FailToCreateError as exc:
+            others = [e for e in exc.api_exceptions if e.status != 409]
+            if others:
+                raise
+        except client.ApiException as exc:  # pragma: no cover - create_from_dict wraps these
+            if exc.status != 409:
+                raise
+
+
+@pytest.fixture(scope="module")
+def api(kube_apiserver: KubeApiServer) -> Iterator[Any]:
+    """An admin client on a cluster with infra/k8s/crds and infra/k8s/rbac applied."""
+    from kubernetes import client
+
+    with kube_apiserver.api_client() as api:
+        _apply(api, _documents(K8S / "crds"))
+        extensions = client.ApiextensionsV1Api(api)
+
+        def established(name: str) -> None:
+            crd = extensions.read_custom_resource_definition(name)
+            conditions = {c.type: c.status for c in (crd.status.conditions or [])}
+            assert conditions.get("Established") == "True", conditions
+
+        for name in ("models.modelhooks.dev", "verificationpolicies.modelhooks.dev"):
+            _retry(lambda name=name: established(name))
+        _apply(api, _documents(K8S / "rbac"))
+        yield api
+
+
+@pytest.fixture
+def namespace(api: Any) -> str:
+    from kubernetes import client
+
+    name = f"crds-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+    )
+    return name  # namespaces stay Terminating without a controller-manager: leave them
+
+
+def _model(name: str, **spec: Any) -> dict[str, Any]:
+    body = {"source": {"oci": {"reference": "registry.local:5000/models/demo:1"}}, "version": "1"}
+    body.update(spec)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def _create(api: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+
+    def create() -> dict[str, Any]:
+        try:
+            return dict(
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:  # the CRD is Established but not yet served here
+                raise AssertionError("models not served yet") from exc
+            raise
+
+    return _retry(create)
+
+
+def _refused(api: Any, namespace: str, body: dict[str, Any]) -> Any:
+    from kubernetes import client
+
+    with pytest.raises(client.ApiException) as refused:
+        _create(api, namespace, body)
+    return refused.value
+
+
+def test_a_valid_model_is_stored_with_defaults(api: Any, namespace: str) -> None:
+    created = _create(
+        api,
+        namespace,
+        _model(
+            "demo",
+            source={
+                "gcs": {"uri": "gs://models/models/demo/1/"},
+                "secretRef": {"name": "gcs-reader"},
+            },
+            signing={"enabled": True, "method": "keyless"},
+            retention={"keepVersions": 3, "protectedTags": ["prod"]},
+        ),
+    )
+    spec = created["spec"]
+    assert spec["deletionPolicy"] == "Retain"  # defaulted by the server
+    assert spec["signing"]["identityTokenAudience"] == "sigstore"
+    assert spec["source"]["secretRef"] == {"name": "gcs-reader"}
+    assert created["metadata"]["generation"] == 1
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param(
+            {
+                "oci": {"reference": "registry.local:5000/models/demo:1"},
+                "s3": {"uri": "s3://models/demo/1/"},
+            },
+            id="two-sources",
+        ),
+        pytest.param({"secretRef": {"name": "creds"}}, id="no-source"),
+    ],
+)
+def test_source_must_name_exactly_one_store(
+    api: Any, namespace: str, source: dict[str, Any]
+) -> None:
+    exc = _refused(api, namespace, _model("bad-source", source=source))
+    assert exc.status == 422
+    assert "spec.source must set exactly one of oci, gcs or s3" in exc.body
+
+
+def test_deletion_policy_is_an_enum(api: Any, namespace: str) -> None:
+    exc = _refused(api, namespace, _model("bad-policy", deletionPolicy="Destroy"))
+    assert exc.status == 422
+    causes = json.loads(exc.body)["details"]["causes"]
+    assert {
+        "reason": "FieldValueNotSupported",
+        "field": "spec.deletionPolicy",
+        "message": 'Unsupported value: "Destroy": supported values: "Retain", "Delete", "Untag"',
+    } in causes
+
+
+def test_key_signing_needs_its_secret(api: Any, namespace: str) -> None:
+    exc = _refused(api, namespace, _model("bad-signing", signing={"enabled": True}))
+    assert exc.status == 422
+    assert "signing.method key needs signing.keySecretRef" in exc.body
+
+
+def test_version_and_source_are_immutable(api: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    _create(api, namespace, _model("frozen"))
+    custom = client.CustomObjectsApi(api)
+    for patch, message in (
+        ({"spec": {"version": "2"}}, "spec.version is immutable"),
+        (
+            {"spec": {"source": {"oci": {"reference": "registry.local:5000/other:1"}}}},
+            "spec.source is immutable",
+        ),
+    ):
+        with pytest.raises(client.ApiException) as refused:
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "frozen", patch
+            )
+        assert refused.value.status == 422
+        assert message in refused.value.body
+
+
+def test_status_is_written_through_the_subresource(api: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    _create(api, namespace, _model("with-status"))
+    custom = client.CustomObjectsApi(api)
+    condition = {
+        "type": "Registered",
+        "status": "True",
+        "reason": "Registered",
+        "message": "model version 1 registered",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "observedGeneration": 1,
+    }
+    status = {
+        "resolvedDigest": "sha256:" + "a" * 64,
+        "registeredModelId": "7",
+        "modelVersionId": "9",
+        "observedGeneration": 1,
+        "conditions": [condition],
+    }
+    patched = custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "with-status", {"status": status}
+    )
+    assert patched["status"] == status
+    assert patched["metadata"]["generation"] == 1  # status writes do not bump generation
+    # the main resource ignores status: a spec write cannot forge it
+    custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "with-status",
+        {"spec": {"deletionPolicy": "Delete"}, "status": {"registeredModelId": "forged"}},
+    )
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "with-status")
+    assert stored["status"]["registeredModelId"] == "7"
+    assert stored["metadata"]["generation"] == 2
+    bad = {**condition, "status": "Maybe"}
+    with pytest.raises(client.ApiException) as refused:
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, "with-status", {"status": {"conditions": [bad]}}
+        )
+    assert refused.value.status == 422
+
+
+def test_verification_policy_needs_a_trust_root(api: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "VerificationPolicy",
+        "metadata": {"name": "team"},
+        "spec": {
+            "identities": [{"issuer": "https://accounts.google.com", "subject": "ci@example.com"}],
+        },
+    }
+    created = _retry(
+        lambda: _served(
+            lambda: custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "verificationpolicies", body
+            )
+        )
+    )
+    assert created["spec"]["failurePolicy"] == "Fail"
+    empty = {**body, "metadata": {"name": "empty"}, "spec": {"failurePolicy": "Ignore"}}
+    with pytest.raises(client.ApiException) as refused:
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "verificationpolicies", empty
+        )
+    assert refused.value.status == 422
+    assert "at least one of keys, certificateChains or identities" in refused.value.body
+
+
+def _served(call: Callable[[], T]) -> T:
+    from kubernetes import client
+
+    try:
+        return call()
+    except client.ApiException as exc:
+        if exc.status == 404:
+            raise AssertionError("not served yet") from exc
+        raise
+
+
+def _token(kube_apiserver: KubeApiServer, api: Any, service_account: str) -> str:
+    from kubernetes import client
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=600)
+    )
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+        service_account, NAMESPACE, request
+    )
+    token: str = answer.status.token
+    return token
+
+
+def test_register_may_read_models_but_not_delete_them(
+    kube_apiserver: KubeApiServer, api: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    _create(api, namespace, _model("readable"))
+    token = _token(kube_apiserver, api, "modelhooks-register")
+    with kube_apiserver.api_client(token=token) as limited_api:
+        custom = client.CustomObjectsApi(limited_api)
+
+        def readable() -> dict[str, Any]:
+            try:
+                return dict(
+                    custom.get_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, "readable"
+                    )
+                )
+            except client.ApiException as exc:
+                raise AssertionError(f"role binding not effective yet: {exc.status}") from exc
+
+        assert _retry(readable)["spec"]["version"] == "1"
+        assert custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        with pytest.raises(client.ApiException) as denied:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "readable")
+        assert denied.value.status == 403
+        assert "system:serviceaccount:modelhooks:modelhooks-register" in denied.value.body
+        with pytest.raises(client.ApiException) as no_status:
+            custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, "readable", {"status": {"modelVersionId": "x"}}
+            )
+        assert no_status.value.status == 403
+        with pytest.raises(client.ApiException) as no_secrets:
+            client.CoreV1Api(limited_api).list_namespaced_secret(namespace)
+        assert no_secrets.value.status == 403
+
+
+def test_notify_may_patch_status_and_create_events_only(
+    kube_apiserver: KubeApiServer, api: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    _create(api, namespace, _model("noted"))
+    token = _token(kube_apiserver, api, "modelhooks-notify")
+    with kube_apiserver.api_client(token=token) as limited_api:
+        custom = client.CustomObjectsApi(limited_api)
+
+        def patch_status() -> dict[str, Any]:
+            try:
+                return dict(
+                    custom.patch_namespaced_custom_object_status(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        PLURAL,
+                        "noted",
+                        {"status": {"signatureRef": "r"}},
+                    )
+                )
+            except client.ApiException as exc:
+                raise AssertionError(f"role binding not effective yet: {exc.status}") from exc
+
+        assert _retry(patch_status)["status"]["signatureRef"] == "r"
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name="noted-"),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind="Model", name="noted", namespace=namespace
+            ),
+            reason="Registered",
+            message="model version 1 registered",
+            type="Normal",
+        )
+        assert client.CoreV1Api(limited_api).create_namespaced_event(namespace, event)
+        with pytest.raises(client.ApiException) as denied:
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "noted", {"spec": {"deletionPolicy": "Delete"}}
+            )
+        assert denied.value.status == 403
+
+
+def test_admission_reads_verification_policies_and_not_models(
+    kube_apiserver: KubeApiServer, api: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    token = _token(kube_apiserver, api, "modelhooks-admission")
+    with kube_apiserver.api_client(token=token) as limited_api:
+        custom = client.CustomObjectsApi(limited_api)
+
+        def listable() -> None:
+            try:
+                custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "verificationpolicies"
+                )
+            except client.ApiException as exc:
+                raise AssertionError(f"role binding not effective yet: {exc.status}") from exc
+
+        _retry(listable)
+        with pytest.raises(client.ApiException) as denied:
+            custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        assert denied.value.status == 403
+
+
+def test_apiserversource_identity_watches_models(
+    kube_apiserver: KubeApiServer, api: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    _create(api, namespace, _model("watched"))
+    token = _token(kube_apiserver, api, "modelhooks-apiserversource")
+    with kube_apiserver.api_client(token=token) as limited_api:
+        custom = client.CustomObjectsApi(limited_api)
+
+        def cluster_list() -> dict[str, Any]:
+            try:
+                return dict(custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
+            except client.ApiException as exc:
+                raise AssertionError(f"role binding not effective yet: {exc.status}") from exc
+
+        names = {m["metadata"]["name"] for m in _retry(cluster_list)["items"]}
+        assert "watched" in names
+        with pytest.raises(client.ApiException) as denied:
+            client.CoreV1Api(limited_api).list_namespaced_pod(namespace)
+        assert denied.value.status == 403
