@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: help install run test unit servers lint fmt bench schemas clean
+.PHONY: help install run test unit servers lint fmt bench docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -41,8 +41,8 @@ fmt: $(STAMP)  ## format the code
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-schemas: $(STAMP)  ## regenerate events/schemas from the event models
-	$(PY) -m events.schemas
+docs: $(STAMP)  ## regenerate README's settings table and events/schemas
+	$(PY) -m tests.update_docs
 
 bench: $(STAMP)  ## benchmarks, printed side by side with their anchors
 	$(PY) -m tests.bench

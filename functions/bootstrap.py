@@ -7,7 +7,7 @@ Tests call `build(settings, registry=fake, …)` to swap any dependency.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from events.layout import ObjectLayout
 from events.model import CanonicalEvent
 from functions.ports import ModelRegistry
+from functions.routes import RouteAuth
 from functions.runtime import Dedupe
 from functions.settings import Settings, load_settings
 from functions.stores import Stores
@@ -22,7 +23,6 @@ from functions.tenancy import Tenancy
 
 __all__ = ["Deps", "build"]
 
-Authenticate = Callable[[Mapping[str, str], bytes], object]
 Sink = Callable[[CanonicalEvent], None]
 
 
@@ -34,7 +34,7 @@ class Deps:
     layout: ObjectLayout
     tenancy: Tenancy
     dedupe: Dedupe
-    authenticate: Authenticate
+    auth: RouteAuth
     sink: Sink | None
 
 
@@ -56,8 +56,6 @@ def _default_settings() -> Settings:
 
 @lru_cache(maxsize=8)
 def _build(settings: Settings) -> Deps:
-    from events.auth import from_spec
-
     return Deps(
         settings=settings,
         registry=_registry(settings),
@@ -65,7 +63,7 @@ def _build(settings: Settings) -> Deps:
         layout=settings.layout.object_layout(),
         tenancy=Tenancy.parse(settings.tenancy.tenants),
         dedupe=Dedupe(settings.ingress.dedupe_size),
-        authenticate=from_spec(settings.ingress.auth),
+        auth=RouteAuth.from_settings(settings.ingress.auth, settings.ingress.route_auth),
         sink=_http_sink(settings.router.sink) if settings.router.sink else None,
     )
 

@@ -28,16 +28,18 @@ def call_function(name: str, request: flask.Request, deps: Deps) -> Response:
     from functions.broker import single
 
     fn = load(name)
-    return deliver(dict(request.headers), request.get_data(), deps, partial(single, fn, deps))
+    dispatch = partial(single, fn, deps)
+    return deliver(dict(request.headers), request.get_data(), deps, dispatch, request.path)
 
 
 def publish(request: flask.Request, deps: Deps) -> Response:
-    """`POST /`: the broker. Answers with every outcome of the chain."""
+    """`POST /` (or any path outside /functions/): the broker. Answers with every outcome
+    of the chain. Paths let upstreams be told apart, e.g. for per-route authentication."""
     from functions.broker import Broker
     from functions.router import load_triggers
 
     try:
-        events = ingest(dict(request.headers), request.get_data(), deps)
+        events = ingest(dict(request.headers), request.get_data(), deps, request.path)
         broker = Broker(load_triggers(deps.settings.router.triggers), deps)
     except ModelhooksError as exc:
         return Response(
@@ -66,8 +68,9 @@ def create_app(deps: Deps) -> flask.Flask:
             return flask.Response(json.dumps(err.as_json()), 404, mimetype="application/json")
         return to_flask(call_function(name, flask.request, deps))
 
-    @app.post("/")
-    def broker() -> flask.Response:
+    @app.post("/", defaults={"path": ""})
+    @app.post("/<path:path>")
+    def broker(path: str) -> flask.Response:
         return to_flask(publish(flask.request, deps))
 
     @app.get("/healthz")

@@ -93,9 +93,11 @@ class Dedupe:
                 self._seen.popitem(last=False)
 
 
-def ingest(headers: Mapping[str, str], body: bytes, deps: Deps) -> list[CanonicalEvent]:
+def ingest(
+    headers: Mapping[str, str], body: bytes, deps: Deps, path: str = "/"
+) -> list[CanonicalEvent]:
     """Authenticate, decode and translate one delivery (raises ModelhooksError)."""
-    deps.authenticate(headers, body)
+    deps.auth.check(path, headers, body)
     inbounds = decode(headers, body, max_bytes=deps.settings.ingress.max_body_bytes)
     host = deps.settings.ingress.registry_host or None
     return [
@@ -148,10 +150,11 @@ def deliver(
     body: bytes,
     deps: Deps,
     dispatch: Callable[[CanonicalEvent], list[Outcome]],
+    path: str = "/",
 ) -> Response:
     """One HTTP delivery, end to end. `dispatch` runs the event through its function(s)."""
     try:
-        events = ingest(headers, body, deps)
+        events = ingest(headers, body, deps, path)
     except ModelhooksError as exc:
         log(
             logging.WARNING,

@@ -82,6 +82,9 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
     auth: Annotated[str, doc("delivery authentication spec: none, oidc:…, hmac:…, bearer:…")] = (
         "none"
     )
+    route_auth: Annotated[
+        str, doc("per-path overrides of ingress.auth: /path=spec;/other=spec")
+    ] = ""
     registry_host: Annotated[
         str, doc("the OCI registry host zot's events come from (zot does not name it)")
     ] = ""

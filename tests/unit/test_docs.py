@@ -19,7 +19,7 @@ def test_readme_settings_table_matches_the_settings_model() -> None:
     )
     assert m, "README.md lacks the settings-table markers"
     assert m.group(1).strip() == settings_table().strip(), (
-        "README settings table is stale: run `modelhooks settings --markdown`"
+        "README settings table is stale: run `make docs`"
     )
 
 
@@ -32,4 +32,4 @@ def test_readme_opens_with_the_two_commands() -> None:
 def test_event_schemas_are_fresh() -> None:
     expected = generate()
     on_disk = {p.name: json.loads(p.read_text()) for p in DIRECTORY.glob("*.json")}
-    assert on_disk == expected, "events/schemas is stale: run `make schemas`"
+    assert on_disk == expected, "events/schemas is stale: run `make docs`"

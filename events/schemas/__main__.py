@@ -1,4 +1,0 @@
-from events.schemas import write
-
-for path in write():
-    print(path)
