@@ -1,0 +1,59 @@
+"""MinIO bucket notification → `modelhooks serve` → register, on real servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.e2e.conftest import Served
+from tests.servers.objectstores import Minio
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def test_a_model_landing_in_minio_gets_registered_once(
+    minio: Minio, serve: Callable[..., Served]
+) -> None:
+    served = serve(
+        minio.notify_port,
+        "--ingress-route-auth",
+        f"/minio-events=bearer:token={minio.notify_token}",
+        "--ingress-auth",
+        "bearer:token=not-for-minio",
+    )
+    with minio.s3_client() as s3:
+        s3.create_bucket(Bucket="e2e-models")
+        s3.put_bucket_notification_configuration(
+            Bucket="e2e-models",
+            NotificationConfiguration={
+                "QueueConfigurations": [
+                    {"QueueArn": minio.notify_arn, "Events": ["s3:ObjectCreated:*"]}
+                ]
+            },
+        )
+        prefix = "models/sentiment v2/1/"  # a space: keys arrive URL-encoded
+        s3.put_object(Bucket="e2e-models", Key=prefix + "weights.bin", Body=b"w" * 4096)
+        s3.put_object(Bucket="e2e-models", Key=prefix + "config.json", Body=b"{}")
+        marker = s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"")
+
+        rows = served.wait_for("the registration", served.registrations)
+        assert len(rows) == 1, rows
+        (row,) = rows
+        assert (row["model"], row["version"]) == ("sentiment v2", "1")
+        assert row["uri"] == "s3://e2e-models/models/sentiment v2/1/"
+        assert row["digest"] == "s3-etag:" + marker["ETag"].strip('"')
+        assert row["artifact_state"] == "LIVE"
+
+        # The same marker again (same content, same ETag): a redelivery in effect.
+        s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"")
+        served.wait_for(
+            "the second delivery to be handled",
+            lambda: served.logs().count("register ok dev.modelhooks.artifact.pushed") >= 2,
+        )
+        assert served.registrations() == rows
+
+        # Other content under the same version: refused as a conflict, nothing overwritten.
+        s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"changed")
+        served.wait_for("the conflict", lambda: '"status": 409' in served.logs())
+        assert served.registrations() == rows

@@ -1,0 +1,44 @@
+"""OCI registry notifications → `modelhooks serve` → register, on real registries:
+distribution 2.8 (its notification envelope) and zot (CloudEvents)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+import requests
+
+from tests.e2e.conftest import Served
+from tests.integration.test_smoke_oci import push_artifact
+from tests.servers.registries import OciRegistry
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+@pytest.fixture(params=["docker_registry", "zot"])
+def registry(request: pytest.FixtureRequest) -> OciRegistry:
+    reg: OciRegistry = request.getfixturevalue(request.param)
+    return reg
+
+
+def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
+    registry: OciRegistry, serve: Callable[..., Served]
+) -> None:
+    path = f"/{registry.kind}-events"
+    served = serve(
+        registry.notify_port,
+        "--ingress-route-auth",
+        f"{path}=bearer:token={registry.notify_token}",
+        "--ingress-registry-host",
+        registry.host,
+    )
+    repo = f"e2e/{uuid.uuid4().hex[:8]}"
+    with requests.Session() as http:
+        digest = push_artifact(http, registry, repo, "v1", {"weights.bin": b"w" * 2048})
+
+    rows = served.wait_for("the registration", served.registrations)
+    assert [(r["model"], r["version"], r["digest"]) for r in rows] == [(repo, "v1", digest)]
+    assert rows[0]["uri"] == f"oci://{registry.host}/{repo}@{digest}"
+    # Blob pushes were notified too (distribution) but registered nothing of their own.
+    assert len(served.registrations()) == 1
