@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from functions.domain import ModelArtifact, ModelVersion, ObjectInfo, RegisteredModel
@@ -48,6 +49,11 @@ class ModelRegistry(Protocol):
     `create_*` raise Conflict when the name is taken (a concurrent delivery won the race);
     callers then `get_*` again. Nothing here deletes: models and versions are archived.
     """
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group the writes of one handler: all or nothing where the backend can (SQLite);
+        elsewhere each write stands alone and handlers stay correct by being idempotent."""
+        ...
 
     def get_model(self, name: str) -> RegisteredModel | None: ...
 

@@ -39,6 +39,13 @@ def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
 def register_model(
     event: CanonicalEvent, pushed: ArtifactPushed, *, registry: ModelRegistry
 ) -> list[CanonicalEvent]:
+    with registry.transaction():
+        return _register(event, pushed, registry)
+
+
+def _register(
+    event: CanonicalEvent, pushed: ArtifactPushed, registry: ModelRegistry
+) -> list[CanonicalEvent]:
     created = False
     model = registry.get_model(pushed.model)
     if model is None:
@@ -107,6 +114,11 @@ def register_model(
 
 
 def archive_model(event: CanonicalEvent, deleted: ModelDeleted, *, registry: ModelRegistry) -> None:
+    with registry.transaction():
+        _archive(event, deleted, registry)
+
+
+def _archive(event: CanonicalEvent, deleted: ModelDeleted, registry: ModelRegistry) -> None:
     stamp = _stamp(event)
     model = registry.get_model(deleted.name)
     if model is None:

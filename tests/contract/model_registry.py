@@ -99,3 +99,12 @@ class ModelRegistryContract:
         name = unique("m")
         registry.create_model(name, properties={})
         assert name in [m.name for m in registry.list_models()]
+
+    def test_writes_in_a_transaction_are_visible_after_it(self, registry: ModelRegistry) -> None:
+        name = unique("m")
+        with registry.transaction():
+            model = registry.create_model(name, properties={})
+            with registry.transaction():  # nested: joins the outer one
+                registry.create_version(model.id, "1", properties={})
+        found = registry.get_model(name)
+        assert found is not None and registry.get_version(found.id, "1") is not None

@@ -19,3 +19,14 @@ class TestSqlite(ModelRegistryContract):
     @pytest.fixture
     def registry(self, tmp_path: Path) -> SqliteModelRegistry:
         return SqliteModelRegistry(tmp_path / "registry.db")
+
+
+def test_sqlite_rolls_back_a_failed_transaction(tmp_path: Path) -> None:
+    registry = SqliteModelRegistry(tmp_path / "registry.db")
+    with pytest.raises(RuntimeError), registry.transaction():
+        registry.create_model("half-done", properties={})
+        raise RuntimeError("the handler failed midway")
+    assert registry.get_model("half-done") is None
+    registry.create_model("after", properties={})  # the connection is usable again
+    assert registry.get_model("after") is not None
+    registry.close()

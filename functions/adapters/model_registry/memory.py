@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping
-from threading import Lock
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from threading import RLock
 
 from functions.domain import ModelArtifact, ModelVersion, RegisteredModel
 from functions.errors import Conflict, NotFound
@@ -22,7 +23,12 @@ class InMemoryModelRegistry:
         self.versions: dict[str, ModelVersion] = {}
         self.artifacts: dict[str, ModelArtifact] = {}
         self._ids = itertools.count(1)
-        self._lock = Lock()
+        self._lock = RLock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            yield
 
     def _id(self) -> str:
         return str(next(self._ids))

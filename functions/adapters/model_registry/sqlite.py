@@ -13,7 +13,8 @@ import dataclasses
 import json
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ class SqliteModelRegistry:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._depth = 0
         self._db = sqlite3.connect(
             self.path, timeout=30, isolation_level=None, check_same_thread=False
         )
@@ -71,6 +73,24 @@ class SqliteModelRegistry:
             raise Conflict(f"registry: {exc}") from None
         except sqlite3.OperationalError as exc:  # locked, disk I/O: worth a redelivery
             raise Unavailable(f"registry: {exc}") from None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One SQLite transaction (nested calls join the outer one)."""
+        with self._lock:
+            if self._depth == 0:
+                self._cursor("BEGIN IMMEDIATE", ())
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._db.rollback()
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self._cursor("COMMIT", ())
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
