@@ -22,7 +22,7 @@ from typing import Protocol
 
 from functions.adapters.object_store.local import LocalObjectStore
 from functions.domain import ObjectInfo
-from functions.errors import Conflict
+from functions.errors import Conflict, PayloadTooLarge
 from functions.ports import ObjectStore
 from functions.signing.manifest import (
     DEFAULT_IGNORED,
@@ -142,7 +142,7 @@ def read_object(store: ObjectStore, bucket: str, key: str, *, limit: int = 16 * 
         if len(part) < MiB or len(data) > limit:
             break
     if len(data) > limit:
-        raise Conflict(f"{key} is larger than {limit} bytes", bucket=bucket, key=key)
+        raise PayloadTooLarge(f"{key} is larger than {limit} bytes", bucket=bucket, key=key)
     return bytes(data)
 
 
