@@ -7,7 +7,9 @@ Every setting is also a flag (`--<section>-<name>`), with an environment twin; s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -174,6 +176,35 @@ def _http_sender(url: str, mode: str) -> Any:
     return send
 
 
+def cmd_watch_models(args: argparse.Namespace) -> int:
+    from kubernetes import config
+
+    from functions.kube_source import watch_models
+    from functions.replay import to_events
+
+    settings = _settings(args)
+    if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        api = config.new_client_from_config(config_file=args.kubeconfig)
+    else:
+        config.load_incluster_config()
+        from kubernetes import client
+
+        api = client.ApiClient()
+    send_one = _http_sender(args.to, "structured") if args.to else _local_sender(settings)
+
+    def send(doc: dict[str, Any]) -> None:
+        for event in to_events([("watch", doc)], settings.layout.object_layout()):
+            ok, reason = (
+                (False, event.message) if isinstance(event, ModelhooksError) else send_one(event)
+            )
+            print(f"{doc['type']} {doc['subject']}: {'ok' if ok else reason}", file=sys.stderr)
+
+    print(f"watching Models on {api.configuration.host}", file=sys.stderr, flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        watch_models(api, send, namespace=args.namespace)
+    return 0
+
+
 def cmd_registry_list(args: argparse.Namespace) -> int:
     from functions.bootstrap import build
 
@@ -251,6 +282,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--dry-run", action="store_true", help="print what would be sent")
     rp.add_argument("--quiet", action="store_true", help="no progress bar")
     rp.set_defaults(func=cmd_replay)
+
+    wm = sub.add_parser(
+        "watch-models",
+        parents=[common],
+        help="send Model resource changes as ApiServerSource events (a local ApiServerSource)",
+    )
+    wm.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or ~/.kube/config)")
+    wm.add_argument("--namespace", help="one namespace (default: all)")
+    wm.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
+    wm.set_defaults(func=cmd_watch_models)
 
     reg = sub.add_parser("registry", help="inspect the model registry")
     reg_sub = reg.add_subparsers(dest="registry_command", required=True)
