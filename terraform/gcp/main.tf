@@ -1,0 +1,262 @@
+# modelhooks on Google Cloud: one Cloud Run function per modelhooks function, each with its
+# own service account and dead-letter topic; GCS finalize events (Eventarc) and Artifact
+# Registry notifications (Pub/Sub push, OIDC) deliver to register. See README.md.
+
+locals {
+  eventarc_location = var.eventarc_location != "" ? var.eventarc_location : var.region
+  pubsub_agent      = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+  # (function, role) pairs for the per-function project roles
+  function_project_roles = {
+    for pair in flatten([
+      for name, fn in var.functions : [for role in fn.project_roles : { name = name, role = role }]
+    ]) : "${pair.name}/${pair.role}" => pair
+  }
+}
+
+data "google_project" "this" {}
+
+data "google_storage_project_service_account" "gcs" {}
+
+resource "google_project_service" "apis" {
+  for_each = toset([
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "eventarc.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "storage.googleapis.com",
+  ])
+  service            = each.value
+  disable_on_destroy = false
+}
+
+# ---------------------------------------------------------------------------------------
+# Identities: one service account per function, one for Eventarc, one for Pub/Sub push.
+
+resource "google_service_account" "function" {
+  for_each     = var.functions
+  account_id   = "${var.name_prefix}-${each.key}"
+  display_name = "modelhooks ${each.key} function"
+}
+
+resource "google_service_account" "eventarc" {
+  account_id   = "${var.name_prefix}-eventarc"
+  display_name = "modelhooks Eventarc trigger (invokes register)"
+}
+
+resource "google_service_account" "push" {
+  account_id   = "${var.name_prefix}-push"
+  display_name = "modelhooks Pub/Sub push (OIDC identity of the gcr subscription)"
+}
+
+# ---------------------------------------------------------------------------------------
+# Topics: canonical replies, and one dead-letter topic (with a pull subscription that keeps
+# the messages for `modelhooks replay`) per function.
+
+resource "google_pubsub_topic" "events" {
+  name       = "${var.name_prefix}-events"
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_topic" "dead_letter" {
+  for_each   = var.functions
+  name       = "${var.name_prefix}-${each.key}-dead-letter"
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_subscription" "dead_letter" {
+  for_each                   = var.functions
+  name                       = "${var.name_prefix}-${each.key}-dead-letter"
+  topic                      = google_pubsub_topic.dead_letter[each.key].id
+  message_retention_duration = var.dead_letter_retention
+  retain_acked_messages      = true
+  ack_deadline_seconds       = 60
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+resource "google_pubsub_topic" "gcr" {
+  count      = var.create_gcr_topic ? 1 : 0
+  name       = var.gcr_topic
+  depends_on = [google_project_service.apis]
+}
+
+# ---------------------------------------------------------------------------------------
+# The functions: functions-framework target = the function's name (functions/main.py).
+
+resource "google_cloudfunctions2_function" "function" {
+  for_each    = var.functions
+  name        = "${var.name_prefix}-${each.key}"
+  location    = var.region
+  description = "modelhooks ${each.key}"
+
+  build_config {
+    runtime     = "python311"
+    entry_point = each.key
+    source {
+      storage_source {
+        bucket = var.source_bucket
+        object = var.source_object
+      }
+    }
+  }
+
+  service_config {
+    service_account_email          = google_service_account.function[each.key].email
+    available_memory               = each.value.memory
+    timeout_seconds                = each.value.timeout_seconds
+    min_instance_count             = each.value.min_instances
+    max_instance_count             = each.value.max_instances
+    ingress_settings               = var.ingress_settings
+    all_traffic_on_latest_revision = true
+    environment_variables          = merge(var.settings, each.value.env)
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+# ---------------------------------------------------------------------------------------
+# register ← GCS: a model counts as pushed when its ready marker is finalized.
+
+resource "google_eventarc_trigger" "models_finalized" {
+  name            = "${var.name_prefix}-register-models-finalized"
+  location        = local.eventarc_location
+  service_account = google_service_account.eventarc.email
+
+  matching_criteria {
+    attribute = "type"
+    value     = "google.cloud.storage.object.v1.finalized"
+  }
+  matching_criteria {
+    attribute = "bucket"
+    value     = var.models_bucket
+  }
+
+  destination {
+    cloud_run_service {
+      service = google_cloudfunctions2_function.function["register"].service_config[0].service
+      region  = var.region
+    }
+  }
+
+  depends_on = [
+    google_project_iam_member.eventarc_receiver,
+    google_project_iam_member.gcs_publishes_events,
+    google_cloud_run_v2_service_iam_member.eventarc_invokes_register,
+  ]
+}
+
+# register ← Artifact Registry: the gcr topic, pushed with an OIDC token; after
+# max_delivery_attempts a message goes to register's dead-letter topic.
+
+resource "google_pubsub_subscription" "gcr_register" {
+  name                 = "${var.name_prefix}-register-gcr"
+  topic                = var.create_gcr_topic ? google_pubsub_topic.gcr[0].id : "projects/${var.project_id}/topics/${var.gcr_topic}"
+  ack_deadline_seconds = min(600, var.functions["register"].timeout_seconds)
+
+  push_config {
+    push_endpoint = google_cloudfunctions2_function.function["register"].url
+    oidc_token {
+      service_account_email = google_service_account.push.email
+      audience              = var.push_audience != "" ? var.push_audience : google_cloudfunctions2_function.function["register"].url
+    }
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter["register"].id
+    max_delivery_attempts = var.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [
+    google_cloud_run_v2_service_iam_member.push_invokes_register,
+    google_service_account_iam_member.pubsub_mints_push_tokens,
+  ]
+}
+
+# ---------------------------------------------------------------------------------------
+# IAM, least privilege.
+
+# Eventarc's identity receives events and invokes register; nothing else invokes it.
+resource "google_project_iam_member" "eventarc_receiver" {
+  project = var.project_id
+  role    = "roles/eventarc.eventReceiver"
+  member  = google_service_account.eventarc.member
+}
+
+resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes_register" {
+  location = var.region
+  name     = google_cloudfunctions2_function.function["register"].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.eventarc.member
+}
+
+resource "google_cloud_run_v2_service_iam_member" "push_invokes_register" {
+  location = var.region
+  name     = google_cloudfunctions2_function.function["register"].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}
+
+# Cloud Storage's service agent publishes the bucket's events for Eventarc.
+resource "google_project_iam_member" "gcs_publishes_events" {
+  project = var.project_id
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${data.google_storage_project_service_account.gcs.email_address}"
+}
+
+# Pub/Sub's service agent mints the push OIDC tokens and moves messages to dead-letter
+# topics (publish there, and acknowledge on the source subscription).
+resource "google_service_account_iam_member" "pubsub_mints_push_tokens" {
+  service_account_id = google_service_account.push.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_agent
+}
+
+resource "google_pubsub_topic_iam_member" "pubsub_dead_letters" {
+  for_each = var.functions
+  topic    = google_pubsub_topic.dead_letter[each.key].id
+  role     = "roles/pubsub.publisher"
+  member   = local.pubsub_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "pubsub_acks_gcr_register" {
+  subscription = google_pubsub_subscription.gcr_register.id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_agent
+}
+
+# Each function reads the models bucket (or what its models_bucket_role says) and publishes
+# its canonical replies.
+resource "google_storage_bucket_iam_member" "function_models" {
+  for_each = var.functions
+  bucket   = var.models_bucket
+  role     = each.value.models_bucket_role
+  member   = google_service_account.function[each.key].member
+}
+
+resource "google_pubsub_topic_iam_member" "function_replies" {
+  for_each = var.functions
+  topic    = google_pubsub_topic.events.id
+  role     = "roles/pubsub.publisher"
+  member   = google_service_account.function[each.key].member
+}
+
+resource "google_project_iam_member" "function_roles" {
+  for_each = local.function_project_roles
+  project  = var.project_id
+  role     = each.value.role
+  member   = google_service_account.function[each.value.name].member
+}

@@ -1,0 +1,129 @@
+variable "project_id" {
+  description = "Google Cloud project that hosts the functions, topics and the models bucket."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the Cloud Run functions (and of the Eventarc trigger unless eventarc_location is set)."
+  type        = string
+  default     = "us-central1"
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name: <prefix>-<function>, <prefix>-events, …"
+  type        = string
+  default     = "modelhooks"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,14}$", var.name_prefix))
+    error_message = "name_prefix: 2-15 lowercase letters, digits or dashes (service account ids are at most 30 characters)."
+  }
+}
+
+variable "source_bucket" {
+  description = "GCS bucket holding the functions' source archive (see README.md: how to build it)."
+  type        = string
+}
+
+variable "source_object" {
+  description = "Object name of the source archive in source_bucket, e.g. modelhooks-0.1.0.zip. A new name redeploys every function."
+  type        = string
+}
+
+variable "models_bucket" {
+  description = "Bucket the models are pushed to: google.cloud.storage.object.v1.finalized events from it reach register."
+  type        = string
+}
+
+variable "eventarc_location" {
+  description = "Location of the Eventarc trigger: the models bucket's location (a region, or a multi-region such as `us`). Empty = region."
+  type        = string
+  default     = ""
+}
+
+variable "functions" {
+  description = <<-EOT
+    One Cloud Run function per entry, named like the functions in functions/catalog.py (the
+    key is also the functions-framework target). Per function: memory, timeout_seconds,
+    min_instances, max_instances, env (extra environment, over var.settings), models_bucket_role
+    (its role on the models bucket) and project_roles (extra project roles, least privilege).
+  EOT
+  type = map(object({
+    memory             = optional(string, "512M")
+    timeout_seconds    = optional(number, 300)
+    min_instances      = optional(number, 0)
+    max_instances      = optional(number, 10)
+    env                = optional(map(string), {})
+    models_bucket_role = optional(string, "roles/storage.objectViewer")
+    project_roles      = optional(list(string), [])
+  }))
+  default = {
+    register = {
+      project_roles = ["roles/artifactregistry.reader"]
+    }
+  }
+
+  validation {
+    condition     = contains(keys(var.functions), "register")
+    error_message = "functions must include register: the Eventarc trigger and the gcr subscription deliver to it."
+  }
+}
+
+variable "settings" {
+  description = "Environment of every function: modelhooks settings by their variables (`modelhooks settings --markdown`)."
+  type        = map(string)
+  default = {
+    MODELHOOKS_LOG_LEVEL        = "INFO"
+    MODELHOOKS_HOME             = "/tmp/modelhooks"
+    MODELHOOKS_REGISTRY_BACKEND = "sqlite"
+    MODELHOOKS_STORE_BACKEND    = "cloud"
+    MODELHOOKS_LAYOUT_PATTERN   = "models/{name}/{version}/"
+    MODELHOOKS_LAYOUT_MARKER    = "_SUCCESS"
+  }
+}
+
+variable "ingress_settings" {
+  description = "Who may reach the functions: ALLOW_INTERNAL_ONLY (Eventarc and Pub/Sub push of this project count as internal) or ALLOW_ALL. Callers still need roles/run.invoker either way."
+  type        = string
+  default     = "ALLOW_INTERNAL_ONLY"
+
+  validation {
+    condition     = contains(["ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB", "ALLOW_ALL"], var.ingress_settings)
+    error_message = "ingress_settings: ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB or ALLOW_ALL."
+  }
+}
+
+variable "gcr_topic" {
+  description = "The Pub/Sub topic Artifact Registry publishes Docker/OCI notifications to. It must be named gcr in the project."
+  type        = string
+  default     = "gcr"
+}
+
+variable "create_gcr_topic" {
+  description = "Create the gcr topic (false when the project already has it)."
+  type        = bool
+  default     = true
+}
+
+variable "push_audience" {
+  description = "Audience of the OIDC token Pub/Sub pushes with. Empty = the register function's URL (what Cloud Run checks by default)."
+  type        = string
+  default     = ""
+}
+
+variable "max_delivery_attempts" {
+  description = "Pub/Sub deliveries of one message before it goes to the function's dead-letter topic (5-100)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
+    error_message = "max_delivery_attempts must be between 5 and 100 (a Pub/Sub limit)."
+  }
+}
+
+variable "dead_letter_retention" {
+  description = "How long dead-lettered messages are kept for `modelhooks replay` (a duration in seconds, at most 7 days)."
+  type        = string
+  default     = "604800s"
+}

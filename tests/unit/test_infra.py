@@ -1,0 +1,552 @@
+"""The deployment definitions agree with the code: infra/ (Knative, CRDs, RBAC) and
+terraform/gcp. Fast, no servers: what a cluster or `terraform apply` would only reveal late
+(a Trigger to a missing Service, an env var no setting reads, a function without RBAC or a
+dead-letter topic) fails here. The CRDs' server-side behaviour is in
+tests/integration/test_crds.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from functions import main as targets
+from functions.catalog import NAMES
+from functions.errors import ConfigError
+from functions.replay import read_documents, to_events
+from functions.router import FUNCTION_LABEL, load_triggers
+from functions.settings import describe, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA, KNATIVE, RBAC = ROOT / "infra", ROOT / "infra" / "knative", ROOT / "infra" / "k8s" / "rbac"
+TERRAFORM = ROOT / "terraform" / "gcp"
+SETTINGS_ENV = {spec.env for spec in describe()}
+# set by Knative itself (PORT, K_*) or injected by the SinkBinding (K_SINK): never by hand
+PLATFORM_ENV = {"PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION", "K_SINK"}
+BROKER = {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": "modelhooks"}
+DEAD_LETTER = "modelhooks-dead-letter"
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert docs, f"{path} holds no document"
+    for doc in docs:
+        assert isinstance(doc, dict), f"{path}: a document is not a mapping"
+        assert doc.get("apiVersion") and doc.get("kind"), f"{path}: apiVersion/kind missing"
+        assert doc.get("metadata", {}).get("name"), f"{path}: a {doc['kind']} has no name"
+    return docs
+
+
+def _docs(directory: Path) -> list[dict[str, Any]]:
+    return [d for path in sorted(directory.rglob("*.yaml")) for d in _load(path)]
+
+
+def _kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+@pytest.fixture(scope="module")
+def knative() -> list[dict[str, Any]]:
+    return _docs(KNATIVE)
+
+
+@pytest.fixture(scope="module")
+def rbac() -> list[dict[str, Any]]:
+    return _docs(RBAC)
+
+
+@pytest.fixture(scope="module")
+def services(knative: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        name: doc
+        for name, doc in _kind(knative, "Service").items()
+        if doc["apiVersion"] == "serving.knative.dev/v1"
+    }
+
+
+def _containers(service: dict[str, Any]) -> list[dict[str, Any]]:
+    containers: list[dict[str, Any]] = service["spec"]["template"]["spec"]["containers"]
+    return containers
+
+
+def _ref(destination: dict[str, Any]) -> dict[str, Any]:
+    ref: dict[str, Any] = destination["ref"]
+    return ref
+
+
+# --- every file ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", sorted(INFRA.rglob("*.yaml")), ids=lambda p: str(p.relative_to(INFRA))
+)
+def test_every_yaml_parses_into_named_objects(path: Path) -> None:
+    _load(path)
+
+
+def test_names_are_unique_per_kind() -> None:
+    seen: set[tuple[str, str, str]] = set()
+    for doc in _docs(INFRA):
+        key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+        assert key not in seen, f"{key} is defined twice"
+        seen.add(key)
+
+
+# --- Knative: triggers, services, broker, sources ----------------------------------------
+
+
+def test_function_triggers_reach_the_service_of_a_catalog_function(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    triggers = _kind(knative, "Trigger")
+    function_triggers = [t for t in triggers.values() if FUNCTION_LABEL in t["metadata"]["labels"]]
+    assert function_triggers
+    for trigger in function_triggers:
+        function = trigger["metadata"]["labels"][FUNCTION_LABEL]
+        assert function in NAMES, f"{trigger['metadata']['name']}: no function {function!r}"
+        ref = _ref(trigger["spec"]["subscriber"])
+        assert ref == {
+            "apiVersion": "serving.knative.dev/v1",
+            "kind": "Service",
+            "name": f"modelhooks-{function}",
+        }
+        assert ref["name"] in services
+        assert services[ref["name"]]["metadata"]["labels"][FUNCTION_LABEL] == function
+    # the router reads the same files: it sees exactly the labelled triggers
+    assert {t.name for t in load_triggers(KNATIVE)} == {
+        t["metadata"]["name"] for t in function_triggers
+    }
+
+
+def test_other_triggers_feed_the_ingress(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    for trigger in _kind(knative, "Trigger").values():
+        labels = trigger["metadata"]["labels"]
+        if FUNCTION_LABEL in labels:
+            continue
+        assert labels.get("modelhooks.dev/component") == "ingress", trigger["metadata"]["name"]
+        assert _ref(trigger["spec"]["subscriber"])["name"] == "modelhooks-ingress"
+        # raw upstream events only: a canonical type here would loop through the ingress
+        for expr in trigger["spec"]["filters"]:
+            assert not json.dumps(expr).count("dev.modelhooks."), expr
+
+
+def test_every_trigger_has_the_brokers_delivery_and_dead_letter(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    broker = _kind(knative, "Broker")["modelhooks"]
+    delivery = broker["spec"]["delivery"]
+    assert _ref(delivery["deadLetterSink"])["name"] == DEAD_LETTER
+    assert DEAD_LETTER in services
+    assert delivery["retry"] >= 1 and delivery["backoffPolicy"] in ("linear", "exponential")
+    for trigger in _kind(knative, "Trigger").values():
+        assert trigger["spec"]["broker"] == BROKER["name"]
+        assert trigger["spec"]["delivery"] == delivery, trigger["metadata"]["name"]
+
+
+def test_every_catalog_function_has_a_service_that_runs_its_target(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    reached = {
+        t["metadata"]["labels"].get(FUNCTION_LABEL) for t in _kind(knative, "Trigger").values()
+    }
+    for name in NAMES:
+        service = services.get(f"modelhooks-{name}")
+        assert service, f"infra/knative/services.yaml has no Service modelhooks-{name}"
+        assert service["metadata"]["labels"][FUNCTION_LABEL] == name
+        assert service["metadata"]["labels"]["networking.knative.dev/visibility"] == (
+            "cluster-local"
+        ), "functions are reached through the Broker only"
+        spec = service["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == f"modelhooks-{name}"
+        (container,) = _containers(service)
+        argv = container["command"] + container.get("args", [])
+        assert argv[:3] == ["functions-framework", "--target", name]
+        assert callable(getattr(targets, name)), f"functions/main.py has no target {name!r}"
+        assert container["readinessProbe"], f"modelhooks-{name} has no readiness probe"
+        assert name in reached, f"no Trigger delivers to {name}"
+
+
+def test_knative_services_share_one_image(services: dict[str, dict[str, Any]]) -> None:
+    images = {c["image"] for s in services.values() for c in _containers(s)}
+    assert len(images) == 1, f"one image for every service, got {images}"
+
+
+def _env(
+    service: dict[str, Any], configmaps: dict[str, dict[str, Any]]
+) -> Iterator[tuple[str, str | None]]:
+    """(name, literal value or None when it comes from a Secret/ConfigMap key)."""
+    for container in _containers(service):
+        for source in container.get("envFrom", []):
+            data = configmaps[source["configMapRef"]["name"]].get("data", {})
+            yield from ((k, str(v)) for k, v in data.items())
+        for var in container.get("env", []):
+            yield var["name"], (str(var["value"]) if "value" in var else None)
+
+
+def test_service_env_vars_are_real_settings_and_valid(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    configmaps = _kind(knative, "ConfigMap")
+    for name, service in services.items():
+        env = list(_env(service, configmaps))
+        assert env, f"{name} sets no settings"
+        names = [k for k, _ in env]
+        unknown = set(names) - SETTINGS_ENV
+        assert not unknown, f"{name}: {sorted(unknown)} are not settings variables"
+        assert not set(names) & PLATFORM_ENV, f"{name} sets a platform variable"
+        literal = {k: v for k, v in env if v is not None}
+        try:
+            load_settings(env=literal)
+        except ConfigError as exc:  # pragma: no cover - the failure message is the point
+            pytest.fail(f"{name}: its environment does not start: {exc}")
+
+
+def test_a_bad_setting_in_a_service_would_be_caught() -> None:
+    with pytest.raises(ConfigError, match="MODELHOOKS_STORE_BACKEND"):
+        load_settings(env={"MODELHOOKS_STORE_BACKEND": "nfs"})
+
+
+def test_ingress_gets_k_sink_from_a_sinkbinding_to_the_broker(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]], rbac: list[dict[str, Any]]
+) -> None:
+    ingress = services["modelhooks-ingress"]
+    (binding,) = _kind(knative, "SinkBinding").values()
+    assert binding["spec"]["subject"] == {
+        "apiVersion": "serving.knative.dev/v1",
+        "kind": "Service",
+        "name": "modelhooks-ingress",
+    }
+    assert _ref(binding["spec"]["sink"]) == BROKER
+    namespace = _kind(rbac, "Namespace")["modelhooks"]
+    assert namespace["metadata"]["labels"]["bindings.knative.dev/include"] == "true"
+    # public endpoint: its delivery authentication comes from a Secret that must exist
+    (container,) = _containers(ingress)
+    auth = next(v for v in container["env"] if v["name"] == "MODELHOOKS_INGRESS_AUTH")
+    assert auth["valueFrom"]["secretKeyRef"].get("optional") is not True
+
+
+def test_apiserversource_watches_the_model_crd_into_the_broker(
+    knative: list[dict[str, Any]], rbac: list[dict[str, Any]]
+) -> None:
+    (crd,) = _load(INFRA / "k8s" / "crds" / "model.yaml")
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    (source,) = _kind(knative, "ApiServerSource").values()
+    spec = source["spec"]
+    assert spec["mode"] == "Resource"
+    assert spec["resources"] == [
+        {"apiVersion": f"{crd['spec']['group']}/{version['name']}", "kind": "Model"}
+    ]
+    assert crd["spec"]["names"]["kind"] == "Model"
+    assert _ref(spec["sink"]) == BROKER
+    account = spec["serviceAccountName"]
+    assert account in _kind(rbac, "ServiceAccount")
+    rules = _rules_of(rbac, account)
+    assert _allows(rules, "modelhooks.dev", "models", {"get", "list", "watch"})
+
+
+# --- RBAC --------------------------------------------------------------------------------
+
+
+def _rules_of(rbac: list[dict[str, Any]], account: str) -> list[dict[str, Any]]:
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in rbac if d["kind"].endswith("Role")}
+    rules = []
+    for binding in (d for d in rbac if d["kind"].endswith("RoleBinding")):
+        if any(s["name"] == account for s in binding["subjects"]):
+            ref = binding["roleRef"]
+            rules.extend(roles[(ref["kind"], ref["name"])]["rules"])
+    return rules
+
+
+def _allows(rules: list[dict[str, Any]], group: str, resource: str, verbs: set[str]) -> bool:
+    granted: set[str] = set()
+    for rule in rules:
+        if group in rule["apiGroups"] and resource in rule["resources"]:
+            granted |= set(rule["verbs"])
+    return verbs <= granted
+
+
+def test_every_service_runs_as_an_account_defined_in_rbac(
+    services: dict[str, dict[str, Any]], rbac: list[dict[str, Any]]
+) -> None:
+    accounts = _kind(rbac, "ServiceAccount")
+    for name, service in services.items():
+        account = service["spec"]["template"]["spec"]["serviceAccountName"]
+        assert account in accounts, f"{name} runs as {account}, not in infra/k8s/rbac"
+        assert accounts[account]["metadata"]["namespace"] == "modelhooks"
+
+
+def test_every_catalog_function_has_its_own_rbac_file(rbac: list[dict[str, Any]]) -> None:
+    for name in NAMES:
+        docs = _load(RBAC / f"{name}.yaml")
+        kinds = {d["kind"] for d in docs}
+        assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds, name
+
+
+def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, Any]]) -> None:
+    roles = {(d["kind"], d["metadata"]["name"]) for d in rbac if d["kind"].endswith("Role")}
+    accounts = set(_kind(rbac, "ServiceAccount"))
+    for binding in (d for d in rbac if d["kind"].endswith("RoleBinding")):
+        ref = binding["roleRef"]
+        assert (ref["kind"], ref["name"]) in roles, binding["metadata"]["name"]
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["name"] in accounts
+    for role in (d for d in rbac if d["kind"].endswith("Role")):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard {field}"
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+@pytest.mark.parametrize(
+    ("account", "allowed", "denied"),
+    [
+        (
+            "modelhooks-register",
+            [("modelhooks.dev", "models", {"get", "list", "watch"})],
+            [
+                ("modelhooks.dev", "models", {"delete"}),
+                ("modelhooks.dev", "models/status", {"patch"}),
+                ("", "secrets", {"get"}),
+            ],
+        ),
+        (
+            "modelhooks-notify",
+            [
+                ("", "events", {"create"}),
+                ("modelhooks.dev", "models/status", {"patch"}),
+            ],
+            [("modelhooks.dev", "models", {"patch"}), ("modelhooks.dev", "models", {"delete"})],
+        ),
+        (
+            "modelhooks-admission",
+            [("modelhooks.dev", "verificationpolicies", {"get", "list", "watch"})],
+            [("modelhooks.dev", "models", {"get"}), ("", "secrets", {"get"})],
+        ),
+    ],
+)
+def test_least_privilege(
+    rbac: list[dict[str, Any]],
+    account: str,
+    allowed: list[tuple[str, str, set[str]]],
+    denied: list[tuple[str, str, set[str]]],
+) -> None:
+    rules = _rules_of(rbac, account)
+    for group, resource, verbs in allowed:
+        assert _allows(rules, group, resource, verbs), (account, resource, verbs)
+    for group, resource, verbs in denied:
+        assert not _allows(rules, group, resource, verbs), (account, resource, verbs)
+
+
+# --- the dead-letter sink ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dead_letter(knative: list[dict[str, Any]]) -> dict[str, Any]:
+    """The dead-letter program shipped in its ConfigMap, loaded as a module namespace."""
+    source = _kind(knative, "ConfigMap")[DEAD_LETTER]["data"]["dead_letter.py"]
+    namespace: dict[str, Any] = {"__name__": "dead_letter"}
+    exec(compile(source, "infra/knative/dead-letter.yaml:dead_letter.py", "exec"), namespace)
+    return namespace
+
+
+def test_dead_letter_service_runs_the_shipped_program(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    service = services[DEAD_LETTER]
+    (container,) = _containers(service)
+    assert container["command"] == ["python", "/opt/modelhooks/dead_letter.py"]
+    volumes = {v["name"]: v for v in service["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert volumes[mounts["/opt/modelhooks"]]["configMap"]["name"] == DEAD_LETTER
+    home = next(v["value"] for v in container["env"] if v["name"] == "MODELHOOKS_HOME")
+    assert "persistentVolumeClaim" in volumes[mounts[home]]
+
+
+def test_dead_lettered_events_replay_as_the_same_canonical_event(
+    dead_letter: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = json.loads(
+        (ROOT / "events" / "samples" / "canonical-artifact-pushed.json").read_text()
+    )
+    data = sample.pop("data")
+    headers = {f"Ce-{k}": str(v) for k, v in sample.items() if k != "datacontenttype"}
+    headers |= {
+        "Content-Type": "application/json",
+        "Ce-Knativeerrordest": "http://modelhooks-register.modelhooks.svc.cluster.local",
+        "Ce-Knativeerrorcode": "503",
+        "Ce-Knativeerrordata": "registry%20unavailable",
+    }
+    events = dead_letter["records"](headers, json.dumps(data).encode())
+    path = dead_letter["store"](events, tmp_path / "dead-letter")
+    assert path.suffix == ".jsonl"
+    (stored,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert stored["knativeerrorcode"] == "503"
+    assert stored["knativeerrordata"] == "registry unavailable"
+    assert capsys.readouterr().out.strip() == path.read_text().strip()  # the log copy
+
+    from events.layout import ObjectLayout
+
+    (replayed,) = to_events(read_documents(str(tmp_path / "dead-letter")), ObjectLayout())
+    assert not isinstance(replayed, Exception), replayed
+    assert (replayed.type, replayed.data.model, replayed.data.digest) == (
+        sample["type"],
+        data["model"],
+        data["digest"],
+    )
+
+
+def test_dead_letter_keeps_structured_and_batch_deliveries(dead_letter: dict[str, Any]) -> None:
+    records = dead_letter["records"]
+    event = {"specversion": "1.0", "id": "1", "source": "s", "type": "t", "data": {"a": 1}}
+    assert records({"content-type": "application/cloudevents+json"}, json.dumps(event)) == [event]
+    batch = json.dumps([event, {**event, "id": "2"}])
+    assert len(records({"Content-Type": "application/cloudevents-batch+json"}, batch)) == 2
+    binary = records({"ce-specversion": "1.0", "ce-id": "3", "content-type": "image/png"}, b"\x89")
+    assert binary[0]["data_base64"] == "iQ=="
+    with pytest.raises(ValueError, match="not a CloudEvent"):
+        records({"content-type": "application/json"}, b"{}")
+
+
+# --- terraform/gcp -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def terraform() -> dict[str, Any]:
+    """Every block of terraform/gcp/*.tf, merged: {"resource": {type: {name: body}}, …}."""
+    hcl2 = pytest.importorskip(
+        "hcl2", reason="python-hcl2 is not installed (it belongs in the dev extra)"
+    )
+    options = hcl2.SerializationOptions(
+        with_comments=False, explicit_blocks=False, strip_string_quotes=True
+    )
+    merged: dict[str, Any] = {}
+    for path in sorted(TERRAFORM.glob("*.tf")):
+        with path.open() as f:
+            doc = hcl2.load(f, serialization_options=options)
+        for kind, blocks in doc.items():
+            for block in blocks:
+                if kind in ("resource", "data"):
+                    for rtype, named in block.items():
+                        merged.setdefault(kind, {}).setdefault(rtype, {}).update(named)
+                else:
+                    merged.setdefault(kind, {}).update(block)
+    return merged
+
+
+def _resource(tf: dict[str, Any], rtype: str, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = tf["resource"].get(rtype, {}).get(name) or {}
+    assert body, f"terraform/gcp has no {rtype}.{name}"
+    return body
+
+
+def test_terraform_pins_the_google_provider(terraform: dict[str, Any]) -> None:
+    (providers,) = terraform["terraform"]["required_providers"]
+    assert providers["google"] == {"source": "hashicorp/google", "version": "~> 6.0"}
+
+
+def test_terraform_variables_are_documented(terraform: dict[str, Any]) -> None:
+    for name, variable in terraform["variable"].items():
+        assert variable.get("description"), f"variable {name} has no description"
+    for name, output in terraform["output"].items():
+        assert output.get("description"), f"output {name} has no description"
+
+
+def test_every_catalog_function_has_a_function_account_and_dead_letter_topic(
+    terraform: dict[str, Any],
+) -> None:
+    functions = terraform["variable"]["functions"]["default"]
+    assert set(NAMES) <= set(functions), "var.functions must list every catalog function"
+    per_function = {
+        ("google_cloudfunctions2_function", "function"),
+        ("google_service_account", "function"),
+        ("google_pubsub_topic", "dead_letter"),
+        ("google_pubsub_subscription", "dead_letter"),
+    }
+    for rtype, name in per_function:
+        assert _resource(terraform, rtype, name)["for_each"] == "${var.functions}", (rtype, name)
+    function = _resource(terraform, "google_cloudfunctions2_function", "function")
+    (build,) = function["build_config"]
+    assert build["runtime"] == "python311"
+    assert build["entry_point"] == "${each.key}"  # the functions-framework target
+    (service,) = function["service_config"]
+    assert service["service_account_email"] == (
+        "${google_service_account.function[each.key].email}"
+    )
+    topic = _resource(terraform, "google_pubsub_topic", "dead_letter")
+    assert "${each.key}" in topic["name"]
+
+
+def test_terraform_settings_are_real_settings_and_valid(terraform: dict[str, Any]) -> None:
+    settings = terraform["variable"]["settings"]["default"]
+    assert set(settings) <= SETTINGS_ENV, set(settings) - SETTINGS_ENV
+    load_settings(env=settings)
+    for name, fn in terraform["variable"]["functions"]["default"].items():
+        assert set(fn.get("env", {})) <= SETTINGS_ENV, name
+    function = _resource(terraform, "google_cloudfunctions2_function", "function")
+    (service,) = function["service_config"]
+    assert service["environment_variables"] == "${merge(var.settings, each.value.env)}"
+
+
+def test_gcs_finalize_events_reach_register(terraform: dict[str, Any]) -> None:
+    trigger = _resource(terraform, "google_eventarc_trigger", "models_finalized")
+    criteria = {c["attribute"]: c["value"] for c in trigger["matching_criteria"]}
+    assert criteria == {
+        "type": "google.cloud.storage.object.v1.finalized",
+        "bucket": "${var.models_bucket}",
+    }
+    (destination,) = trigger["destination"]
+    (run,) = destination["cloud_run_service"]
+    assert 'function["register"]' in run["service"]
+    assert trigger["service_account"] == "${google_service_account.eventarc.email}"
+
+
+def test_gcr_push_subscription_is_authenticated_and_dead_lettered(
+    terraform: dict[str, Any],
+) -> None:
+    sub = _resource(terraform, "google_pubsub_subscription", "gcr_register")
+    assert "gcr" in sub["topic"]
+    (push,) = sub["push_config"]
+    assert 'function["register"].url' in push["push_endpoint"]
+    (oidc,) = push["oidc_token"]
+    assert oidc["service_account_email"] == "${google_service_account.push.email}"
+    # the audience Cloud Run checks: the function's URL unless var.push_audience says otherwise
+    assert "var.push_audience" in oidc["audience"]
+    assert 'function["register"].url' in oidc["audience"]
+    (dead,) = sub["dead_letter_policy"]
+    assert dead["dead_letter_topic"] == '${google_pubsub_topic.dead_letter["register"].id}'
+    assert dead["max_delivery_attempts"] == "${var.max_delivery_attempts}"
+    default = terraform["variable"]["max_delivery_attempts"]["default"]
+    assert 5 <= default <= 100  # Pub/Sub's bounds
+
+
+def test_terraform_iam_bindings(terraform: dict[str, Any]) -> None:
+    invokers = {
+        _resource(terraform, "google_cloud_run_v2_service_iam_member", name)["member"]
+        for name in ("eventarc_invokes_register", "push_invokes_register")
+    }
+    assert invokers == {
+        "${google_service_account.eventarc.member}",
+        "${google_service_account.push.member}",
+    }
+    for name in ("eventarc_invokes_register", "push_invokes_register"):
+        assert (
+            _resource(terraform, "google_cloud_run_v2_service_iam_member", name)["role"]
+            == "roles/run.invoker"
+        )
+    receiver = _resource(terraform, "google_project_iam_member", "eventarc_receiver")
+    assert receiver["role"] == "roles/eventarc.eventReceiver"
+    storage = _resource(terraform, "google_storage_bucket_iam_member", "function_models")
+    assert storage["for_each"] == "${var.functions}"
+    assert storage["bucket"] == "${var.models_bucket}"
+    dead = _resource(terraform, "google_pubsub_topic_iam_member", "pubsub_dead_letters")
+    assert dead["role"] == "roles/pubsub.publisher"
+    # nobody is made a public invoker
+    for rtype, named in terraform["resource"].items():
+        for name, body in named.items():
+            assert "allUsers" not in json.dumps(body), f"{rtype}.{name} is public"
