@@ -64,6 +64,7 @@ __all__ = [
     "SecretHeaderAuthenticator",
     "Secrets",
     "from_spec",
+    "resolve_value",
 ]
 
 Clock = Callable[[], float]
@@ -359,6 +360,24 @@ class OidcAuthenticator:
             raise Unauthenticated(f"sender {email} is not an allowed service account")
 
 
+def resolve_value(raw: str, origin: str) -> str:
+    """A configured value: `env:NAME` (that variable), `file:PATH` (the file, stripped) or
+    the literal itself. ConfigError (naming `origin`) when the reference cannot be read."""
+    source, _, ref = raw.partition(":")
+    if source == "env" and ref:
+        value = os.environ.get(ref)
+        if value is None:
+            raise ConfigError(f"{origin}=env:{ref} but ${ref} is not set")
+        return value
+    if source == "file" and ref:
+        try:
+            with open(ref, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as e:
+            raise ConfigError(f"{origin}=file:{ref} cannot be read ({e.strerror})") from None
+    return raw
+
+
 class _Params:
     """The key=value pairs of one spec, resolved on demand; unknown keys are an error."""
 
@@ -375,19 +394,9 @@ class _Params:
             raise self.error(f"{key}= is required")
         out: dict[str, str] = {}
         for i, raw in enumerate(v for k, v in self.pairs if k == key):
-            source, _, ref = raw.partition(":")
-            if source == "env" and ref:
-                value = os.environ.get(ref)
-                if value is None:
-                    raise self.error(f"{key}=env:{ref} but ${ref} is not set")
-            elif source == "file" and ref:
-                try:
-                    with open(ref, encoding="utf-8") as f:
-                        value = f.read().strip()
-                except OSError as e:
-                    raise self.error(f"{key}=file:{ref} cannot be read ({e.strerror})") from None
-            else:
-                raw, value = f"#{i}", raw
+            value = resolve_value(raw, f"{self.origin}: {key}")
+            if value is raw:
+                raw = f"#{i}"
             if not value:
                 raise self.error(f"{key} ({raw}) is empty")
             out[raw] = value

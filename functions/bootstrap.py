@@ -69,6 +69,15 @@ def _build(settings: Settings) -> Deps:
 
 
 def _registry(settings: Settings) -> ModelRegistry:
+    if settings.registry.backend == "kubeflow":
+        from events.auth import resolve_value
+        from functions.adapters.model_registry.kubeflow import KubeflowModelRegistry
+
+        token = settings.registry.token
+        return KubeflowModelRegistry(
+            settings.registry.url,
+            token=resolve_value(token, "MODELHOOKS_REGISTRY_TOKEN") if token else None,
+        )
     from functions.adapters.model_registry.sqlite import SqliteModelRegistry
 
     return SqliteModelRegistry(settings.home / "registry.db")

@@ -42,8 +42,20 @@ class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 class RegistrySettings(_Section, frozen=True, kw_only=True):
     backend: Annotated[
-        Literal["sqlite"], doc("where registrations go: sqlite ($MODELHOOKS_HOME/registry.db)")
+        Literal["sqlite", "kubeflow"],
+        doc(
+            "where registrations go: sqlite ($MODELHOOKS_HOME/registry.db) or kubeflow "
+            "(a Kubeflow Model Registry REST server)"
+        ),
     ] = "sqlite"
+    url: Annotated[str, doc("Kubeflow Model Registry base URL (backend=kubeflow)")] = ""
+    token: Annotated[
+        str, doc("bearer token for the registry: a literal, env:NAME or file:PATH")
+    ] = ""
+
+    def __post_init__(self) -> None:
+        if self.backend == "kubeflow" and not self.url:
+            raise ValueError("url: the kubeflow backend needs a URL (MODELHOOKS_REGISTRY_URL)")
 
 
 class StoreSettings(_Section, frozen=True, kw_only=True):
@@ -222,6 +234,7 @@ def load_settings(
         named = _UNKNOWN.search(msg) or _FIELD_FIRST.match(msg)
         if named:
             loc = (*loc, named["name"])
+            msg = _FIELD_FIRST.sub("", msg)
         where = origin.get(loc) or ".".join(loc) or "settings"
         raise ConfigError(f"invalid setting {where}: {msg}") from None
 

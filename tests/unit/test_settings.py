@@ -73,6 +73,15 @@ def test_bad_values_name_the_variable(env: dict[str, str], named: str) -> None:
     assert named in str(err.value)
 
 
+def test_kubeflow_backend_needs_a_url() -> None:
+    with pytest.raises(ConfigError, match=r"registry\.url: the kubeflow backend needs a URL"):
+        load_settings(env={"MODELHOOKS_REGISTRY_BACKEND": "kubeflow"})
+    s = load_settings(
+        env={"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": "http://mr:8080"}
+    )
+    assert (s.registry.backend, s.registry.url) == ("kubeflow", "http://mr:8080")
+
+
 def test_bad_flag_names_the_flag() -> None:
     with pytest.raises(ConfigError, match="--router-max-depth"):
         load_settings({"router.max_depth": "0"}, env={})
