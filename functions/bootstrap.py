@@ -14,6 +14,7 @@ from typing import Any
 
 from events.layout import ObjectLayout
 from events.model import CanonicalEvent
+from functions.logs import configure as configure_logs
 from functions.ports import ModelRegistry
 from functions.routes import RouteAuth
 from functions.runtime import Dedupe
@@ -56,6 +57,7 @@ def _default_settings() -> Settings:
 
 @lru_cache(maxsize=8)
 def _build(settings: Settings) -> Deps:
+    configure_logs(settings.log_level)
     return Deps(
         settings=settings,
         registry=_registry(settings),

@@ -48,12 +48,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from functions.bootstrap import build
     from functions.broker import Broker
     from functions.http import create_app
-    from functions.logs import configure
     from functions.router import load_triggers
     from functions.watch import LocalStoreWatcher
 
     settings = _settings(args)
-    configure(settings.log_level)
     deps = build(settings)
     broker = Broker(load_triggers(settings.router.triggers), deps)
     server = make_server(settings.serve.host, settings.serve.port, create_app(deps), threaded=True)
@@ -136,8 +134,8 @@ def _local_sender(settings: Settings) -> Any:
     from functions.logs import configure
     from functions.router import load_triggers
 
-    configure("WARNING")
     broker = Broker(load_triggers(settings.router.triggers), build(settings))
+    configure("WARNING")  # the progress bar and summary speak; per-event logs would drown them
 
     def send(event: Any) -> tuple[bool, str]:
         failed = [o for o in broker.publish(event) if o.status >= 300]

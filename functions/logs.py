@@ -29,10 +29,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is at the time (it may be replaced after start-up)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure(level: str = "INFO") -> None:
     """Send modelhooks logs to stderr as JSON lines (idempotent)."""
     if not any(isinstance(h.formatter, JsonFormatter) for h in _LOGGER.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _Stderr()
         handler.setFormatter(JsonFormatter())
         _LOGGER.addHandler(handler)
         _LOGGER.propagate = False

@@ -348,3 +348,21 @@ def test_serve_function_endpoint_and_health(serve: FlaskClient) -> None:
     assert resp.status_code == 200 and resp.headers["ce-type"] == "dev.modelhooks.model.registered"
     missing = serve.post("/functions/nope", json=doc)
     assert missing.status_code == 404 and "register" in json.dumps(missing.json)
+
+
+def test_each_event_logs_one_json_line_cloud_logging_understands(
+    client: FlaskClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = structured("canonical-artifact-pushed")
+    assert (
+        client.post("/", json=doc, content_type="application/cloudevents+json").status_code == 200
+    )
+    lines = [
+        json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")
+    ]
+    (entry,) = [e for e in lines if e.get("function") == "register"]
+    assert entry["severity"] == "INFO"
+    assert entry["event_id"] == doc["id"]
+    assert entry["type"] == "dev.modelhooks.artifact.pushed"
+    assert entry["outcome"] == "ok" and entry["status"] == 200
+    assert isinstance(entry["duration_ms"], float)
