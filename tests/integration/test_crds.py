@@ -280,6 +280,56 @@ def test_verification_policy_needs_a_trust_root(api: Any, namespace: str) -> Non
     assert "at least one of keys, certificateChains or identities" in refused.value.body
 
 
+_PEM_KEY = "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"keys": [{"name": "k", "pem": _PEM_KEY, "secretRef": {"name": "s"}}]},
+            "a key sets exactly one of pem or secretRef",
+        ),
+        ({"keys": [{"name": "k", "pem": "not a key"}]}, "pem must hold a PEM public key"),
+        (
+            {
+                "identities": [
+                    {"issuer": "https://accounts.google.com", "subject": "a", "subjectRegExp": "b"}
+                ]
+            },
+            "an identity sets exactly one of subject or subjectRegExp",
+        ),
+        (
+            {"keys": [{"name": "k", "pem": _PEM_KEY}], "failurePolicy": "Sometimes"},
+            "Unsupported value",
+        ),
+    ],
+    ids=["pem-and-secret", "not-pem", "subject-and-regexp", "failure-policy"],
+)
+def test_verification_policy_trust_roots_are_well_formed(
+    api: Any, namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "VerificationPolicy",
+        "metadata": {"name": "bad"},
+        "spec": spec,
+    }
+    with pytest.raises(client.ApiException) as refused:
+        _retry(
+            lambda: _served(
+                lambda: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "verificationpolicies", body
+                )
+            )
+        )
+    assert refused.value.status == 422
+    assert message in refused.value.body
+
+
 def _served(call: Callable[[], T]) -> T:
     from kubernetes import client
 

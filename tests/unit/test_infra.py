@@ -7,6 +7,7 @@ tests/integration/test_crds.py."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -550,3 +551,36 @@ def test_terraform_iam_bindings(terraform: dict[str, Any]) -> None:
     for rtype, named in terraform["resource"].items():
         for name, body in named.items():
             assert "allUsers" not in json.dumps(body), f"{rtype}.{name} is public"
+
+
+def _strings(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield str(key)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _strings(item)
+
+
+_REFERENCE = re.compile(r"(?<![\w.])(var|local|data\.[a-z0-9_]+|google_[a-z0-9_]+)\.([a-z0-9_]+)")
+
+
+def test_terraform_references_resolve_and_variables_are_used(terraform: dict[str, Any]) -> None:
+    """What `terraform validate` would say first: no dangling reference, no dead variable."""
+    declared = {
+        "var": set(terraform["variable"]),
+        "local": set(terraform.get("locals", {})),
+        **{f"data.{t}": set(named) for t, named in terraform.get("data", {}).items()},
+        **{t: set(named) for t, named in terraform["resource"].items()},
+    }
+    used: set[tuple[str, str]] = set()
+    for text in _strings({k: v for k, v in terraform.items() if k != "variable"}):
+        for expression in re.findall(r"\$\{.*\}", text, re.S):
+            used |= set(_REFERENCE.findall(expression))
+    dangling = {f"{kind}.{name}" for kind, name in used if name not in declared.get(kind, ())}
+    assert not dangling, f"references to nothing declared: {sorted(dangling)}"
+    unused = {name for name in declared["var"] if ("var", name) not in used}
+    assert not unused, f"variables nothing reads: {sorted(unused)}"
