@@ -6,6 +6,18 @@ locals {
   eventarc_location = var.eventarc_location != "" ? var.eventarc_location : var.region
   pubsub_agent      = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 
+  # where registrations go: the Kubeflow Model Registry when registry_url is set
+  # (for-expressions with a condition, not `cond ? {} : {…}`, whose branch types differ)
+  registry_env = {
+    for name, value in {
+      MODELHOOKS_REGISTRY_BACKEND = "kubeflow"
+      MODELHOOKS_REGISTRY_URL     = var.registry_url
+    } : name => value if var.registry_url != ""
+  }
+  registry_token_readers = {
+    for name, fn in var.functions : name => fn if var.registry_token_secret != ""
+  }
+
   # (function, role) pairs for the per-function project roles
   function_project_roles = {
     for pair in flatten([
@@ -26,6 +38,7 @@ resource "google_project_service" "apis" {
     "eventarc.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
+    "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ])
   service            = each.value
@@ -113,10 +126,20 @@ resource "google_cloudfunctions2_function" "function" {
     max_instance_count             = each.value.max_instances
     ingress_settings               = var.ingress_settings
     all_traffic_on_latest_revision = true
-    environment_variables          = merge(var.settings, each.value.env)
+    environment_variables          = merge(var.settings, local.registry_env, each.value.env)
+
+    dynamic "secret_environment_variables" {
+      for_each = var.registry_token_secret == "" ? [] : [var.registry_token_secret]
+      content {
+        key        = "MODELHOOKS_REGISTRY_TOKEN"
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = "latest"
+      }
+    }
   }
 
-  depends_on = [google_project_service.apis]
+  depends_on = [google_project_service.apis, google_secret_manager_secret_iam_member.registry_token]
 }
 
 # ---------------------------------------------------------------------------------------
@@ -259,4 +282,12 @@ resource "google_project_iam_member" "function_roles" {
   project  = var.project_id
   role     = each.value.role
   member   = google_service_account.function[each.value.name].member
+}
+
+resource "google_secret_manager_secret_iam_member" "registry_token" {
+  for_each  = local.registry_token_readers
+  project   = var.project_id
+  secret_id = var.registry_token_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function[each.key].member
 }

@@ -70,16 +70,27 @@ variable "functions" {
 }
 
 variable "settings" {
-  description = "Environment of every function: modelhooks settings by their variables (`modelhooks settings --markdown`)."
+  description = "Environment of every function: modelhooks settings by their variables (`modelhooks settings --markdown`). The registry ones come from registry_url / registry_token_secret."
   type        = map(string)
   default = {
-    MODELHOOKS_LOG_LEVEL        = "INFO"
-    MODELHOOKS_HOME             = "/tmp/modelhooks"
-    MODELHOOKS_REGISTRY_BACKEND = "sqlite"
-    MODELHOOKS_STORE_BACKEND    = "cloud"
-    MODELHOOKS_LAYOUT_PATTERN   = "models/{name}/{version}/"
-    MODELHOOKS_LAYOUT_MARKER    = "_SUCCESS"
+    MODELHOOKS_LOG_LEVEL      = "INFO"
+    MODELHOOKS_HOME           = "/tmp/modelhooks"
+    MODELHOOKS_STORE_BACKEND  = "cloud"
+    MODELHOOKS_LAYOUT_PATTERN = "models/{name}/{version}/"
+    MODELHOOKS_LAYOUT_MARKER  = "_SUCCESS"
   }
+}
+
+variable "registry_url" {
+  description = "Kubeflow Model Registry base URL the functions register into (reachable from Cloud Run). Empty = sqlite under MODELHOOKS_HOME, per instance and lost with it: for trials only."
+  type        = string
+  default     = ""
+}
+
+variable "registry_token_secret" {
+  description = "Secret Manager secret id holding the registry's bearer token (MODELHOOKS_REGISTRY_TOKEN, latest version). Empty = no token."
+  type        = string
+  default     = ""
 }
 
 variable "ingress_settings" {

@@ -491,7 +491,25 @@ def test_terraform_settings_are_real_settings_and_valid(terraform: dict[str, Any
         assert set(fn.get("env", {})) <= SETTINGS_ENV, name
     function = _resource(terraform, "google_cloudfunctions2_function", "function")
     (service,) = function["service_config"]
-    assert service["environment_variables"] == "${merge(var.settings, each.value.env)}"
+    assert service["environment_variables"] == (
+        "${merge(var.settings, local.registry_env, each.value.env)}"
+    )
+    # with registry_url set, the functions get the kubeflow backend: a valid combination
+    registry_env = terraform["locals"]["registry_env"]
+    pairs = dict(re.findall(r'(MODELHOOKS_\w+) = "?([^",}]+)"?', registry_env))
+    assert pairs["MODELHOOKS_REGISTRY_URL"] == "var.registry_url"
+    load_settings(env={**settings, **pairs, "MODELHOOKS_REGISTRY_URL": "https://mr.example"})
+    (secret,) = service["dynamic"]
+    assert secret["secret_environment_variables"]["content"][0]["key"] in SETTINGS_ENV
+
+
+def test_every_settings_variable_named_in_deployments_exists(terraform: dict[str, Any]) -> None:
+    """A typo in a variable name is a setting silently left at its default."""
+    texts = [p.read_text() for p in sorted(INFRA.rglob("*.yaml"))]
+    texts += [json.dumps(terraform)]
+    named = {m for text in texts for m in re.findall(r"\bMODELHOOKS_[A-Z0-9_]*[A-Z0-9]", text)}
+    assert named, "no settings variable found"
+    assert named <= SETTINGS_ENV, f"not settings variables: {sorted(named - SETTINGS_ENV)}"
 
 
 def test_gcs_finalize_events_reach_register(terraform: dict[str, Any]) -> None:
