@@ -1,0 +1,249 @@
+"""`KubeflowModelRegistry` error mapping, auth and paging against a tiny local HTTP stub.
+
+The stub only stands in for answers a healthy real server will not give on demand (5xx,
+429, 401, timeouts, pages); the adapter's behaviour on the real server is in
+tests/integration/test_kubeflow_registry.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from functions.adapters.model_registry.kubeflow import API_PATH, KubeflowModelRegistry
+from functions.domain import RegisteredModel
+from functions.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    ModelhooksError,
+    NotFound,
+    Throttled,
+    Unauthenticated,
+    Unavailable,
+)
+
+Answer = tuple[int, Any, dict[str, str]]
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Stub:
+    """Answers every request with `answer(seen)`; remembers what it saw."""
+
+    answer: Callable[[Seen], Answer]
+    url: str = ""
+    seen: list[Seen] = field(default_factory=list)
+
+
+def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            seen = Seen(
+                method=self.command,
+                path=parts.path.removeprefix(API_PATH),
+                query=dict(parse_qsl(parts.query)),
+                headers=dict(self.headers.items()),
+                body=json.loads(raw) if raw else None,
+            )
+            stub.seen.append(seen)
+            status, body, headers = stub.answer(seen)
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    stub = Stub(answer=lambda seen: (500, {"code": "x", "message": "unset"}, {}))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    stub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield stub
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def registry(stub: Stub) -> Iterator[KubeflowModelRegistry]:
+    registry = KubeflowModelRegistry(stub.url, timeout=0.5)
+    yield registry
+    registry.close()
+
+
+def error(status: int, message: str, **headers: str) -> Callable[[Seen], Answer]:
+    return lambda seen: (status, {"code": "x", "message": message}, headers)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "expected"),
+    [
+        (500, "database is down", Unavailable),
+        (503, "no upstream", Unavailable),
+        (429, "slow down", Throttled),
+        (401, "no token", Unauthenticated),
+        (403, "not yours", Forbidden),
+        (400, "invalid character 'o' in literal null", BadRequest),
+        (422, "required field 'name' is zero value.", BadRequest),
+        (409, "registered model with name m already exists: conflict", Conflict),
+        (400, "registered model with name m already exists", Conflict),
+    ],
+)
+def test_http_errors_map_to_the_error_tree(
+    stub: Stub,
+    registry: KubeflowModelRegistry,
+    status: int,
+    message: str,
+    expected: type[ModelhooksError],
+) -> None:
+    stub.answer = error(status, message)
+    with pytest.raises(expected) as raised:
+        registry.create_model("m", properties={})
+    assert type(raised.value) is expected
+    assert message in raised.value.message and str(status) in raised.value.message
+
+
+def test_throttling_keeps_retry_after(stub: Stub, registry: KubeflowModelRegistry) -> None:
+    stub.answer = error(429, "slow down", **{"Retry-After": "7"})
+    with pytest.raises(Throttled) as raised:
+        registry.list_models()
+    assert raised.value.details["retry_after"] == "7"
+
+
+def test_a_non_json_error_body_is_quoted(stub: Stub, registry: KubeflowModelRegistry) -> None:
+    stub.answer = lambda seen: (502, "<html>Bad Gateway</html>", {})
+    with pytest.raises(Unavailable, match="Bad Gateway"):
+        registry.get_model("m")
+
+
+def test_missing_things(stub: Stub, registry: KubeflowModelRegistry) -> None:
+    stub.answer = error(404, "no registered models found for name=m: not found")
+    assert registry.get_model("m") is None
+    with pytest.raises(NotFound):
+        registry.update_model(RegisteredModel(id="7", name="m"))
+    with pytest.raises(NotFound):
+        registry.create_version("7", "1", properties={})
+    assert [s.method for s in stub.seen] == ["GET", "PATCH", "GET"]  # never POSTed
+
+
+def test_a_closed_port_is_unavailable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    registry = KubeflowModelRegistry(f"http://127.0.0.1:{port}", timeout=2)
+    with pytest.raises(Unavailable, match="failed"):
+        registry.get_model("m")
+    registry.close()
+
+
+def test_a_slow_server_is_unavailable(stub: Stub, registry: KubeflowModelRegistry) -> None:
+    def slow(seen: Seen) -> Answer:
+        time.sleep(1)
+        return 200, {}, {}
+
+    stub.answer = slow
+    with pytest.raises(Unavailable, match="timed out"):
+        registry.get_model("m")
+
+
+def test_bearer_token(stub: Stub) -> None:
+    stub.answer = lambda seen: (200, {"id": "1", "name": "m", "state": "LIVE"}, {})
+    with_token = KubeflowModelRegistry(stub.url + API_PATH + "/", token="s3cret")
+    without = KubeflowModelRegistry(stub.url)
+    assert with_token.get_model("m") == without.get_model("m") == RegisteredModel("1", "m")
+    with_token.close()
+    without.close()
+    assert stub.seen[0].headers["Authorization"] == "Bearer s3cret"
+    assert "Authorization" not in stub.seen[1].headers
+    assert stub.seen[0].path == stub.seen[1].path == "/registered_model"
+
+
+def _pages(seen: Seen) -> Answer:
+    """Three models, two a page, like a server that caps pageSize at 2."""
+    names = ["a", "b", "c"]
+    start = int(seen.query.get("nextPageToken", "0"))
+    items = [{"id": str(i + 1), "name": names[i]} for i in range(start, min(start + 2, 3))]
+    token = str(start + 2) if start + 2 < 3 else ""
+    return 200, {"items": items, "nextPageToken": token, "pageSize": 2, "size": len(items)}, {}
+
+
+def test_listings_follow_next_page_tokens(stub: Stub, registry: KubeflowModelRegistry) -> None:
+    stub.answer = _pages
+    assert [m.name for m in registry.list_models()] == ["a", "b", "c"]
+    assert [s.query.get("nextPageToken") for s in stub.seen] == [None, "2"]
+    assert all(s.query["pageSize"] for s in stub.seen)
+
+
+def test_scoped_listings_are_used_where_the_server_can_run_them(
+    stub: Stub, registry: KubeflowModelRegistry
+) -> None:
+    version = {"id": "5", "name": "1", "registeredModelId": "4"}
+    stub.answer = lambda seen: (200, {"items": [version], "nextPageToken": ""}, {})
+    assert [v.id for v in registry.list_versions("4")] == ["5"]
+    assert [s.path for s in stub.seen] == ["/registered_models/4/versions"]
+
+
+def test_a_broken_scoped_listing_falls_back_to_the_global_one(
+    stub: Stub, registry: KubeflowModelRegistry
+) -> None:
+    versions = [
+        {"id": "5", "name": "1", "registeredModelId": "4"},
+        {"id": "6", "name": "1", "registeredModelId": "9"},
+    ]
+
+    def answer(seen: Seen) -> Answer:
+        if seen.path == "/model_versions":
+            return 200, {"items": versions, "nextPageToken": ""}, {}
+        message = 'error listing model versions: ERROR: relation "parentcontext" does not exist'
+        return 500, {"code": "x", "message": message + " (SQLSTATE 42P01)"}, {}
+
+    stub.answer = answer
+    assert [v.id for v in registry.list_versions("4")] == ["5"]
+    got = registry.get_version("9", "1")
+    assert got is not None and got.id == "6"
+
+
+def test_requests_is_imported_only_on_first_use() -> None:
+    code = (
+        "import sys, functions.adapters.model_registry.kubeflow as k; "
+        "k.KubeflowModelRegistry('http://127.0.0.1:1'); "
+        "assert 'requests' not in sys.modules, 'requests imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
