@@ -5,7 +5,9 @@ and the RBAC in infra/k8s/rbac gives each identity what it needs and nothing mor
 from __future__ import annotations
 
 import json
+import ssl
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -477,3 +479,53 @@ def test_apiserversource_identity_watches_models(
         with pytest.raises(client.ApiException) as denied:
             client.CoreV1Api(limited_api).list_namespaced_pod(namespace)
         assert denied.value.status == 403
+
+
+def test_printer_columns_show_version_policy_and_conditions(
+    kube_apiserver: KubeApiServer, api: Any, namespace: str
+) -> None:
+    _create(api, namespace, _model("printed"))
+    request = urllib.request.Request(
+        f"{kube_apiserver.url}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+        headers={
+            "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io",  # what kubectl get asks
+            "Authorization": f"Bearer {kube_apiserver.admin_token}",
+        },
+    )
+    context = ssl.create_default_context(cafile=str(kube_apiserver.ca_file))
+    with urllib.request.urlopen(request, timeout=10, context=context) as response:
+        table = json.loads(response.read())
+    columns = [c["name"] for c in table["columnDefinitions"] if c["priority"] == 0]
+    assert columns == ["Name", "Version", "Policy", "Registered", "Signed", "Ready", "Age"]
+    (row,) = [r for r in table["rows"] if r["cells"][0] == "printed"]
+    assert row["cells"][1:3] == ["1", "Retain"]
+
+
+def test_cleanup_finalizer_holds_deletion_until_cleanup_removes_it(
+    kube_apiserver: KubeApiServer, api: Any, namespace: str
+) -> None:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    body = _model("held")
+    body["metadata"]["finalizers"] = ["modelhooks.dev/cleanup"]
+    _create(api, namespace, body)
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
+    held = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
+    assert held["metadata"]["deletionTimestamp"]  # Terminating: cleanup has not run yet
+    token = _token(kube_apiserver, api, "modelhooks-cleanup")
+    with kube_apiserver.api_client(token=token) as limited_api:
+        cleanup = client.CustomObjectsApi(limited_api)
+
+        def release() -> None:
+            try:
+                cleanup.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, "held", {"metadata": {"finalizers": None}}
+                )
+            except client.ApiException as exc:
+                raise AssertionError(f"role binding not effective yet: {exc.status}") from exc
+
+        _retry(release)
+    with pytest.raises(client.ApiException) as gone:
+        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
+    assert gone.value.status == 404
