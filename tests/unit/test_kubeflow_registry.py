@@ -7,6 +7,7 @@ tests/integration/test_kubeflow_registry.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -76,7 +77,8 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
             for key, value in headers.items():
                 self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)  # unless the client gave up (timeout tests)
 
         do_GET = do_POST = do_PATCH = _serve
 
@@ -90,6 +92,7 @@ def _handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
 def stub() -> Iterator[Stub]:
     stub = Stub(answer=lambda seen: (500, {"code": "x", "message": "unset"}, {}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stub))
+    server.daemon_threads = False  # server_close() joins every request thread
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     stub.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -1,0 +1,102 @@
+"""`register` (the functions-framework target) into a real Kubeflow Model Registry:
+a pushed artifact becomes one RegisteredModel / ModelVersion / ModelArtifact, and a
+redelivery (to a fresh instance, as after a scale-out) changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from events import samples
+from functions import bootstrap
+from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _close_registry() -> None:
+    """Close the cached instance's HTTP session before forgetting it (no socket leaks)."""
+    close = getattr(bootstrap.build().registry, "close", None)
+    if close is not None:
+        close()
+    bootstrap.reset()
+
+
+@pytest.fixture
+def instance(
+    model_registry: ModelRegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[], FlaskClient]]:
+    """Start a fresh function instance (cold start): returns its Flask test client."""
+    for var in list(os.environ):
+        if var.startswith("MODELHOOKS_") or var in ("K_SINK", "PORT"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("MODELHOOKS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELHOOKS_REGISTRY_BACKEND", "kubeflow")
+    monkeypatch.setenv("MODELHOOKS_REGISTRY_URL", model_registry.url)
+    bootstrap.reset()
+    started = False
+
+    def start() -> FlaskClient:
+        nonlocal started
+        from functions_framework import create_app
+
+        if started:
+            _close_registry()
+        started = True
+        source = str(ROOT / "functions" / "main.py")
+        app = create_app(target="register", source=source)  # type: ignore[no-untyped-call]
+        client: FlaskClient = app.test_client()
+        return client
+
+    yield start
+    if started:
+        _close_registry()
+    bootstrap.reset()
+
+
+def test_a_push_registers_once_in_kubeflow(
+    instance: Callable[[], FlaskClient], model_registry: ModelRegistryServer
+) -> None:
+    event = samples.load("canonical-artifact-pushed")
+    name = event["data"]["model"] = f"sentiment-{uuid.uuid4().hex[:8]}"  # a shared server
+    event["data"]["uri"] = f"gs://models/models/{name}/1/"
+    body = json.dumps(event)
+    replies: list[dict[str, Any]] = []
+    for _ in range(2):
+        resp = instance().post("/", data=body, content_type="application/cloudevents+json")
+        assert resp.status_code == 200, resp.get_data(as_text=True)
+        assert resp.headers["ce-type"] == "dev.modelhooks.model.registered"
+        assert isinstance(resp.json, dict)
+        replies.append(resp.json)
+    first, second = replies
+    assert (first["created"], second["created"]) == (True, False)
+    assert first["registry"] == "kubeflow"
+    ids = ("registered_model_id", "model_version_id", "model_artifact_id")
+    assert [first[k] for k in ids] == [second[k] for k in ids]
+
+    api = model_registry.api_url
+    with requests.Session() as http:
+        model = http.get(f"{api}/registered_model", params={"name": name}, timeout=10).json()
+        assert model["id"] == first["registered_model_id"] and model["state"] == "LIVE"
+        versions = http.get(f"{api}/model_versions", timeout=10).json()["items"]
+        mine = [v for v in versions if v["registeredModelId"] == model["id"]]
+        assert [v["name"] for v in mine] == ["1"]
+        assert mine[0]["customProperties"]["digest"]["string_value"] == event["data"]["digest"]
+        artifact = http.get(f"{api}/model_artifacts/{first['model_artifact_id']}", timeout=10)
+        stored = artifact.json()
+        assert stored["artifactType"] == "model-artifact"
+        assert stored["state"] == "LIVE"
+        assert stored["uri"] == event["data"]["uri"]
+        assert stored["customProperties"]["digest"]["string_value"] == event["data"]["digest"]
+        everything = http.get(f"{api}/model_artifacts", timeout=10).json()["items"]
+        assert [a["uri"] for a in everything].count(event["data"]["uri"]) == 1
