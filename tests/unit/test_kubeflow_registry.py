@@ -243,10 +243,39 @@ def test_a_broken_scoped_listing_falls_back_to_the_global_one(
     assert got is not None and got.id == "6"
 
 
-def test_requests_is_imported_only_on_first_use() -> None:
+def test_requests_is_not_imported_with_the_module() -> None:
     code = (
-        "import sys, functions.adapters.model_registry.kubeflow as k; "
-        "k.KubeflowModelRegistry('http://127.0.0.1:1'); "
+        "import sys, functions.bootstrap, functions.adapters.model_registry.kubeflow; "
         "assert 'requests' not in sys.modules, 'requests imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_given_session_is_used_and_left_open(stub: Stub) -> None:
+    import requests
+
+    stub.answer = lambda seen: (200, {"id": "1", "name": "m"}, {})
+    with requests.Session() as session:
+        session.headers["X-Test"] = "yes"
+        registry = KubeflowModelRegistry(stub.url, session=session)
+        assert registry.get_model("m") == RegisteredModel("1", "m")
+        registry.close()
+        assert registry.get_model("m") is not None  # still usable: not ours to close
+    assert stub.seen[0].headers["X-Test"] == "yes"
+
+
+def test_a_broken_next_page_falls_back_to_the_servers_own_pages(
+    stub: Stub, registry: KubeflowModelRegistry
+) -> None:
+    def answer(seen: Seen) -> Answer:
+        if "nextPageToken" in seen.query:  # v0.3.0 on PostgreSQL
+            message = 'missing FROM-clause entry for table "context" (SQLSTATE 42P01)'
+            return 500, {"code": "x", "message": message}, {}
+        if "pageSize" in seen.query:
+            return 200, {"items": [{"id": "1", "name": "a"}], "nextPageToken": "MTox"}, {}
+        everything = [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}]
+        return 200, {"items": everything, "nextPageToken": ""}, {}
+
+    stub.answer = answer
+    assert [m.name for m in registry.list_models()] == ["a", "b"]
+    assert len(stub.seen) == 3

@@ -1,5 +1,5 @@
 """`KubeflowModelRegistry`: the Kubeflow Model Registry REST API (v1alpha3) through
-requests (imported lazily).
+requests (imported when the adapter is built).
 
 Mapping: RegisteredModel, ModelVersion and ModelArtifact (artifactType "model-artifact")
 map one to one; ids are the server's string ids; custom properties are typed
@@ -8,13 +8,15 @@ map one to one; ids are the server's string ids; custom properties are typed
 There is no transaction over REST: `transaction()` is a no-op and each write stands alone;
 handlers stay correct by being idempotent (find-or-create on natural identity).
 
-Server quirks handled here (seen on v0.3.0 over PostgreSQL, fixed upstream by v0.3.8):
+Server quirks handled here (seen on v0.3.0 over PostgreSQL: unquoted mixed-case table names
+in hand-written SQL; v0.3.8 quotes them):
 - parent-scoped queries (`registered_models/{id}/versions`, `model_version?parentResourceId`,
-  `model_versions/{id}/artifacts`) and following a `nextPageToken` answer 500 "relation ...
-  does not exist (SQLSTATE 42P01)". Scoped reads fall back to the global listing (one page,
-  no pageSize, which that server answers in full), filtered here. Global artifact listings
-  do not name the version, so artifacts written here also carry the version id in the
-  custom property `modelhooks.model_version_id` (hidden from the domain object).
+  `model_versions/{id}/artifacts`) and any `nextPageToken` answer 500 ("relation ... does
+  not exist", "missing FROM-clause entry": SQLSTATE 42P01). Reads then fall back to the
+  global listing without pageSize (which that server answers in one page), filtered here.
+  Global artifact listings do not name the version, so artifacts written here also carry
+  the version id in the custom property `modelhooks.model_version_id` (hidden from the
+  domain object); on such a server, artifacts other clients wrote are not listed.
 - creating a version or artifact under a parent that does not exist succeeds: the parent
   is fetched first so that a missing one is NotFound.
 - a taken name is 409 (400/422 "already exists" on other versions): both are Conflict.
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["KubeflowModelRegistry"]
 
 API_PATH = "/api/model_registry/v1alpha3"
-_TYPE = "model-artifact"
+ARTIFACT_TYPE = "model-artifact"
 PAGE_SIZE = 1000
 DIGEST = "digest"
 VERSION_ID = "modelhooks.model_version_id"
@@ -96,14 +98,18 @@ class KubeflowModelRegistry:
         base = base_url.rstrip("/")
         self.api_url = base if base.endswith(API_PATH) else base + API_PATH
         self._timeout = timeout
-        self._session = session
         self._owns_session = session is None
+        if session is None:
+            import requests  # here, not at import: bootstrap imports this module on demand
+
+            session = requests.Session()
+        self._session = session
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def close(self) -> None:
-        if self._session is not None and self._owns_session:
+        """Close the HTTP session (unless it was given to us)."""
+        if self._owns_session:
             self._session.close()
-            self._session = None
 
     def transaction(self) -> AbstractContextManager[None]:
         """A no-op: REST has no transactions, each write stands alone (handlers are
@@ -124,7 +130,7 @@ class KubeflowModelRegistry:
         return _model(self._call("PATCH", f"/registered_models/{model.id}", json=body))
 
     def list_models(self) -> list[RegisteredModel]:
-        return [_model(item) for item in self._items("/registered_models", PAGE_SIZE)]
+        return [_model(item) for item in self._listing("/registered_models", "/registered_models")]
 
     # versions
     def get_version(self, model_id: str, name: str) -> ModelVersion | None:
@@ -132,7 +138,7 @@ class KubeflowModelRegistry:
         try:
             found = self._call("GET", "/model_version", params=params, missing_ok=True)
         except _BrokenQuery:
-            found = next((v for v in self._all_versions(model_id) if v["name"] == name), {})
+            return next((v for v in self.list_versions(model_id) if v.name == name), None)
         return _version(found) if found else None
 
     def create_version(
@@ -152,28 +158,27 @@ class KubeflowModelRegistry:
 
     def list_versions(self, model_id: str) -> list[ModelVersion]:
         scoped = f"/registered_models/{model_id}/versions"
-        items = self._scoped(scoped, lambda: self._all_versions(model_id))
+        items = self._listing(
+            scoped, "/model_versions", lambda v: v.get("registeredModelId") == model_id
+        )
         return [_version(item) for item in items]
-
-    def _all_versions(self, model_id: str) -> list[Json]:
-        items = self._items("/model_versions", None)
-        return [v for v in items if v.get("registeredModelId") == model_id]
 
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
         scoped = f"/model_versions/{version_id}/artifacts"
-        items = self._scoped(scoped, lambda: self._all_artifacts(version_id), artifactType=_TYPE)
-        return [_artifact(a, version_id) for a in items if a.get("artifactType") == _TYPE]
-
-    def _all_artifacts(self, version_id: str) -> list[Json]:
-        items = self._items("/model_artifacts", None)
-        return [a for a in items if _props(a).get(VERSION_ID) == version_id]
+        items = self._listing(
+            scoped,
+            "/model_artifacts",
+            lambda a: _props(a).get(VERSION_ID) == version_id,
+            artifactType=ARTIFACT_TYPE,
+        )
+        return [_artifact(a, version_id) for a in items if a.get("artifactType") == ARTIFACT_TYPE]
 
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         props = {**artifact.custom_properties, DIGEST: artifact.digest}
         props[VERSION_ID] = artifact.version_id
         body = {
-            "artifactType": _TYPE,
+            "artifactType": ARTIFACT_TYPE,
             "uri": artifact.uri,
             "state": str(artifact.state),
             "customProperties": _values(props),
@@ -187,25 +192,14 @@ class KubeflowModelRegistry:
         return _artifact(stored, artifact.version_id)
 
     # HTTP
-    def _http(self) -> requests.Session:
-        if self._session is None:
-            import requests
-
-            self._session = requests.Session()
-        return self._session
-
     def _call(self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any) -> Json:
         """One request; its JSON object answer ({} for a 404 when `missing_ok`)."""
         import requests
 
         where = f"{method} {path}"
         try:
-            response = self._http().request(
-                method,
-                self.api_url + path,
-                headers=self._headers,
-                timeout=self._timeout,
-                **kwargs,
+            response = self._session.request(
+                method, self.api_url + path, headers=self._headers, timeout=self._timeout, **kwargs
             )
         except requests.RequestException as exc:  # refused, reset, timed out
             raise Unavailable(f"model registry: {where} failed: {exc}", url=self.api_url) from None
@@ -233,11 +227,15 @@ class KubeflowModelRegistry:
                 return
             params["nextPageToken"] = token
 
-    def _scoped(self, path: str, fallback: Callable[[], list[Json]], **params: str) -> list[Json]:
+    def _listing(
+        self, path: str, fallback: str, keep: Callable[[Json], bool] = bool, **params: str
+    ) -> list[Json]:
+        """A paged listing or, where the server cannot run it (42P01), the global listing
+        `fallback` in the server's own pages, filtered by `keep`."""
         try:
             return list(self._items(path, PAGE_SIZE, **params))
         except _BrokenQuery:
-            return fallback()
+            return [item for item in self._items(fallback, None) if keep(item)]
 
 
 def _message(response: requests.Response) -> str:
