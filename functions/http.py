@@ -34,25 +34,30 @@ def call_function(name: str, request: flask.Request, deps: Deps) -> Response:
 
 def publish(request: flask.Request, deps: Deps) -> Response:
     """`POST /` (or any path outside /functions/): the broker. Answers with every outcome
-    of the chain. Paths let upstreams be told apart, e.g. for per-route authentication."""
+    of the chain. Paths let upstreams be told apart, e.g. for per-route authentication.
+
+    With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
+    instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
     from functions.broker import Broker
     from functions.router import load_triggers
 
     try:
         events = ingest(dict(request.headers), request.get_data(), deps, request.path)
+        if deps.sink is not None:
+            for event in events:
+                deps.sink(event)
+            return _json(202, {"forwarded": [e.id for e in events]})
         broker = Broker(load_triggers(deps.settings.router.triggers), deps)
     except ModelhooksError as exc:
-        return Response(
-            exc.status, {"Content-Type": "application/json"}, json.dumps(exc.as_json()).encode()
-        )
+        return _json(exc.status, exc.as_json())
     outcomes = [o for event in events for o in broker.publish(event)]
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
-    return Response(
-        200 if status < 300 else status,
-        {"Content-Type": "application/json"},
-        json.dumps(doc).encode(),
-    )
+    return _json(200 if status < 300 else status, doc)
+
+
+def _json(status: int, doc: object) -> Response:
+    return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())
 
 
 def create_app(deps: Deps) -> flask.Flask:

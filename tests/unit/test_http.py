@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -293,11 +294,11 @@ def test_out_of_order_delete_before_create(client: FlaskClient, home: Path) -> N
     assert versions(home, "sentiment") == []
 
 
-def test_k_sink_receives_the_reply(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def sink(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, str]]]:
+    """A local HTTP sink set as K_SINK; yields the headers of what it received."""
     import http.server
     import threading
-
-    from functions_framework import create_app
 
     from functions import bootstrap
 
@@ -316,21 +317,40 @@ def test_k_sink_receives_the_reply(home: Path, monkeypatch: pytest.MonkeyPatch) 
     server = http.server.HTTPServer(("127.0.0.1", 0), Sink)
     thread = threading.Thread(target=server.serve_forever)
     thread.start()
+    monkeypatch.setenv("K_SINK", f"http://127.0.0.1:{server.server_port}/")
+    bootstrap.reset()
     try:
-        monkeypatch.setenv("K_SINK", f"http://127.0.0.1:{server.server_port}/")
-        bootstrap.reset()
-        app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
-        resp = app.test_client().post(
-            "/",
-            json=structured("canonical-artifact-pushed"),
-            content_type="application/cloudevents+json",
-        )
+        yield got
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_k_sink_receives_the_reply(sink: list[dict[str, str]]) -> None:
+    from functions_framework import create_app
+
+    app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+    resp = app.test_client().post(
+        "/",
+        json=structured("canonical-artifact-pushed"),
+        content_type="application/cloudevents+json",
+    )
     assert resp.status_code == 204
-    assert [h["ce-type"] for h in got] == ["dev.modelhooks.model.registered"]
+    assert [h["ce-type"] for h in sink] == ["dev.modelhooks.model.registered"]
+
+
+def test_serve_with_a_sink_is_the_ingress(sink: list[dict[str, str]], home: Path) -> None:
+    """The cluster's ingress Service: native webhooks in, canonical events to the Broker."""
+    from functions.bootstrap import build
+    from functions.http import create_app
+
+    client = create_app(build()).test_client()
+    resp = client.post("/minio-events", json=samples.load("s3-minio-put-marker"))
+    assert resp.status_code == 202, resp.get_data(as_text=True)
+    assert [h["ce-type"] for h in sink] == ["dev.modelhooks.artifact.pushed"]
+    assert resp.json is not None and resp.json["forwarded"] == [sink[0]["ce-id"]]
+    assert not (home / "registry.db").exists() or registry(home).list_models() == []
 
 
 def test_serve_routes_by_the_knative_triggers(serve: FlaskClient, home: Path) -> None:
