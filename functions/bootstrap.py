@@ -105,7 +105,12 @@ def _http_sink(url: str) -> Sink:
 
 
 def reset() -> None:
-    """Forget the cached settings and dependencies (tests; a config reload)."""
+    """Close and forget the cached dependencies and settings (tests; a config reload)."""
+    built = [_default_deps()] if _default_deps.cache_info().currsize else []
+    for deps in built:
+        close = getattr(deps.registry, "close", None)
+        if callable(close):
+            close()
     _default_settings.cache_clear()
     _default_deps.cache_clear()
     _build.cache_clear()
