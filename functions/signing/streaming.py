@@ -71,9 +71,9 @@ class HashOptions:
     # Tuning; None = auto. A local disk is read synchronously by each worker (page-cache
     # copies gain nothing from prefetching); a remote store keeps `readahead` ranged GETs
     # in flight per worker to hide latency.
-    chunk_size: int | None = None  # auto: 1 MiB local (stays in cache), 4 MiB remote
+    chunk_size: int | None = None  # auto: 1 MiB local (stays in cache), 8 MiB remote
     workers: int | None = None  # auto: CPUs + 4 (more units than cores balances the tail)
-    readahead: int | None = None  # auto: 0 local, 2 remote
+    readahead: int | None = None  # auto: 0 local, 1 remote
 
     def serialization(self) -> Serialization:
         ignored = {self.signature_name, self.ready_marker, *DEFAULT_IGNORED, *self.ignore_paths}
@@ -90,9 +90,9 @@ class HashOptions:
         local = isinstance(store, LocalObjectStore)
         return replace(
             self,
-            chunk_size=self.chunk_size or (MiB if local else 4 * MiB),
+            chunk_size=self.chunk_size or (MiB if local else 8 * MiB),
             workers=self.workers or min(32, (os.cpu_count() or 2) + 4),
-            readahead=self.readahead if self.readahead is not None else (0 if local else 2),
+            readahead=self.readahead if self.readahead is not None else (0 if local else 1),
         )
 
     def max_buffered(self, store: ObjectStore) -> int:

@@ -260,6 +260,7 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=2560)
     parser.add_argument("--files", type=int, default=5)
     parser.add_argument("--skip-minio", action="store_true")
+    parser.add_argument("--skip-local", action="store_true")
     for child_arg in ("case", "model", "key", "endpoint", "access", "secret", "bucket"):
         parser.add_argument(f"--{child_arg}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -277,7 +278,8 @@ def main() -> None:
         print(
             f"cpus: {os.cpu_count()}  load: {load}  model: {args.files} files, {args.size_mib} MiB"
         )
-        _local(model, keys.private)
+        if not args.skip_local:
+            _local(model, keys.private)
         if not args.skip_minio:
             _minio(model, keys.private)
         print("load average at the end: " + "/".join(f"{x:.1f}" for x in os.getloadavg()))
