@@ -18,12 +18,19 @@ class ServerFailed(RuntimeError):
     """A server did not start or did not become ready; the message carries its log tail."""
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """An ephemeral loopback port, free right now (the kernel will not hand it out again soon)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """An ephemeral loopback port, free right now and not handed out before in this process
+    (notification ports stay unbound until a test listens, so the kernel could reuse them)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def log_tail(path: Path, lines: int = 80) -> str:
@@ -57,15 +64,19 @@ class Process:
         self._log.write(f"$ {shlex.join(self.argv)}\n".encode())
         self._log.flush()
         self.started = time.monotonic()
-        self._popen = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            cwd=cwd,
-            start_new_session=True,
-        )
+        try:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._log.close()
+            raise ServerFailed(f"{name}: cannot run {self.argv[0]}: {exc}") from exc
 
     @property
     def pid(self) -> int:

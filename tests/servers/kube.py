@@ -71,7 +71,7 @@ class KubeApiServer:
         try:
             yield api
         finally:
-            api.close()  # type: ignore[no-untyped-call]
+            api.close()  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def _get(url: str, *, token: str | None = None, context: ssl.SSLContext | None = None) -> str:
