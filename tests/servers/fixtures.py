@@ -35,7 +35,7 @@ from tests.servers._proc import Process, ServerFailed, log_tail
 from tests.servers.kube import KubeApiServer, start_kube
 from tests.servers.model_registry import ModelRegistry, start_model_registry
 from tests.servers.objectstores import FakeGcs, Minio, start_fake_gcs, start_minio
-from tests.servers.recipes import RECIPES
+from tests.servers.recipes import RECIPES, declared_unavailable
 from tests.servers.registries import OciRegistry, start_docker_registry, start_zot
 
 T = TypeVar("T")
@@ -51,6 +51,12 @@ def _serve(
 ) -> Iterator[T]:
     name = request.fixturename or "server"
     missing = [n for n in needs if not RECIPES[n].installed()]
+    blocked = declared_unavailable()
+    if missing and all(n in blocked for n in missing):
+        pytest.skip(
+            f"{', '.join(missing)} cannot be had on this machine (declared in "
+            f"MODELHOOKS_TEST_UNAVAILABLE): {'; '.join(blocked[n] for n in missing)}"
+        )
     if missing:
         pytest.fail(
             f"test server(s) {missing} not installed for fixture {name!r}: run `make servers` "
