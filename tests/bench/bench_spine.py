@@ -121,7 +121,7 @@ def throughput(target: str, source: Path, seconds: float, concurrency: int) -> f
             counter = iter(range(1, 10**9))
             lock = threading.Lock()
             done = [0]
-            errors = [0]
+            errors: list[str] = []
             deadline = time.perf_counter() + seconds
 
             def client() -> None:
@@ -132,12 +132,12 @@ def throughput(target: str, source: Path, seconds: float, concurrency: int) -> f
                     headers, body = pushed_event(n)
                     conn.request("POST", "/", body=body, headers=headers)
                     resp = conn.getresponse()
-                    resp.read()
+                    body = resp.read()
                     with lock:
                         if resp.status < 300:
                             done[0] += 1
                         else:
-                            errors[0] += 1
+                            errors.append(f"{resp.status} {body[:300]!r}")
                 conn.close()
 
             threads = [threading.Thread(target=client) for _ in range(concurrency)]
@@ -147,8 +147,8 @@ def throughput(target: str, source: Path, seconds: float, concurrency: int) -> f
             for t in threads:
                 t.join()
             elapsed = time.perf_counter() - t0
-            if errors[0]:
-                raise RuntimeError(f"{target}: {errors[0]} requests failed")
+            if errors:
+                raise RuntimeError(f"{target}: {len(errors)} requests failed, e.g. {errors[0]}")
             return done[0] / elapsed
         finally:
             proc.terminate()
