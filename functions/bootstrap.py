@@ -15,10 +15,11 @@ from typing import Any
 from events.layout import ObjectLayout
 from events.model import CanonicalEvent
 from functions.logs import configure as configure_logs
-from functions.ports import ModelRegistry
+from functions.ports import ModelRegistry, Signer
 from functions.routes import RouteAuth
 from functions.runtime import Dedupe
 from functions.settings import Settings, load_settings
+from functions.signing.streaming import HashOptions
 from functions.stores import Stores
 from functions.tenancy import Tenancy
 
@@ -37,6 +38,8 @@ class Deps:
     dedupe: Dedupe
     auth: RouteAuth
     sink: Sink | None
+    signer: Signer | None = None
+    signing: HashOptions | None = None
 
 
 def build(settings: Settings | None = None, **overrides: Any) -> Deps:
@@ -67,7 +70,14 @@ def _build(settings: Settings) -> Deps:
         dedupe=Dedupe(settings.ingress.dedupe_size),
         auth=RouteAuth.from_settings(settings.ingress.auth, settings.ingress.route_auth),
         sink=_http_sink(settings.router.sink) if settings.router.sink else None,
+        **_signing(settings),
     )
+
+
+def _signing(settings: Settings) -> dict[str, Any]:
+    """The signer (None when signing is off, by the enabling rule) and hashing options."""
+    config = settings.signing.config(ready_marker=settings.layout.marker)
+    return {"signer": config.signer(), "signing": config.options()}
 
 
 def _registry(settings: Settings) -> ModelRegistry:

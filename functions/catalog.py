@@ -10,6 +10,7 @@ __all__ = ["NAMES", "load"]
 
 _MODULES = {
     "register": "functions.register",
+    "sign": "functions.sign",
 }
 NAMES = tuple(sorted(_MODULES))
 

@@ -18,9 +18,14 @@ from functions.http import call_function, to_flask
 if TYPE_CHECKING:
     import flask
 
-__all__ = ["register"]
+__all__ = ["register", "sign"]
 
 
 @functions_framework.http
 def register(request: flask.Request) -> flask.Response:
     return to_flask(call_function("register", request, build()))
+
+
+@functions_framework.http
+def sign(request: flask.Request) -> flask.Response:
+    return to_flask(call_function("sign", request, build()))

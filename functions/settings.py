@@ -17,13 +17,16 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, field
 
 from events.layout import ObjectLayout
 from functions.errors import ConfigError
+
+if TYPE_CHECKING:
+    from functions.signing.config import SigningConfig
 
 __all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
 
@@ -126,6 +129,62 @@ class ServeSettings(_Section, frozen=True, kw_only=True):
     ] = 1.0
 
 
+class SigningSettings(_Section, frozen=True, kw_only=True):
+    enabled: Annotated[
+        Literal["", "true", "false"],
+        doc(
+            "explicit on/off; empty: on when a key or certificate is set, or when all of "
+            "SIGSTORE_TUF_URL, SIGSTORE_FULCIO_URL, SIGSTORE_REKOR_URL are"
+        ),
+    ] = ""
+    key: Annotated[str, doc("EC private key PEM (key method; the certificate's key)")] = ""
+    password_file: Annotated[str, doc("file holding the private key's password")] = ""
+    certificate: Annotated[str, doc("signing certificate PEM (certificate method)")] = ""
+    certificate_chain: Annotated[
+        str, doc("PEM files, comma-separated: intermediates to sign, trusted roots to verify")
+    ] = ""
+    public_key: Annotated[str, doc("public key PEM to verify with (key method)")] = ""
+    identity_token: Annotated[
+        str, doc("OIDC token file for keyless signing (e.g. a projected service-account token)")
+    ] = ""
+    trust_config: Annotated[str, doc("sigstore ClientTrustConfig JSON (keyless)")] = ""
+    identity: Annotated[str, doc("keyless verify: the signer identity expected")] = ""
+    issuer: Annotated[str, doc("keyless verify: the OIDC issuer expected")] = ""
+    signature_name: Annotated[str, doc("the signature's file name inside the model prefix")] = (
+        "model.sig"
+    )
+    hash: Annotated[Literal["sha256", "blake3"], doc("digest of each file")] = "sha256"
+    shard_size: Annotated[
+        int, doc("hash files in shards of this many bytes (0 = one digest per file)", ge=0)
+    ] = 0
+
+    def config(self, ready_marker: str) -> SigningConfig:
+        from functions.signing.config import SigningConfig
+
+        return SigningConfig(
+            enabled_flag={"": None, "true": True, "false": False}[self.enabled],
+            key=_path(self.key),
+            password_file=_path(self.password_file),
+            certificate=_path(self.certificate),
+            certificate_chain=tuple(
+                Path(p.strip()) for p in self.certificate_chain.split(",") if p.strip()
+            ),
+            public_key=_path(self.public_key),
+            identity_token=_path(self.identity_token),
+            trust_config=_path(self.trust_config),
+            identity=self.identity,
+            issuer=self.issuer,
+            signature_name=self.signature_name,
+            ready_marker=ready_marker,
+            hash=self.hash,
+            shard_size=self.shard_size,
+        )
+
+
+def _path(value: str) -> Path | None:
+    return Path(value) if value else None
+
+
 class TenancySettings(_Section, frozen=True, kw_only=True):
     tenants: Annotated[
         str,
@@ -147,6 +206,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     ingress: IngressSettings = field(default_factory=IngressSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
     serve: ServeSettings = field(default_factory=ServeSettings)
+    signing: SigningSettings = field(default_factory=SigningSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 

@@ -42,12 +42,10 @@ SIGNATURE_PROPERTIES = (
 
 
 def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
-    # The composition root provides `signer` (None when signing is off) and `signing`
-    # (HashOptions); until it does, signing is off.
-    signer: Signer | None = getattr(deps, "signer", None)
+    signer = deps.signer  # None when signing is off (see SigningConfig.enabled)
     if not isinstance(event.data, ArtifactPushed) or signer is None:
         return []
-    options: HashOptions = getattr(deps, "signing", None) or HashOptions()
+    options = deps.signing or HashOptions()
     return sign_artifact(
         event,
         event.data,
