@@ -13,6 +13,7 @@ kube_apiserver     kube.KubeApiServer (url, ca_file, admin_token, ca, write_kube
 minio              objectstores.Minio (endpoint_url, keys, notify_port/url/token/arn, s3_client)
 fake_gcs           objectstores.FakeGcs (url, project, env, storage_client)
 docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
+distribution3      registries.OciRegistry (same fields; distribution v3, tag DELETE)
 zot                registries.OciRegistry (same fields; CloudEvents to notify_url)
 model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
 =================  ===========================================================
@@ -36,7 +37,12 @@ from tests.servers.kube import KubeApiServer, start_kube
 from tests.servers.model_registry import ModelRegistry, start_model_registry
 from tests.servers.objectstores import FakeGcs, Minio, start_fake_gcs, start_minio
 from tests.servers.recipes import RECIPES, declared_unavailable
-from tests.servers.registries import OciRegistry, start_docker_registry, start_zot
+from tests.servers.registries import (
+    OciRegistry,
+    start_distribution3,
+    start_docker_registry,
+    start_zot,
+)
 
 T = TypeVar("T")
 _LOGS = pytest.StashKey[dict[str, tuple[Path, ...]]]()
@@ -109,6 +115,14 @@ def docker_registry(
 ) -> Iterator[OciRegistry]:
     """distribution 2.8: deletes enabled, notifications to ``notify_url``."""
     yield from _serve(request, tmp_path_factory, ("docker-registry",), start_docker_registry)
+
+
+@pytest.fixture(scope="session")
+def distribution3(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OciRegistry]:
+    """distribution v3: deletes enabled, notifications to ``notify_url``."""
+    yield from _serve(request, tmp_path_factory, ("distribution3",), start_distribution3)
 
 
 @pytest.fixture(scope="session")

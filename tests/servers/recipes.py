@@ -250,6 +250,14 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
             package="zotregistry.dev/zot/v2/cmd/zot",
             tags=("events",),  # never "ui": it needs a prebuilt web bundle
         ),
+        GoBuild(
+            # distribution v3: tag DELETE (and whatever else test_smoke_distribution3 records);
+            # its go.mod has no replace directives.
+            name="distribution3",
+            module="github.com/distribution/distribution/v3",
+            version="v3.1.2",
+            package="github.com/distribution/distribution/v3/cmd/registry",
+        ),
         AptPackage(
             name="postgresql",
             package="postgresql",

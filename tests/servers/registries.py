@@ -1,8 +1,9 @@
-"""OCI registries on loopback: distribution 2.8 (docker-registry) and zot (events extension).
+"""OCI registries on loopback: distribution 2.8 (docker-registry), distribution v3
+(distribution3) and zot (events extension).
 
-Both post notifications to ``http://127.0.0.1:<notify_port>/<kind>-events`` with
+All post notifications to ``http://127.0.0.1:<notify_port>/<kind>-events`` with
 ``Authorization: Bearer <notify_token>``; the registry does not own that port, a test or a
-function listens on it. distribution retries undelivered notifications (so a listener
+function listens on it. distribution (both versions) retries undelivered notifications (so a listener
 started later still receives them: filter by repository); zot sends CloudEvents.
 """
 
@@ -23,7 +24,7 @@ from tests.servers.recipes import RECIPES
 @dataclass(frozen=True)
 class OciRegistry:
     """``url`` (http://127.0.0.1:P, no auth), ``host`` (127.0.0.1:P for references),
-    ``kind`` ("docker-registry" or "zot") and the notification target described above."""
+    ``kind`` ("docker-registry", "distribution3" or "zot") and the notification target described above."""
 
     kind: str
     url: str
@@ -44,9 +45,12 @@ def _notify_target(kind: str) -> tuple[int, str, str]:
     return port, f"http://127.0.0.1:{port}/{kind}-events", secrets.token_hex(16)
 
 
-def start_docker_registry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+def _start_distribution(
+    workdir: Path, kind: str, argv: list[str | Path], env: dict[str, str] | None = None
+) -> tuple[OciRegistry, list[Process]]:
+    """distribution 2.8 and v3 read the same configuration (version 0.1)."""
     port = free_port()
-    notify_port, notify_url, token = _notify_target("docker-registry")
+    notify_port, notify_url, token = _notify_target(kind)
     config = {
         "version": 0.1,
         "log": {"level": "info", "formatter": "text"},
@@ -69,12 +73,10 @@ def start_docker_registry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
             ]
         },
     }
-    config_file = workdir / "docker-registry.yml"
+    config_file = workdir / f"{kind}.yml"
     config_file.write_text(yaml.safe_dump(config))
     process = Process(
-        "docker-registry",
-        [RECIPES["docker-registry"].binary(), "serve", config_file],
-        log_path=workdir / "docker-registry.log",
+        kind, [*argv, "serve", config_file], log_path=workdir / f"{kind}.log", env=env
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -83,15 +85,21 @@ def start_docker_registry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
         process.stop()
         raise
     info = OciRegistry(
-        "docker-registry",
-        url,
-        f"127.0.0.1:{port}",
-        notify_port,
-        notify_url,
-        token,
-        (process.log_path,),
+        kind, url, f"127.0.0.1:{port}", notify_port, notify_url, token, (process.log_path,)
     )
     return info, [process]
+
+
+def start_docker_registry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+    return _start_distribution(workdir, "docker-registry", [RECIPES["docker-registry"].binary()])
+
+
+def start_distribution3(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+    # v3 exports OpenTelemetry traces by default (OTLP to localhost); keep it quiet.
+    env = {"OTEL_TRACES_EXPORTER": "none"}
+    return _start_distribution(
+        workdir, "distribution3", [RECIPES["distribution3"].binary()], env=env
+    )
 
 
 def start_zot(workdir: Path) -> tuple[OciRegistry, list[Process]]:
