@@ -106,6 +106,7 @@ def test_distribution3_tag_delete_no_referrers_and_notifications(
             headers={"Accept": "application/vnd.oci.image.index.v1+json"},
         )
         assert referrers.status_code == 404, referrers.text
+        assert referrers.text.strip() == "404 page not found"  # the router's: no such route
 
         # Tag DELETE: 202, only the tag goes.
         untag = http.delete(f"{reg.url}/v2/{repo}/manifests/v2")
