@@ -1,6 +1,7 @@
 # modelhooks on Google Cloud: one Cloud Run function per modelhooks function, each with its
 # own service account and dead-letter topic; GCS finalize events (Eventarc) and Artifact
-# Registry notifications (Pub/Sub push, OIDC) deliver to register. See README.md.
+# Registry notifications (Pub/Sub push, OIDC) deliver to register and, through their own
+# trigger and subscription, to sign. See README.md.
 
 locals {
   eventarc_location = var.eventarc_location != "" ? var.eventarc_location : var.region
@@ -16,6 +17,21 @@ locals {
   }
   registry_token_readers = {
     for name, fn in var.functions : name => fn if var.registry_token_secret != ""
+  }
+
+  # sign's key: the secret mounted as a file (MODELHOOKS_SIGNING_KEY is a path), sign only
+  signing_key_dir = "/etc/modelhooks/signing"
+  signing_env = {
+    for name, fn in var.functions : name => {
+      MODELHOOKS_SIGNING_KEY = "${local.signing_key_dir}/private-key.pem"
+    } if name == "sign" && var.signing_key_secret != ""
+  }
+
+  # (function, role) pairs for the per-function roles on the models bucket
+  function_models_roles = {
+    for pair in flatten([
+      for name, fn in var.functions : [for role in fn.models_bucket_roles : { name = name, role = role }]
+    ]) : "${pair.name}/${pair.role}" => pair
   }
 
   # (function, role) pairs for the per-function project roles
@@ -126,7 +142,7 @@ resource "google_cloudfunctions2_function" "function" {
     max_instance_count             = each.value.max_instances
     ingress_settings               = var.ingress_settings
     all_traffic_on_latest_revision = true
-    environment_variables          = merge(var.settings, local.registry_env, each.value.env)
+    environment_variables          = merge(var.settings, local.registry_env, lookup(local.signing_env, each.key, {}), each.value.env)
 
     dynamic "secret_environment_variables" {
       for_each = var.registry_token_secret == "" ? [] : [var.registry_token_secret]
@@ -137,9 +153,27 @@ resource "google_cloudfunctions2_function" "function" {
         version    = "latest"
       }
     }
+
+    # sign only: its private key as a read-only file
+    dynamic "secret_volumes" {
+      for_each = contains(keys(local.signing_env), each.key) ? [var.signing_key_secret] : []
+      content {
+        mount_path = local.signing_key_dir
+        project_id = var.project_id
+        secret     = secret_volumes.value
+        versions {
+          version = "latest"
+          path    = "private-key.pem"
+        }
+      }
+    }
   }
 
-  depends_on = [google_project_service.apis, google_secret_manager_secret_iam_member.registry_token]
+  depends_on = [
+    google_project_service.apis,
+    google_secret_manager_secret_iam_member.registry_token,
+    google_secret_manager_secret_iam_member.signing_key,
+  ]
 }
 
 # ---------------------------------------------------------------------------------------
@@ -209,10 +243,79 @@ resource "google_pubsub_subscription" "gcr_register" {
   ]
 }
 
+# sign ← GCS and Artifact Registry: the same events as register, through its own trigger and
+# subscription (each gets every message). Until register has registered the version sign
+# answers 503, and Eventarc / Pub/Sub redeliver with backoff. Its own writes (model.sig) are
+# not ready markers: they make no event. A delivery outlives the 600 s ack deadline of
+# both paths only for the largest models (sign's timeout is 900 s); the redelivery then
+# finds the signature already recorded, or the conditional write refuses a second one.
+
+resource "google_eventarc_trigger" "models_finalized_sign" {
+  name            = "${var.name_prefix}-sign-models-finalized"
+  location        = local.eventarc_location
+  service_account = google_service_account.eventarc.email
+
+  matching_criteria {
+    attribute = "type"
+    value     = "google.cloud.storage.object.v1.finalized"
+  }
+  matching_criteria {
+    attribute = "bucket"
+    value     = var.models_bucket
+  }
+
+  destination {
+    cloud_run_service {
+      service = google_cloudfunctions2_function.function["sign"].service_config[0].service
+      region  = var.region
+    }
+  }
+
+  depends_on = [
+    google_project_iam_member.eventarc_receiver,
+    google_project_iam_member.gcs_publishes_events,
+    google_cloud_run_v2_service_iam_member.eventarc_invokes_sign,
+  ]
+}
+
+resource "google_pubsub_subscription" "gcr_sign" {
+  name                 = "${var.name_prefix}-sign-gcr"
+  topic                = var.create_gcr_topic ? google_pubsub_topic.gcr[0].id : "projects/${var.project_id}/topics/${var.gcr_topic}"
+  ack_deadline_seconds = min(600, var.functions["sign"].timeout_seconds)
+
+  push_config {
+    push_endpoint = google_cloudfunctions2_function.function["sign"].url
+    oidc_token {
+      service_account_email = google_service_account.push.email
+      audience              = var.push_audience != "" ? var.push_audience : google_cloudfunctions2_function.function["sign"].url
+    }
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter["sign"].id
+    max_delivery_attempts = var.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [
+    google_cloud_run_v2_service_iam_member.push_invokes_sign,
+    google_service_account_iam_member.pubsub_mints_push_tokens,
+  ]
+}
+
 # ---------------------------------------------------------------------------------------
 # IAM, least privilege.
 
-# Eventarc's identity receives events and invokes register; nothing else invokes it.
+# Eventarc's identity receives events and invokes register and sign; with the push identity
+# they are the only invokers.
 resource "google_project_iam_member" "eventarc_receiver" {
   project = var.project_id
   role    = "roles/eventarc.eventReceiver"
@@ -229,6 +332,20 @@ resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes_register" {
 resource "google_cloud_run_v2_service_iam_member" "push_invokes_register" {
   location = var.region
   name     = google_cloudfunctions2_function.function["register"].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}
+
+resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes_sign" {
+  location = var.region
+  name     = google_cloudfunctions2_function.function["sign"].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.eventarc.member
+}
+
+resource "google_cloud_run_v2_service_iam_member" "push_invokes_sign" {
+  location = var.region
+  name     = google_cloudfunctions2_function.function["sign"].service_config[0].service
   role     = "roles/run.invoker"
   member   = google_service_account.push.member
 }
@@ -261,13 +378,19 @@ resource "google_pubsub_subscription_iam_member" "pubsub_acks_gcr_register" {
   member       = local.pubsub_agent
 }
 
-# Each function reads the models bucket (or what its models_bucket_role says) and publishes
-# its canonical replies.
+resource "google_pubsub_subscription_iam_member" "pubsub_acks_gcr_sign" {
+  subscription = google_pubsub_subscription.gcr_sign.id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_agent
+}
+
+# Each function gets its models_bucket_roles on the models bucket (objectViewer unless it
+# says otherwise; sign also objectCreator) and publishes its canonical replies.
 resource "google_storage_bucket_iam_member" "function_models" {
-  for_each = var.functions
+  for_each = local.function_models_roles
   bucket   = var.models_bucket
-  role     = each.value.models_bucket_role
-  member   = google_service_account.function[each.key].member
+  role     = each.value.role
+  member   = google_service_account.function[each.value.name].member
 }
 
 resource "google_pubsub_topic_iam_member" "function_replies" {
@@ -288,6 +411,15 @@ resource "google_secret_manager_secret_iam_member" "registry_token" {
   for_each  = local.registry_token_readers
   project   = var.project_id
   secret_id = var.registry_token_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function[each.key].member
+}
+
+# sign's private key: readable by sign's account only.
+resource "google_secret_manager_secret_iam_member" "signing_key" {
+  for_each  = local.signing_env
+  project   = var.project_id
+  secret_id = var.signing_key_secret
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
 }

@@ -32,3 +32,19 @@ output "eventarc_trigger" {
   description = "The Eventarc trigger delivering the models bucket's finalized objects to register."
   value       = google_eventarc_trigger.models_finalized.id
 }
+
+output "gcr_subscriptions" {
+  description = "The push subscriptions delivering Artifact Registry notifications, by function (register, sign)."
+  value = {
+    register = google_pubsub_subscription.gcr_register.id
+    sign     = google_pubsub_subscription.gcr_sign.id
+  }
+}
+
+output "eventarc_triggers" {
+  description = "The Eventarc triggers delivering the models bucket's finalized objects, by function (register, sign)."
+  value = {
+    register = google_eventarc_trigger.models_finalized.id
+    sign     = google_eventarc_trigger.models_finalized_sign.id
+  }
+}

@@ -31,7 +31,7 @@ variable "source_object" {
 }
 
 variable "models_bucket" {
-  description = "Bucket the models are pushed to: google.cloud.storage.object.v1.finalized events from it reach register."
+  description = "Bucket the models are pushed to: google.cloud.storage.object.v1.finalized events from it reach register and sign."
   type        = string
 }
 
@@ -45,27 +45,41 @@ variable "functions" {
   description = <<-EOT
     One Cloud Run function per entry, named like the functions in functions/catalog.py (the
     key is also the functions-framework target). Per function: memory, timeout_seconds,
-    min_instances, max_instances, env (extra environment, over var.settings), models_bucket_role
-    (its role on the models bucket) and project_roles (extra project roles, least privilege).
+    min_instances, max_instances, env (extra environment, over var.settings),
+    models_bucket_roles (its roles on the models bucket) and project_roles (extra project
+    roles, least privilege).
   EOT
   type = map(object({
-    memory             = optional(string, "512M")
-    timeout_seconds    = optional(number, 300)
-    min_instances      = optional(number, 0)
-    max_instances      = optional(number, 10)
-    env                = optional(map(string), {})
-    models_bucket_role = optional(string, "roles/storage.objectViewer")
-    project_roles      = optional(list(string), [])
+    memory              = optional(string, "512M")
+    timeout_seconds     = optional(number, 300)
+    min_instances       = optional(number, 0)
+    max_instances       = optional(number, 10)
+    env                 = optional(map(string), {})
+    models_bucket_roles = optional(list(string), ["roles/storage.objectViewer"])
+    project_roles       = optional(list(string), [])
   }))
   default = {
     register = {
       project_roles = ["roles/artifactregistry.reader"]
     }
+    # sign streams the whole model through a hash: more memory and time than register.
+    # On the models bucket it lists and reads (objectViewer) and creates <prefix>/model.sig
+    # (objectCreator: storage.objects.create, enough for its conditional write, which never
+    # overwrites). objectCreator alone cannot read, and objectUser / objectAdmin would add
+    # delete and update, which sign never needs. In Artifact Registry it reads the model and
+    # pushes the signature as a referrer manifest: artifactregistry.writer (push, no delete);
+    # bind it on the model repositories instead of the project where you can.
+    sign = {
+      memory              = "2G"
+      timeout_seconds     = 900
+      models_bucket_roles = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
+      project_roles       = ["roles/artifactregistry.writer"]
+    }
   }
 
   validation {
-    condition     = contains(keys(var.functions), "register")
-    error_message = "functions must include register: the Eventarc trigger and the gcr subscription deliver to it."
+    condition     = contains(keys(var.functions), "register") && contains(keys(var.functions), "sign")
+    error_message = "functions must include register and sign: the Eventarc triggers and the gcr subscriptions deliver to them."
   }
 }
 
@@ -89,6 +103,12 @@ variable "registry_url" {
 
 variable "registry_token_secret" {
   description = "Secret Manager secret id holding the registry's bearer token (MODELHOOKS_REGISTRY_TOKEN, latest version). Empty = no token."
+  type        = string
+  default     = ""
+}
+
+variable "signing_key_secret" {
+  description = "Secret Manager secret id holding sign's EC private key PEM (latest version), mounted as a file for MODELHOOKS_SIGNING_KEY; only sign's account may read it. Empty = no key mounted: sign then follows its env in var.functions (by the enabling rule, off unless something turns it on)."
   type        = string
   default     = ""
 }
@@ -117,7 +137,7 @@ variable "create_gcr_topic" {
 }
 
 variable "push_audience" {
-  description = "Audience of the OIDC token Pub/Sub pushes with. Empty = the register function's URL (what Cloud Run checks by default)."
+  description = "Audience of the OIDC token Pub/Sub pushes with. Empty = each subscription's function URL (what Cloud Run checks by default)."
   type        = string
   default     = ""
 }

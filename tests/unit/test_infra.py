@@ -30,6 +30,7 @@ SETTINGS_ENV = {spec.env for spec in describe()}
 PLATFORM_ENV = {"PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION", "K_SINK"}
 BROKER = {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": "modelhooks"}
 DEAD_LETTER = "modelhooks-dead-letter"
+SIGNING_KEY_SECRET = "modelhooks-signing-key"
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -191,6 +192,66 @@ def test_knative_services_share_one_image(services: dict[str, dict[str, Any]]) -
     assert len(images) == 1, f"one image for every service, got {images}"
 
 
+def test_register_is_routed_before_sign_in_process() -> None:
+    """`modelhooks serve` runs functions in Trigger order: register must have registered the
+    version before sign looks it up (in the cluster sign's 503 + redelivery cover it)."""
+    from events.model import ArtifactPushed
+
+    triggers = load_triggers(KNATIVE)
+    order = [t.function for t in triggers if ArtifactPushed.TYPE in t.attributes.values()]
+    assert "register" in order and "sign" in order
+    assert max(i for i, f in enumerate(order) if f == "register") < order.index("sign")
+
+
+def test_sign_reads_its_key_from_the_one_secret_its_rbac_allows(
+    services: dict[str, dict[str, Any]], rbac: list[dict[str, Any]]
+) -> None:
+    service = services["modelhooks-sign"]
+    spec = service["spec"]["template"]["spec"]
+    (container,) = _containers(service)
+    env = {v["name"]: v for v in container["env"]}
+    key_path = Path(env["MODELHOOKS_SIGNING_KEY"]["value"])
+    # the key file lies in a read-only mount of the Secret, under the item's path
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if key_path.is_relative_to(m["mountPath"])]
+    assert mount.get("readOnly") is True
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == SIGNING_KEY_SECRET
+    assert secret.get("optional") is not True  # key configured, file missing: fail loudly
+    items = {i["path"]: i["key"] for i in secret.get("items", [])}
+    relative = str(key_path.relative_to(mount["mountPath"]))
+    assert relative in items, f"{key_path} is not an item of the Secret {SIGNING_KEY_SECRET}"
+    # a key turns signing on (the enabling rule): the Service is not silently a no-op
+    config = load_settings(env={"MODELHOOKS_SIGNING_KEY": str(key_path)}).signing.config("_")
+    assert config.enabled(env={})[0]
+    # RBAC: sign reads that Secret by name, in its namespace, and no other Secret
+    rules = _rules_of(rbac, "modelhooks-sign")
+    secret_rules = [r for r in rules if "" in r["apiGroups"] and "secrets" in r["resources"]]
+    assert secret_rules
+    for rule in secret_rules:
+        assert rule.get("resourceNames") == [SIGNING_KEY_SECRET], rule
+        assert set(rule["verbs"]) <= {"get"}, rule
+    cluster_wide = [
+        rule
+        for binding in rbac
+        if binding["kind"] == "ClusterRoleBinding"
+        and any(s["name"] == "modelhooks-sign" for s in binding["subjects"])
+        for role in rbac
+        if role["kind"] == "ClusterRole" and role["metadata"]["name"] == binding["roleRef"]["name"]
+        for rule in role["rules"]
+    ]
+    assert not [r for r in cluster_wide if "secrets" in r["resources"]]
+
+
+def test_only_sign_gets_the_signing_key(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        if name == "modelhooks-sign":
+            continue
+        assert SIGNING_KEY_SECRET not in json.dumps(service), f"{name} can read the signing key"
+        names = {v["name"] for c in _containers(service) for v in c.get("env", [])}
+        assert not {n for n in names if n.startswith("MODELHOOKS_SIGNING_")}, name
+
+
 def _env(
     service: dict[str, Any], configmaps: dict[str, dict[str, Any]]
 ) -> Iterator[tuple[str, str | None]]:
@@ -330,6 +391,14 @@ def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, 
             ],
         ),
         (
+            "modelhooks-sign",
+            [
+                ("modelhooks.dev", "models", {"get", "list", "watch"}),
+                ("modelhooks.dev", "models/status", {"patch"}),
+            ],
+            [("modelhooks.dev", "models", {"patch"}), ("modelhooks.dev", "models", {"delete"})],
+        ),
+        (
             "modelhooks-notify",
             [
                 ("", "events", {"create"}),
@@ -434,6 +503,7 @@ def test_dead_letter_keeps_structured_and_batch_deliveries(dead_letter: dict[str
 def terraform() -> dict[str, Any]:
     """Every block of terraform/gcp/*.tf, merged: {"resource": {type: {name: body}}, …}."""
     import hcl2  # the dev extra installs python-hcl2: never a silent skip
+
     options = hcl2.SerializationOptions(
         with_comments=False, explicit_blocks=False, strip_string_quotes=True
     )
@@ -503,15 +573,46 @@ def test_terraform_settings_are_real_settings_and_valid(terraform: dict[str, Any
     function = _resource(terraform, "google_cloudfunctions2_function", "function")
     (service,) = function["service_config"]
     assert service["environment_variables"] == (
-        "${merge(var.settings, local.registry_env, each.value.env)}"
+        "${merge(var.settings, local.registry_env, lookup(local.signing_env, each.key, {}), "
+        "each.value.env)}"
     )
     # with registry_url set, the functions get the kubeflow backend: a valid combination
     registry_env = terraform["locals"]["registry_env"]
     pairs = dict(re.findall(r'(MODELHOOKS_\w+) = "?([^",}]+)"?', registry_env))
     assert pairs["MODELHOOKS_REGISTRY_URL"] == "var.registry_url"
     load_settings(env={**settings, **pairs, "MODELHOOKS_REGISTRY_URL": "https://mr.example"})
-    (secret,) = service["dynamic"]
-    assert secret["secret_environment_variables"]["content"][0]["key"] in SETTINGS_ENV
+    dynamic = {kind: block for d in service["dynamic"] for kind, block in d.items()}
+    assert dynamic["secret_environment_variables"]["content"][0]["key"] in SETTINGS_ENV
+
+
+def test_terraform_mounts_the_signing_key_for_sign_only(terraform: dict[str, Any]) -> None:
+    assert terraform["variable"]["signing_key_secret"]["default"] == ""
+    local = terraform["locals"]
+    # MODELHOOKS_SIGNING_KEY (a path) is set only for sign, only when the secret is given
+    signing_env = local["signing_env"]
+    assert 'if name == "sign" && var.signing_key_secret != ""' in signing_env
+    (key_path,) = re.findall(r'MODELHOOKS_SIGNING_KEY = "([^"]+)"', signing_env)
+    key_path = key_path.replace("${local.signing_key_dir}", local["signing_key_dir"])
+    function = _resource(terraform, "google_cloudfunctions2_function", "function")
+    (service,) = function["service_config"]
+    dynamic = {kind: block for d in service["dynamic"] for kind, block in d.items()}
+    volume = dynamic["secret_volumes"]
+    assert volume["for_each"] == (
+        "${contains(keys(local.signing_env), each.key) ? [var.signing_key_secret] : []}"
+    )
+    (content,) = volume["content"]
+    assert content["secret"] == "${secret_volumes.value}"
+    (version,) = content["versions"]
+    mount = content["mount_path"].replace("${local.signing_key_dir}", local["signing_key_dir"])
+    assert key_path == f"{mount}/{version['path']}", "MODELHOOKS_SIGNING_KEY is not the file"
+    # only sign's account may read the key, and the function waits for that grant
+    reader = _resource(terraform, "google_secret_manager_secret_iam_member", "signing_key")
+    assert reader["for_each"] == "${local.signing_env}"
+    assert reader["secret_id"] == "${var.signing_key_secret}"
+    assert reader["role"] == "roles/secretmanager.secretAccessor"
+    assert reader["member"] == "${google_service_account.function[each.key].member}"
+    depends = " ".join(function["depends_on"])
+    assert "google_secret_manager_secret_iam_member.signing_key" in depends
 
 
 def test_every_settings_variable_named_in_deployments_exists(terraform: dict[str, Any]) -> None:
@@ -523,8 +624,13 @@ def test_every_settings_variable_named_in_deployments_exists(terraform: dict[str
     assert named <= SETTINGS_ENV, f"not settings variables: {sorted(named - SETTINGS_ENV)}"
 
 
-def test_gcs_finalize_events_reach_register(terraform: dict[str, Any]) -> None:
-    trigger = _resource(terraform, "google_eventarc_trigger", "models_finalized")
+@pytest.mark.parametrize(
+    ("resource", "function"), [("models_finalized", "register"), ("models_finalized_sign", "sign")]
+)
+def test_gcs_finalize_events_reach_register_and_sign(
+    terraform: dict[str, Any], resource: str, function: str
+) -> None:
+    trigger = _resource(terraform, "google_eventarc_trigger", resource)
     criteria = {c["attribute"]: c["value"] for c in trigger["matching_criteria"]}
     assert criteria == {
         "type": "google.cloud.storage.object.v1.finalized",
@@ -532,48 +638,75 @@ def test_gcs_finalize_events_reach_register(terraform: dict[str, Any]) -> None:
     }
     (destination,) = trigger["destination"]
     (run,) = destination["cloud_run_service"]
-    assert 'function["register"]' in run["service"]
+    assert f'function["{function}"]' in run["service"]
     assert trigger["service_account"] == "${google_service_account.eventarc.email}"
+    depends = " ".join(trigger["depends_on"])
+    assert f"google_cloud_run_v2_service_iam_member.eventarc_invokes_{function}" in depends
 
 
+@pytest.mark.parametrize("function", ["register", "sign"])
 def test_gcr_push_subscription_is_authenticated_and_dead_lettered(
-    terraform: dict[str, Any],
+    terraform: dict[str, Any], function: str
 ) -> None:
-    sub = _resource(terraform, "google_pubsub_subscription", "gcr_register")
+    sub = _resource(terraform, "google_pubsub_subscription", f"gcr_{function}")
     assert "gcr" in sub["topic"]
+    assert f'var.functions["{function}"].timeout_seconds' in sub["ack_deadline_seconds"]
     (push,) = sub["push_config"]
-    assert 'function["register"].url' in push["push_endpoint"]
+    assert f'function["{function}"].url' in push["push_endpoint"]
     (oidc,) = push["oidc_token"]
     assert oidc["service_account_email"] == "${google_service_account.push.email}"
     # the audience Cloud Run checks: the function's URL unless var.push_audience says otherwise
     assert "var.push_audience" in oidc["audience"]
-    assert 'function["register"].url' in oidc["audience"]
+    assert f'function["{function}"].url' in oidc["audience"]
     (dead,) = sub["dead_letter_policy"]
-    assert dead["dead_letter_topic"] == '${google_pubsub_topic.dead_letter["register"].id}'
+    assert dead["dead_letter_topic"] == f'${{google_pubsub_topic.dead_letter["{function}"].id}}'
     assert dead["max_delivery_attempts"] == "${var.max_delivery_attempts}"
     default = terraform["variable"]["max_delivery_attempts"]["default"]
     assert 5 <= default <= 100  # Pub/Sub's bounds
+    # Pub/Sub's service agent acknowledges on it when it dead-letters
+    acks = _resource(
+        terraform, "google_pubsub_subscription_iam_member", f"pubsub_acks_gcr_{function}"
+    )
+    assert acks["subscription"] == f"${{google_pubsub_subscription.gcr_{function}.id}}"
+    assert acks["role"] == "roles/pubsub.subscriber"
 
 
 def test_terraform_iam_bindings(terraform: dict[str, Any]) -> None:
-    invokers = {
-        _resource(terraform, "google_cloud_run_v2_service_iam_member", name)["member"]
-        for name in ("eventarc_invokes_register", "push_invokes_register")
-    }
-    assert invokers == {
-        "${google_service_account.eventarc.member}",
-        "${google_service_account.push.member}",
-    }
-    for name in ("eventarc_invokes_register", "push_invokes_register"):
-        assert (
-            _resource(terraform, "google_cloud_run_v2_service_iam_member", name)["role"]
-            == "roles/run.invoker"
-        )
+    bindings = terraform["resource"]["google_cloud_run_v2_service_iam_member"]
+    for function in ("register", "sign"):
+        names = (f"eventarc_invokes_{function}", f"push_invokes_{function}")
+        invokers = {
+            _resource(terraform, "google_cloud_run_v2_service_iam_member", n)["member"]
+            for n in names
+        }
+        assert invokers == {
+            "${google_service_account.eventarc.member}",
+            "${google_service_account.push.member}",
+        }
+        for name in names:
+            binding = bindings[name]
+            assert binding["role"] == "roles/run.invoker"
+            assert f'function["{function}"]' in binding["name"]
+    assert len(bindings) == 4, f"unexpected invokers: {sorted(bindings)}"
     receiver = _resource(terraform, "google_project_iam_member", "eventarc_receiver")
     assert receiver["role"] == "roles/eventarc.eventReceiver"
     storage = _resource(terraform, "google_storage_bucket_iam_member", "function_models")
-    assert storage["for_each"] == "${var.functions}"
+    assert storage["for_each"] == "${local.function_models_roles}"
+    assert "fn.models_bucket_roles" in terraform["locals"]["function_models_roles"]
     assert storage["bucket"] == "${var.models_bucket}"
+    assert storage["role"] == "${each.value.role}"
+    assert storage["member"] == "${google_service_account.function[each.value.name].member}"
+    # least privilege on the models bucket: register reads; sign reads and creates model.sig
+    # (objectCreator alone cannot read; objectUser / objectAdmin could delete and overwrite)
+    functions = terraform["variable"]["functions"]["default"]
+    assert functions["register"].get("models_bucket_roles", ["roles/storage.objectViewer"]) == [
+        "roles/storage.objectViewer"
+    ]
+    assert set(functions["sign"]["models_bucket_roles"]) == {
+        "roles/storage.objectViewer",
+        "roles/storage.objectCreator",
+    }
+    assert functions["sign"]["timeout_seconds"] == 900
     dead = _resource(terraform, "google_pubsub_topic_iam_member", "pubsub_dead_letters")
     assert dead["role"] == "roles/pubsub.publisher"
     # nobody is made a public invoker
