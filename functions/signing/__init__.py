@@ -16,26 +16,72 @@ Heavy libraries (model_signing, sigstore, cryptography, blake3) load on first us
 >>> sign_model(store, "models", "bert/1", KeySigner.from_file(Path("key.pem")))  # doctest: +SKIP
 """
 
-from functions.signing.config import SigningConfig
-from functions.signing.keyless import (
-    SigstoreSigner,
-    SigstoreTrust,
-    SigstoreVerifier,
-    sigstore_env_state,
-)
-from functions.signing.keys import CertificateSigner, CertificateVerifier, KeySigner, KeyVerifier
-from functions.signing.local import local_model
-from functions.signing.manifest import Manifest, Resource, Serialization
-from functions.signing.model import (
-    Location,
-    Signed,
-    Verified,
-    sign_model,
-    signature_key,
-    verify_bundle,
-    verify_model,
-)
-from functions.signing.streaming import HashOptions, Progress, hash_model
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from functions.signing.config import SigningConfig
+    from functions.signing.keyless import (
+        SigstoreSigner,
+        SigstoreTrust,
+        SigstoreVerifier,
+        sigstore_env_state,
+    )
+    from functions.signing.keys import (
+        CertificateSigner,
+        CertificateVerifier,
+        KeySigner,
+        KeyVerifier,
+    )
+    from functions.signing.local import local_model
+    from functions.signing.manifest import Manifest, Resource, Serialization
+    from functions.signing.model import (
+        Location,
+        Signed,
+        Verified,
+        sign_model,
+        signature_key,
+        verify_bundle,
+        verify_model,
+    )
+    from functions.signing.streaming import HashOptions, Progress, hash_model
+
+# The facade loads a submodule on first use of one of its names (PEP 562): importing one
+# piece (e.g. HashOptions in the composition root) must not load all of signing.
+_WHERE = {
+    "SigningConfig": "config",
+    "SigstoreSigner": "keyless",
+    "SigstoreTrust": "keyless",
+    "SigstoreVerifier": "keyless",
+    "sigstore_env_state": "keyless",
+    "CertificateSigner": "keys",
+    "CertificateVerifier": "keys",
+    "KeySigner": "keys",
+    "KeyVerifier": "keys",
+    "local_model": "local",
+    "Manifest": "manifest",
+    "Resource": "manifest",
+    "Serialization": "manifest",
+    "Location": "model",
+    "Signed": "model",
+    "Verified": "model",
+    "sign_model": "model",
+    "signature_key": "model",
+    "verify_bundle": "model",
+    "verify_model": "model",
+    "HashOptions": "streaming",
+    "Progress": "streaming",
+    "hash_model": "streaming",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'functions.signing' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"functions.signing.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "CertificateSigner",
