@@ -301,12 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--markdown", action="store_true", help="the table of every setting")
     st.set_defaults(func=cmd_settings)
 
-    try:
-        from functions.cli_signing import add_commands
-    except ImportError:
-        pass
-    else:
-        add_commands(sub)
+    from functions.cli_signing import add_commands
+
+    add_commands(sub)
     return parser
 
 

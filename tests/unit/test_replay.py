@@ -1,0 +1,107 @@
+"""`modelhooks replay`: sources, filters, dry run, the summary — and a second replay of the
+same events changes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from events import samples
+from functions.adapters.model_registry.sqlite import SqliteModelRegistry
+from functions.cli import main
+
+SAMPLES = Path(samples.__file__).parent
+
+
+def snapshot(home: Path) -> list[tuple[str, str, str, str]]:
+    registry = SqliteModelRegistry(home / "registry.db")
+    rows = []
+    for model in registry.list_models():
+        for version in registry.list_versions(model.id):
+            rows.append((model.name, model.state.value, version.name, version.state.value))
+            rows += [
+                (model.name, a.uri, a.digest, a.state.value)
+                for a in registry.list_artifacts(version.id)
+            ]
+    registry.close()
+    return sorted(rows)
+
+
+def replay(home: Path, *args: str) -> int:
+    return main(
+        [
+            "replay",
+            "--home",
+            str(home),
+            "--quiet",
+            "--ingress-registry-host",
+            "zot.local:5000",
+            *args,
+        ]
+    )
+
+
+def test_replaying_the_samples_twice_changes_nothing_the_second_time(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert replay(home, str(SAMPLES)) == 0
+    first = snapshot(home)
+    assert first, "the samples registered nothing"
+    err = capsys.readouterr().err
+    assert "failed 0" in err
+    assert replay(home, str(SAMPLES)) == 0
+    assert snapshot(home) == first
+
+
+def test_jsonl_stdin_type_filter_and_dry_run(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    lines = "\n".join(
+        json.dumps(samples.load(n)) for n in ("gcs-pubsub-finalize-marker", "k8s-resource-delete")
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+    assert replay(home, "-", "--dry-run", "--type", "dev.modelhooks.model.deleted") == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o["type"] for o in out] == ["dev.modelhooks.model.deleted"]
+    assert not (home / "registry.db").exists() or snapshot(home) == []
+
+
+def test_since_and_until_select_by_event_time(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = str(SAMPLES / "canonical-artifact-pushed.json")  # time 2026-11-23T17:02:11Z
+    assert replay(home, source, "--dry-run", "--since", "2026-11-23T18:00:00+00:00") == 0
+    assert capsys.readouterr().out == ""
+    assert replay(home, source, "--dry-run", "--until", "2026-11-23T18:00:00+00:00") == 0
+    assert "replay-0001" in capsys.readouterr().out
+
+
+def test_a_document_that_does_not_translate_is_a_failure_with_its_reason(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    good = json.dumps(samples.load("canonical-artifact-pushed"))
+    bad.write_text(
+        good + "\n" + json.dumps({"specversion": "1.0", "id": "x", "source": "s"}) + "\n"
+    )
+    assert replay(home, str(bad)) == 1
+    err = capsys.readouterr().err
+    assert "sent 1, succeeded 1, failed 1" in err
+    assert "bad.jsonl:2" in err and "'type'" in err
+
+
+def test_replay_to_a_url_that_refuses_reports_why(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = str(SAMPLES / "canonical-artifact-pushed.json")
+    assert replay(home, source, "--to", "http://127.0.0.1:9/") == 1
+    assert "ConnectionError" in capsys.readouterr().err
+
+
+def test_a_missing_source_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay(home, str(home / "nope.json")) == 2
+    assert "is not a file, a directory or '-'" in capsys.readouterr().err
