@@ -54,7 +54,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     deps = build(settings)
     broker = Broker(load_triggers(settings.router.triggers), deps)
-    server = make_server(settings.serve.host, settings.serve.port, create_app(deps), threaded=True)
+    server = make_server(
+        settings.serve.host, settings.serve.port, create_app(deps, broker), threaded=True
+    )
     host, port = server.server_address[:2]
     store = (settings.home / "store").resolve()
     print(_banner(str(host), int(port), store, settings), file=sys.stderr, flush=True)

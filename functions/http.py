@@ -15,6 +15,8 @@ from functions.runtime import Response, deliver, ingest, worst
 if TYPE_CHECKING:
     import flask
 
+    from functions.broker import Broker
+
 __all__ = ["call_function", "create_app", "to_flask"]
 
 
@@ -32,22 +34,18 @@ def call_function(name: str, request: flask.Request, deps: Deps) -> Response:
     return deliver(dict(request.headers), request.get_data(), deps, dispatch, request.path)
 
 
-def publish(request: flask.Request, deps: Deps) -> Response:
+def publish(request: flask.Request, deps: Deps, broker: Broker) -> Response:
     """`POST /` (or any path outside /functions/): the broker. Answers with every outcome
     of the chain. Paths let upstreams be told apart, e.g. for per-route authentication.
 
     With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
     instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
-    from functions.broker import Broker
-    from functions.router import load_triggers
-
     try:
         events = ingest(dict(request.headers), request.get_data(), deps, request.path)
         if deps.sink is not None:
             for event in events:
                 deps.sink(event)
             return _json(202, {"forwarded": [e.id for e in events]})
-        broker = Broker(load_triggers(deps.settings.router.triggers), deps)
     except ModelhooksError as exc:
         return _json(exc.status, exc.as_json())
     outcomes = [o for event in events for o in broker.publish(event)]
@@ -60,10 +58,15 @@ def _json(status: int, doc: object) -> Response:
     return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())
 
 
-def create_app(deps: Deps) -> flask.Flask:
-    """The `modelhooks serve` app: /functions/<name>, / (broker), /healthz."""
+def create_app(deps: Deps, broker: Broker | None = None) -> flask.Flask:
+    """The `modelhooks serve` app: /functions/<name>, / (broker), /healthz. The Triggers
+    are read once, here: a bad trigger directory stops start-up, not a request."""
     import flask
 
+    from functions.broker import Broker
+    from functions.router import load_triggers
+
+    broker = broker or Broker(load_triggers(deps.settings.router.triggers), deps)
     app = flask.Flask("modelhooks")
 
     @app.post("/functions/<name>")
@@ -75,8 +78,8 @@ def create_app(deps: Deps) -> flask.Flask:
 
     @app.post("/", defaults={"path": ""})
     @app.post("/<path:path>")
-    def broker(path: str) -> flask.Response:
-        return to_flask(publish(flask.request, deps))
+    def route(path: str) -> flask.Response:
+        return to_flask(publish(flask.request, deps, broker))
 
     @app.get("/healthz")
     def healthz() -> flask.Response:
