@@ -5,7 +5,7 @@ Knative Broker does with replies in the cluster."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from events.model import CanonicalEvent
 from functions.bootstrap import Deps
@@ -18,13 +18,19 @@ __all__ = ["Broker", "single"]
 
 
 class Broker:
-    def __init__(self, triggers: Sequence[Trigger], deps: Deps) -> None:
+    def __init__(
+        self,
+        triggers: Sequence[Trigger],
+        deps: Deps,
+        functions: Callable[[str], Function] = load,
+    ) -> None:
         self.triggers = tuple(triggers)
         self.deps = deps
+        self.functions = functions
 
     def functions_for(self, event: CanonicalEvent) -> list[Function]:
         names = dict.fromkeys(t.function for t in self.triggers if t.accepts(event))
-        return [load(name) for name in names]
+        return [self.functions(name) for name in names]
 
     def publish(self, event: CanonicalEvent, depth: int = 0) -> list[Outcome]:
         outcomes = []

@@ -1,0 +1,58 @@
+"""The in-process broker: routes by Trigger, follows replies, stops at router.max_depth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from events.model import ArtifactPushed, CanonicalEvent, ModelRegistered
+from functions.adapters.model_registry.memory import InMemoryModelRegistry
+from functions.bootstrap import Deps, build
+from functions.broker import Broker
+from functions.router import Trigger
+from functions.runtime import Function
+from functions.settings import load_settings
+
+PUSHED = ArtifactPushed(model="m", version="1", uri="gs://b/m/1/", digest="d", store="gcs")
+
+
+def echo_registered(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
+    """Answers every event with a model.registered: a reply loop if routed to itself."""
+    reply = ModelRegistered(
+        model="m", version="1", uri="u", digest="d", registry="x",
+        registered_model_id="1", model_version_id="1", model_artifact_id="1", created=True,
+    )  # fmt: skip
+    return [CanonicalEvent.new(reply, source="test", id=f"{event.id}+")]
+
+
+LOOP = Function("loop", frozenset({PUSHED.TYPE, ModelRegistered.TYPE}), echo_registered)
+
+
+def deps(tmp_path: Path, max_depth: int) -> Deps:
+    settings = load_settings({"home": str(tmp_path), "router.max_depth": str(max_depth)}, env={})
+    return build(settings, registry=InMemoryModelRegistry())
+
+
+def test_replies_are_routed_on_until_max_depth(tmp_path: Path) -> None:
+    triggers = [
+        Trigger("on-pushed", "loop", {"type": PUSHED.TYPE}),
+        Trigger("on-registered", "loop", {"type": ModelRegistered.TYPE}),
+    ]
+    broker = Broker(triggers, deps(tmp_path, max_depth=4), functions=lambda name: LOOP)
+    outcomes = broker.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
+    assert [o.event_id for o in outcomes] == ["e", "e+", "e++", "e+++"]
+
+
+def test_an_event_no_trigger_matches_runs_nothing(tmp_path: Path) -> None:
+    triggers = [Trigger("on-registered", "loop", {"type": ModelRegistered.TYPE})]
+    broker = Broker(triggers, deps(tmp_path, max_depth=8), functions=lambda name: LOOP)
+    assert broker.publish(CanonicalEvent.new(PUSHED, source="test")) == []
+
+
+def test_two_triggers_for_one_function_run_it_once(tmp_path: Path) -> None:
+    triggers = [
+        Trigger("a", "loop", {"type": PUSHED.TYPE}),
+        Trigger("b", "loop", {"source": "test"}),
+    ]
+    broker = Broker(triggers, deps(tmp_path, max_depth=1), functions=lambda name: LOOP)
+    outcomes = broker.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
+    assert [o.event_id for o in outcomes] == ["e"]
