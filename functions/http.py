@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from functions.bootstrap import Deps
 from functions.catalog import NAMES, load
 from functions.errors import ModelhooksError, NotFound
-from functions.runtime import Response, deliver, ingest, worst
+from functions.runtime import Response, deliver, ingest, json_response, worst
 
 if TYPE_CHECKING:
     import flask
@@ -45,17 +45,13 @@ def publish(request: flask.Request, deps: Deps, broker: Broker) -> Response:
         if deps.sink is not None:
             for event in events:
                 deps.sink(event)
-            return _json(202, {"forwarded": [e.id for e in events]})
+            return json_response(202, {"forwarded": [e.id for e in events]})
     except ModelhooksError as exc:
-        return _json(exc.status, exc.as_json())
+        return json_response(exc.status, exc.as_json())
     outcomes = [o for event in events for o in broker.publish(event)]
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
-    return _json(200 if status < 300 else status, doc)
-
-
-def _json(status: int, doc: object) -> Response:
-    return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())
+    return json_response(200 if status < 300 else status, doc)
 
 
 def create_app(deps: Deps, broker: Broker | None = None) -> flask.Flask:

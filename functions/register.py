@@ -49,11 +49,11 @@ def _register(
     created = False
     model = registry.get_model(pushed.model)
     if model is None:
-        model = _find_or_create(
+        new_model, created = _find_or_create(
             lambda: registry.create_model(pushed.model, properties={"namespace": pushed.namespace}),
             lambda: registry.get_model(pushed.model),
         )
-        created = True
+        model = new_model
     elif model.state == ModelState.ARCHIVED:
         archived_at = model.custom_properties.get(ARCHIVED_AT, "")
         stamp = _stamp(event)
@@ -61,14 +61,16 @@ def _register(
             return []  # a push older than the deletion that archived the model: stale
         model = registry.update_model(_replace(model, state=ModelState.LIVE))
 
-    version = registry.get_version(model.id, pushed.version)
+    new_version, model_id = False, model.id
+    version = registry.get_version(model_id, pushed.version)
     if version is None:
         props = {"digest": pushed.digest, "uri": pushed.uri, "store": pushed.store}
-        version = _find_or_create(
-            lambda: registry.create_version(model.id, pushed.version, properties=props),
-            lambda: registry.get_version(model.id, pushed.version),
+        made, new_version = _find_or_create(
+            lambda: registry.create_version(model_id, pushed.version, properties=props),
+            lambda: registry.get_version(model_id, pushed.version),
         )
-        created = True
+        version = made
+        created = created or new_version
     if version.custom_properties.get("digest") != pushed.digest:
         raise Conflict(
             f"model {pushed.model!r} version {pushed.version!r} is already registered with "
@@ -76,9 +78,12 @@ def _register(
             registered=version.custom_properties.get("digest"),
             received=pushed.digest,
         )
+    if version.state == ModelState.ARCHIVED:  # pushed again after the model's deletion
+        version = registry.update_version(_replace(version, state=ModelState.LIVE))
+        created = True
 
-    # A version created just now has no artifact yet: skip the lookup on the hot path.
-    artifacts = [] if created else registry.list_artifacts(version.id)
+    # A version this delivery created has no artifact yet: skip the lookup on the hot path.
+    artifacts = [] if new_version else registry.list_artifacts(version.id)
     artifact = next((a for a in artifacts if a.name == "model"), None)
     if artifact is None or artifact.state != ArtifactState.LIVE:
         artifact = registry.upsert_artifact(
@@ -125,7 +130,7 @@ def _archive(event: CanonicalEvent, deleted: ModelDeleted, registry: ModelRegist
         model = _find_or_create(
             lambda: registry.create_model(deleted.name, properties={}),
             lambda: registry.get_model(deleted.name),
-        )
+        )[0]
     if model.state == ModelState.ARCHIVED and model.custom_properties.get(ARCHIVED_AT, "") >= stamp:
         return
     props = {**model.custom_properties, ARCHIVED_AT: stamp}
@@ -141,15 +146,16 @@ def _stamp(event: CanonicalEvent) -> str:
     return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if event.time else ""
 
 
-def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> T:
-    """Create; when a concurrent delivery won the race, return what it created."""
+def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tuple[T, bool]:
+    """(the thing, created by this call); when a concurrent delivery won the race to
+    create it, what that delivery created."""
     try:
-        return create()
+        return create(), True
     except Conflict:
         found = find()
         if found is None:
             raise
-        return found
+        return found, False
 
 
 def _replace(obj: T, **changes: object) -> T:

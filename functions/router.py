@@ -1,4 +1,4 @@
-"""An in-process broker that follows the SAME Knative Trigger definitions as the cluster.
+"""Knative Triggers as the routing source of truth for the in-process broker (broker.py).
 
 Triggers are read from `infra/knative/*.yaml` (the single source of truth); a Trigger names
 its function with the label `modelhooks.dev/function`. Both filter styles are honoured:

@@ -28,7 +28,15 @@ from functions.logs import log
 if TYPE_CHECKING:
     from functions.bootstrap import Deps
 
-__all__ = ["Dedupe", "Function", "Outcome", "Response", "deliver", "encode_replies"]
+__all__ = [
+    "Dedupe",
+    "Function",
+    "Outcome",
+    "Response",
+    "deliver",
+    "encode_replies",
+    "json_response",
+]
 
 Handler = Callable[[CanonicalEvent, "Deps"], list[CanonicalEvent]]
 
@@ -72,18 +80,18 @@ class Response:
 
 
 class Dedupe:
-    """A bounded memory of (function, event id) → replies already produced."""
+    """A bounded memory of (function, event source, event id) → replies already produced."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._seen: OrderedDict[tuple[str, str], tuple[CanonicalEvent, ...]] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, ...], tuple[CanonicalEvent, ...]] = OrderedDict()
         self._lock = Lock()
 
-    def get(self, key: tuple[str, str]) -> tuple[CanonicalEvent, ...] | None:
+    def get(self, key: tuple[str, ...]) -> tuple[CanonicalEvent, ...] | None:
         with self._lock:
             return self._seen.get(key)
 
-    def put(self, key: tuple[str, str], replies: tuple[CanonicalEvent, ...]) -> None:
+    def put(self, key: tuple[str, ...], replies: tuple[CanonicalEvent, ...]) -> None:
         if self.size <= 0:
             return
         with self._lock:
@@ -110,7 +118,7 @@ def ingest(
 def run(fn: Function, event: CanonicalEvent, deps: Deps) -> Outcome:
     """Run one function on one event, mapping errors to delivery semantics, and log it."""
     started = time.perf_counter()
-    key = (fn.name, event.id)
+    key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
     outcome_name = "ok"
     try:
         cached = deps.dedupe.get(key)
@@ -128,7 +136,9 @@ def run(fn: Function, event: CanonicalEvent, deps: Deps) -> Outcome:
     except Exception as exc:  # a bug or an unwrapped library error: let the platform retry
         outcome_name = "error"
         log(logging.ERROR, f"{fn.name} failed", exc_info=exc, event_id=event.id)
-        error = Unavailable(f"{type(exc).__name__}: {exc}").as_json()
+        error = Unavailable(
+            f"internal error in {fn.name}; see the logs for event {event.id}"
+        ).as_json()
         outcome = Outcome(fn.name, event.id, event.type, 500, error=error)
     level = logging.WARNING if outcome.status >= 400 else logging.INFO
     log(
@@ -162,18 +172,18 @@ def deliver(
             status=exc.status,
             error=exc.as_json(),
         )
-        return _json_response(exc.status, exc.as_json())
+        return json_response(exc.status, exc.as_json())
     outcomes = [o for event in events for o in dispatch(event)]
     status = worst(o.status for o in outcomes) if outcomes else 204
     if status >= 300:
-        return _json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
+        return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
     replies = [r for o in outcomes for r in o.replies]
     if deps.sink is not None and replies:
         try:
             for reply in replies:
                 deps.sink(reply)
         except ModelhooksError as exc:
-            return _json_response(exc.status, exc.as_json())
+            return json_response(exc.status, exc.as_json())
         return Response(204)
     return encode_replies(replies)
 
@@ -221,5 +231,5 @@ def _percent_encode(value: str) -> str:
     return _NEEDS_ENCODING.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), value)
 
 
-def _json_response(status: int, doc: Mapping[str, Any]) -> Response:
+def json_response(status: int, doc: Mapping[str, Any]) -> Response:
     return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())

@@ -387,3 +387,15 @@ def test_each_event_logs_one_json_line_cloud_logging_understands(
     assert entry["type"] == "dev.modelhooks.artifact.pushed"
     assert entry["outcome"] == "ok" and entry["status"] == 200
     assert isinstance(entry["duration_ms"], float)
+
+
+def test_the_same_id_from_another_source_is_another_event(client: FlaskClient, home: Path) -> None:
+    """CloudEvents identity is source + id: only a true redelivery is a duplicate."""
+    one = structured("canonical-artifact-pushed")
+    two = json.loads(json.dumps(one))
+    two["source"], two["data"]["model"] = "/elsewhere", "other-model"
+    two["data"]["uri"] = "gs://models/models/other-model/1/"
+    for doc in (one, two):
+        resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+        assert resp.status_code == 200
+    assert versions(home, "other-model") == ["1"]

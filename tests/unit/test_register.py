@@ -157,3 +157,15 @@ def test_repeated_delete_is_idempotent() -> None:
     before = dataclasses.replace(reg.get_model("bert"))  # type: ignore[type-var]
     archive(deleted(T0 + timedelta(hours=1)), reg)
     assert reg.get_model("bert") == before
+
+
+def test_a_push_after_the_deletion_revives_model_and_version() -> None:
+    reg = InMemoryModelRegistry()
+    register(pushed(at=T0), reg)
+    archive(deleted(T0 + timedelta(minutes=1)), reg)
+    (reply,) = register(pushed(at=T0 + timedelta(minutes=2), id="e2"), reg)
+    model = reg.get_model("bert")
+    assert model is not None and model.state == ModelState.LIVE
+    version = reg.get_version(model.id, "1")
+    assert version is not None and version.state == ModelState.LIVE
+    assert isinstance(reply.data, ModelRegistered) and reply.data.created is True

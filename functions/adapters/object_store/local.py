@@ -8,6 +8,7 @@ time in nanoseconds and size, which changes whenever the file is rewritten.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,8 +62,10 @@ class LocalObjectStore:
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
         p = self.path(bucket, key)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         if if_absent:
             try:
                 os.link(tmp, p)  # atomic create-if-absent
