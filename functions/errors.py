@@ -1,6 +1,7 @@
 """One error tree, mapped to delivery semantics.
 
     ModelhooksError
+    ├── ConfigError            (start-up) a setting is invalid: the message names it
     ├── Transient              5xx/429: the platform redelivers
     │   ├── Unavailable        503  a backend did not answer or answered 5xx
     │   └── Throttled          429  a backend or quota said "slow down"
@@ -11,8 +12,7 @@
         ├── NotFound           404  a thing the request names does not exist
         ├── Conflict           409  the same identity with different content
         ├── PayloadTooLarge    413  a body over the configured limit
-        ├── VerificationFailed 422  a signature does not match the model
-        └── ConfigError        (start-up) a setting is invalid: the message names it
+        └── VerificationFailed 422  a signature does not match the model
 
 Adapters wrap library errors at the boundary, so nothing above them sees an SDK exception.
 Note that Knative redelivers 404 and 409 as well as 5xx/429 (then dead-letters them).
@@ -119,6 +119,8 @@ class VerificationFailed(Permanent):
     code = "verification_failed"
 
 
-class ConfigError(Permanent):
+class ConfigError(ModelhooksError):
+    """Not a delivery outcome: raised at start-up, where it stops the process."""
+
     status = 500
     code = "config_error"

@@ -3,7 +3,9 @@ functions, or a Knative Service running the same image).
 
 Each target is an `http` function that parses and answers CloudEvents itself, so it can
 reply with a canonical event (a `cloud_event` function's return value is ignored).
-Dependencies are built on the first request, not at import: cold start matters.
+Settings are checked and dependencies built when the module loads, so a bad setting
+fails the revision at start-up (the platform keeps the previous one serving) instead of
+answering 500 to every delivery; heavy SDKs still load only when an adapter needs them.
 """
 
 from __future__ import annotations
@@ -29,3 +31,6 @@ def register(request: flask.Request) -> flask.Response:
 @functions_framework.http
 def sign(request: flask.Request) -> flask.Response:
     return to_flask(call_function("sign", request, build()))
+
+
+build()

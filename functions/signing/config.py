@@ -83,7 +83,7 @@ class SigningConfig:
 
         if not self.enabled(env)[0]:
             return None
-        password = self.password_file.read_text().strip() if self.password_file else None
+        password = _read_secret(self.password_file, "MODELHOOKS_SIGNING_PASSWORD_FILE")
         if self.certificate:
             if not self.key:
                 raise ConfigError("signing.certificate needs signing.key (its private key)")
@@ -111,3 +111,12 @@ class SigningConfig:
             "no verification method: set signing.public_key, signing.certificate_chain, "
             "or signing.identity with signing.issuer"
         )
+
+
+def _read_secret(path: Path | None, setting: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{setting}={path}: cannot be read ({exc.strerror})") from None

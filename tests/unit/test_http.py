@@ -399,3 +399,15 @@ def test_the_same_id_from_another_source_is_another_event(client: FlaskClient, h
         resp = client.post("/", json=doc, content_type="application/cloudevents+json")
         assert resp.status_code == 200
     assert versions(home, "other-model") == ["1"]
+
+
+def test_a_bad_setting_stops_the_functions_framework_target_at_start(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions_framework import create_app
+
+    from functions.errors import ConfigError
+
+    monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "hmac:secret=env:MODELHOOKS_TEST_NOT_SET")
+    with pytest.raises(ConfigError, match="MODELHOOKS_INGRESS_AUTH.*MODELHOOKS_TEST_NOT_SET"):
+        create_app(target="register", source=str(ROOT / "functions" / "main.py"))
