@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -242,10 +243,28 @@ def cmd_settings(args: argparse.Namespace) -> int:
         return 0
     import msgspec
 
-    print(
-        msgspec.json.format(msgspec.json.encode(_settings(args), enc_hook=str).decode(), indent=2)
-    )
+    doc = msgspec.to_builtins(_settings(args), enc_hook=str)
+    for spec in describe():
+        if spec.secret:
+            *sections, name = spec.path
+            node = doc
+            for section in sections:
+                node = node[section]
+            node[name] = redact(node[name])
+    print(json.dumps(doc, indent=2))
     return 0
+
+
+_LITERAL = re.compile(r"((?:^|[,:;=])(?:secret|token)=)(?!env:|file:)[^,;]+")
+
+
+def redact(value: str) -> str:
+    """A secret setting for display: env:/file: references stay, literal secrets go."""
+    if not value or value == "none" or value.startswith(("env:", "file:")):
+        return value
+    if "=" not in value:
+        return "<redacted>"
+    return _LITERAL.sub(lambda m: m.group(1) + "<redacted>", value)
 
 
 def settings_table() -> str:

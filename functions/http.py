@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from functions.bootstrap import Deps
 from functions.catalog import NAMES, load
-from functions.errors import ModelhooksError, NotFound
+from functions.errors import ModelhooksError, NotFound, PayloadTooLarge
 from functions.runtime import Response, deliver, ingest, json_response, worst
 
 if TYPE_CHECKING:
@@ -31,7 +31,21 @@ def call_function(name: str, request: flask.Request, deps: Deps) -> Response:
 
     fn = load(name)
     dispatch = partial(single, fn, deps)
-    return deliver(dict(request.headers), request.get_data(), deps, dispatch, request.path)
+    try:
+        body = read_body(request, deps.settings.ingress.max_body_bytes)
+    except ModelhooksError as exc:
+        return json_response(exc.status, exc.as_json())
+    return deliver(dict(request.headers), body, deps, dispatch, request.path)
+
+
+def read_body(request: flask.Request, limit: int) -> bytes:
+    """The request body, read no further than one byte past the limit (so an oversized
+    delivery is refused without buffering it, whatever Content-Length claims)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(
+            f"body of {request.content_length} bytes is over the limit of {limit}"
+        )
+    return bytes(request.stream.read(limit + 1))
 
 
 def publish(request: flask.Request, deps: Deps, broker: Broker) -> Response:
@@ -41,7 +55,8 @@ def publish(request: flask.Request, deps: Deps, broker: Broker) -> Response:
     With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
     instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
     try:
-        events = ingest(dict(request.headers), request.get_data(), deps, request.path)
+        body = read_body(request, deps.settings.ingress.max_body_bytes)
+        events = ingest(dict(request.headers), body, deps, request.path)
         if deps.sink is not None:
             for event in events:
                 deps.sink(event)

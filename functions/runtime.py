@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from events.ingress import decode
 from events.model import CanonicalEvent
 from events.sources import translate
-from functions.errors import ModelhooksError, Transient, Unavailable
+from functions.errors import ModelhooksError, PayloadTooLarge, Transient, Unavailable
 from functions.logs import log
 
 if TYPE_CHECKING:
@@ -104,9 +104,13 @@ class Dedupe:
 def ingest(
     headers: Mapping[str, str], body: bytes, deps: Deps, path: str = "/"
 ) -> list[CanonicalEvent]:
-    """Authenticate, decode and translate one delivery (raises ModelhooksError)."""
+    """Size-check, authenticate, decode and translate one delivery (raises
+    ModelhooksError). The size comes first: nothing is verified over an oversized body."""
+    limit = deps.settings.ingress.max_body_bytes
+    if len(body) > limit:
+        raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
     deps.auth.check(path, headers, body)
-    inbounds = decode(headers, body, max_bytes=deps.settings.ingress.max_body_bytes)
+    inbounds = decode(headers, body, max_bytes=limit)
     host = deps.settings.ingress.registry_host or None
     return [
         e

@@ -33,9 +33,17 @@ __all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
 PREFIX = "MODELHOOKS_"
 
 
-def doc(text: str, *, env: str | None = None, flag: str | None = None, **limits: Any) -> Meta:
-    """A setting's description (and, rarely, its own env var or flag name)."""
-    extra = {k: v for k, v in (("env", env), ("flag", flag)) if v}
+def doc(
+    text: str,
+    *,
+    env: str | None = None,
+    flag: str | None = None,
+    secret: bool = False,
+    **limits: Any,
+) -> Meta:
+    """A setting's description (and, rarely, its own env var or flag name; `secret` ones
+    are redacted wherever settings are shown)."""
+    extra = {k: v for k, v in (("env", env), ("flag", flag), ("secret", secret)) if v}
     return Meta(description=text, extra=extra, **limits)
 
 
@@ -53,7 +61,7 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
     ] = "sqlite"
     url: Annotated[str, doc("Kubeflow Model Registry base URL (backend=kubeflow)")] = ""
     token: Annotated[
-        str, doc("bearer token for the registry: a literal, env:NAME or file:PATH")
+        str, doc("bearer token for the registry: a literal, env:NAME or file:PATH", secret=True)
     ] = ""
 
     def __post_init__(self) -> None:
@@ -94,11 +102,11 @@ class LayoutSettings(_Section, frozen=True, kw_only=True):
 
 class IngressSettings(_Section, frozen=True, kw_only=True):
     max_body_bytes: Annotated[int, doc("larger deliveries get 413", gt=0)] = 1 << 20
-    auth: Annotated[str, doc("delivery authentication spec: none, oidc:…, hmac:…, bearer:…")] = (
-        "none"
-    )
+    auth: Annotated[
+        str, doc("delivery authentication spec: none, oidc:…, hmac:…, bearer:…", secret=True)
+    ] = "none"
     route_auth: Annotated[
-        str, doc("per-path overrides of ingress.auth: /path=spec;/other=spec")
+        str, doc("per-path overrides of ingress.auth: /path=spec;/other=spec", secret=True)
     ] = ""
     registry_host: Annotated[
         str, doc("the OCI registry host zot's events come from (zot does not name it)")
@@ -219,6 +227,7 @@ class SettingSpec:
     flag: str
     default: Any
     description: str
+    secret: bool = False
 
     @property
     def name(self) -> str:
@@ -246,6 +255,7 @@ def describe(
             flag=str(extra.get("flag") or "--" + "-".join(full).replace("_", "-")),
             default=f.default,
             description=meta.description or "",
+            secret=bool(extra.get("secret")),
         )
 
 

@@ -409,5 +409,17 @@ def test_a_bad_setting_stops_the_functions_framework_target_at_start(
     from functions.errors import ConfigError
 
     monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "hmac:secret=env:MODELHOOKS_TEST_NOT_SET")
-    with pytest.raises(ConfigError, match="MODELHOOKS_INGRESS_AUTH.*MODELHOOKS_TEST_NOT_SET"):
+    with pytest.raises(ConfigError, match=r"MODELHOOKS_INGRESS_AUTH.*MODELHOOKS_TEST_NOT_SET"):
         create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+
+
+def test_an_oversized_body_is_refused_before_authentication(
+    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "bearer:token=s3cret")
+    monkeypatch.setenv("MODELHOOKS_INGRESS_MAX_BODY_BYTES", "64")
+    bootstrap.reset()
+    resp = client.post("/", data=b"x" * 65, content_type="application/json")
+    assert resp.status_code == 413

@@ -104,3 +104,16 @@ def test_every_setting_has_env_flag_and_description() -> None:
     assert len({s.env for s in specs}) == len(specs)
     assert len({s.flag for s in specs}) == len(specs)
     assert all(s.description for s in specs)
+
+
+def test_modelhooks_settings_never_prints_a_literal_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.cli import main
+
+    monkeypatch.setenv("MODELHOOKS_REGISTRY_TOKEN", "s3cr3t-tok")
+    monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "hmac:secret=hunter2,secret=env:OTHER")
+    assert main(["settings", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "s3cr3t-tok" not in out and "hunter2" not in out
+    assert "secret=env:OTHER" in out  # a reference is not a secret: it stays readable
