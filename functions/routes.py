@@ -6,7 +6,10 @@ Pub/Sub pushes with OIDC on `/pubsub`:
 
     /minio-events=bearer:token=env:MINIO_TOKEN;/pubsub=oidc:aud=https://hooks.example.com
 
-Routes are matched by exact path; each spec follows the grammar of `events.auth`.
+A route covers its path and everything below it (`/pubsub` guards `/pubsub/x`); the
+longest route wins. Routes with an open default (`ingress.auth=none`) are refused at
+start-up: every path no route names, `/functions/*` included, would stay open. Each spec
+follows the grammar of `events.auth`.
 """
 
 from __future__ import annotations
@@ -37,9 +40,23 @@ class RouteAuth:
             table[path.rstrip("/") or "/"] = from_spec(
                 spec, origin=f"MODELHOOKS_INGRESS_ROUTE_AUTH ({path})"
             )
+        if table and default.strip() == "none":
+            raise ConfigError(
+                "MODELHOOKS_INGRESS_ROUTE_AUTH guards some paths while MODELHOOKS_INGRESS_AUTH="
+                "none leaves every other path open (/functions/* too): set both"
+            )
         return cls(from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"), table)
 
     def check(self, path: str, headers: Mapping[str, str], body: bytes) -> Principal:
         """Who sent this delivery; Unauthenticated when nobody we trust did."""
-        authenticator = self.routes.get(path.rstrip("/") or "/", self.default)
-        return authenticator(headers, body)
+        return self.for_path(path)(headers, body)
+
+    def for_path(self, path: str) -> Authenticator:
+        """The authenticator of the longest route that is `path` or a parent of it."""
+        path = path.rstrip("/") or "/"
+        while True:
+            if path in self.routes:
+                return self.routes[path]
+            if path == "/" or "/" not in path:
+                return self.default
+            path = path.rsplit("/", 1)[0] or "/"

@@ -30,6 +30,8 @@ def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
         registry.notify_port,
         "--ingress-route-auth",
         f"{path}=bearer:token={registry.notify_token}",
+        "--ingress-auth",
+        "bearer:token=only-for-the-routes-above",
         "--ingress-registry-host",
         registry.host,
     )

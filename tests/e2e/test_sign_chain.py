@@ -50,6 +50,8 @@ def test_a_landed_model_is_registered_then_signed_and_verifies(
         minio.notify_port,
         "--ingress-route-auth",
         f"/minio-events=bearer:token={minio.notify_token}",
+        "--ingress-auth",
+        "bearer:token=only-for-the-routes-above",
         "--store-backend",
         "cloud",
         "--store-s3-endpoint-url",

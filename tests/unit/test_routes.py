@@ -19,11 +19,23 @@ def test_a_route_overrides_the_default() -> None:
     assert auth.check("/", {"Authorization": "Bearer default-token"}, b"").scheme == "bearer"
 
 
-def test_open_default_with_a_guarded_route() -> None:
-    auth = RouteAuth.from_settings("none", "/hooks=bearer:token=t")
-    assert auth.check("/anything", {}, b"").scheme == "none"
+def test_a_route_guards_the_paths_below_it() -> None:
+    auth = RouteAuth.from_settings(
+        "bearer:token=d", "/hooks=bearer:token=t;/hooks/mlflow=bearer:token=m"
+    )
+    bearer = lambda token: {"Authorization": f"Bearer {token}"}  # noqa: E731
+    assert auth.check("/hooks/x/y", bearer("t"), b"").scheme == "bearer"
+    assert auth.check("/hooks/mlflow/run", bearer("m"), b"").scheme == "bearer"  # longest wins
     with pytest.raises(Unauthenticated):
-        auth.check("/hooks", {}, b"")
+        auth.check("/hooks/x", bearer("d"), b"")
+    with pytest.raises(Unauthenticated):
+        auth.check("/hooksx", bearer("t"), b"")  # a sibling, not a child
+    assert auth.check("/functions/register", bearer("d"), b"").scheme == "bearer"
+
+
+def test_routes_with_an_open_default_are_refused() -> None:
+    with pytest.raises(ConfigError, match="leaves every other path open"):
+        RouteAuth.from_settings("none", "/hooks=bearer:token=t")
 
 
 @pytest.mark.parametrize("bad", ["minio=bearer:token=x", "/x=", "/x"])
