@@ -101,7 +101,10 @@ class ArtifactPushed(EventData, frozen=True, kw_only=True):
         ),
     ]
     store: StoreKind
-    namespace: Annotated[str, _doc("the tenant the event belongs to")] = "default"
+    namespace: Annotated[
+        str | None,
+        _doc("the tenant the event belongs to; unset: the tenant that owns the location"),
+    ] = None
     tag: Annotated[str | None, _doc("the tag pushed, for OCI")] = None
     size: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -117,7 +120,7 @@ class ArtifactDeleted(EventData, frozen=True, kw_only=True):
     model: str | None = None
     version: str | None = None
     tag: str | None = None
-    namespace: str = "default"
+    namespace: str | None = None
 
 
 class _ModelLifecycle(EventData, frozen=True, kw_only=True):

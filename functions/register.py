@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
 from functions.domain import ArtifactState, ModelArtifact, ModelState
-from functions.errors import Conflict
+from functions.errors import Conflict, Forbidden
 from functions.ports import ModelRegistry
 from functions.runtime import Function
 
@@ -32,7 +32,9 @@ def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
     if isinstance(event.data, ArtifactPushed):
         return register_model(event, event.data, registry=deps.registry)
     if isinstance(event.data, ModelDeleted):
-        archive_model(event, event.data, registry=deps.registry)
+        archive_model(
+            event, event.data, registry=deps.registry, check_namespace=bool(deps.tenancy.rules)
+        )
     return []
 
 
@@ -50,7 +52,9 @@ def _register(
     model = registry.get_model(pushed.model)
     if model is None:
         new_model, created = _find_or_create(
-            lambda: registry.create_model(pushed.model, properties={"namespace": pushed.namespace}),
+            lambda: registry.create_model(
+                pushed.model, properties={"namespace": pushed.namespace or "default"}
+            ),
             lambda: registry.get_model(pushed.model),
         )
         model = new_model
@@ -108,7 +112,7 @@ def _register(
         registered_model_id=model.id,
         model_version_id=version.id,
         model_artifact_id=artifact.id,
-        namespace=pushed.namespace,
+        namespace=pushed.namespace or "default",
         created=created,
     )
     return [
@@ -118,19 +122,38 @@ def _register(
     ]
 
 
-def archive_model(event: CanonicalEvent, deleted: ModelDeleted, *, registry: ModelRegistry) -> None:
+def archive_model(
+    event: CanonicalEvent,
+    deleted: ModelDeleted,
+    *,
+    registry: ModelRegistry,
+    check_namespace: bool = False,
+) -> None:
+    """Archive the model and its versions. With tenancy on, only the namespace that
+    registered the model may archive it."""
     with registry.transaction():
-        _archive(event, deleted, registry)
+        _archive(event, deleted, registry, check_namespace)
 
 
-def _archive(event: CanonicalEvent, deleted: ModelDeleted, registry: ModelRegistry) -> None:
+def _archive(
+    event: CanonicalEvent, deleted: ModelDeleted, registry: ModelRegistry, check_namespace: bool
+) -> None:
     stamp = _stamp(event)
     model = registry.get_model(deleted.name)
     if model is None:
         model = _find_or_create(
-            lambda: registry.create_model(deleted.name, properties={}),
+            lambda: registry.create_model(
+                deleted.name, properties={"namespace": deleted.namespace}
+            ),
             lambda: registry.get_model(deleted.name),
         )[0]
+    owner = model.custom_properties.get("namespace", "default")
+    if check_namespace and owner != deleted.namespace:
+        raise Forbidden(
+            f"namespace {deleted.namespace!r} may not archive model {deleted.name!r}",
+            namespace=deleted.namespace,
+            owner=owner,
+        )
     if model.state == ModelState.ARCHIVED and model.custom_properties.get(ARCHIVED_AT, "") >= stamp:
         return
     props = {**model.custom_properties, ARCHIVED_AT: stamp}

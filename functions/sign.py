@@ -126,7 +126,7 @@ def _reply(
         signature_uri=props.get("signature.uri", ""),
         root_digest=props.get("signature.root_digest", ""),
         signer=props.get("signature.signer", ""),
-        namespace=pushed.namespace,
+        namespace=pushed.namespace or "default",
     )
     return CanonicalEvent.new(
         signed, source="modelhooks/sign", subject=event.subject, id=f"{event.id}/signed"

@@ -53,15 +53,22 @@ class Tenancy:
         return False
 
     def admit(self, event: CanonicalEvent) -> CanonicalEvent:
-        """The event with its namespace resolved, or Forbidden."""
+        """The event with its namespace resolved, or Forbidden.
+
+        An event that names no namespace (a bucket or registry notification) gets the one
+        that owns its location; one that names a namespace must stay inside it.
+        """
         uri = getattr(event.data, "uri", None)
         if not self.rules or not isinstance(uri, str):
             return event
-        namespace = getattr(event.data, "namespace", "default")
-        if namespace == "default" and not self.allows("default", uri):
+        namespace = getattr(event.data, "namespace", None)
+        if namespace is None:
             owner = self.owner(uri)
-            if owner is not None:
-                return event.replace(data=event.data.replace(namespace=owner))
+            if owner is None:
+                raise Forbidden(
+                    f"no namespace may act on {_location(uri)}", location=_location(uri)
+                )
+            return event.replace(data=event.data.replace(namespace=owner))
         if not self.allows(namespace, uri):
             raise Forbidden(
                 f"namespace {namespace!r} may not act on {_location(uri)}",

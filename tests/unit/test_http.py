@@ -423,3 +423,36 @@ def test_an_oversized_body_is_refused_before_authentication(
     bootstrap.reset()
     resp = client.post("/", data=b"x" * 65, content_type="application/json")
     assert resp.status_code == 413
+
+
+def test_an_explicit_default_namespace_is_not_a_pass_to_another_tenant(
+    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models")
+    bootstrap.reset()
+    doc = structured("canonical-artifact-pushed")
+    doc["data"]["namespace"] = "default"
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 403
+    assert versions(home, "sentiment") == []
+
+
+def test_another_namespace_cannot_archive_a_tenants_model(
+    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions import bootstrap
+
+    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models;other=gs://other")
+    bootstrap.reset()
+    push = structured("canonical-artifact-pushed")  # namespace ml
+    assert (
+        client.post("/", json=push, content_type="application/cloudevents+json").status_code == 200
+    )
+    delete = structured("k8s-resource-delete")
+    delete["namespace"] = delete["data"]["metadata"]["namespace"] = "other"
+    resp = client.post("/", json=delete, content_type="application/cloudevents+json")
+    assert resp.status_code == 403
+    model = registry(home).get_model("sentiment")
+    assert model is not None and model.state.value == "LIVE"
