@@ -78,6 +78,13 @@ class StoreSettings(_Section, frozen=True, kw_only=True):
         ),
     ] = "local"
     s3_endpoint_url: Annotated[str, doc("S3 endpoint (MinIO, other S3-compatible)")] = ""
+    allow_local_targets: Annotated[
+        bool,
+        doc(
+            "let URIs taken from events name loopback, link-local or metadata hosts "
+            "(a registry on this machine, tests); off in production"
+        ),
+    ] = False
 
 
 class LayoutSettings(_Section, frozen=True, kw_only=True):

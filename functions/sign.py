@@ -77,6 +77,7 @@ def sign_artifact(
         return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing
 
     if pushed.uri.startswith("oci://"):
+        stores.check_host(pushed.uri)
         client, repo, ref = client_for(pushed.uri)
         signed = sign_oci(client, repo, ref, signer, options=options)
         host = pushed.uri.removeprefix("oci://").partition("/")[0]
@@ -84,8 +85,7 @@ def sign_artifact(
     else:
         store, bucket, prefix = stores.resolve(pushed.uri)
         signed = sign_model(store, bucket, prefix, signer, options=options)
-        scheme = "file:///" if pushed.uri.startswith("file:") else pushed.uri[:5]
-        location = f"{scheme}{signed.bucket}/{signed.key}"
+        location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
     props = {
         **props,
         "signature.uri": location,

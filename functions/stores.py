@@ -8,15 +8,18 @@ on first use (heavy SDKs stay unimported until a function needs them).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from threading import Lock
 from urllib.parse import urlsplit
 
-from functions.errors import BadRequest
+from functions.errors import BadRequest, Forbidden
 from functions.ports import ObjectStore
 from functions.settings import Settings
 
 __all__ = ["Stores", "split_uri"]
+
+_LOCAL_NAMES = {"localhost", "metadata", "metadata.google.internal", "instance-data"}
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:
@@ -40,8 +43,37 @@ class Stores:
         self._lock = Lock()
 
     def resolve(self, uri: str) -> tuple[ObjectStore, str, str]:
+        """The store, bucket and key of a URI taken from an event. `file://` URIs must lie
+        in the local store ($MODELHOOKS_HOME/store): an event never names the rest of the
+        filesystem."""
         scheme, bucket, key = split_uri(uri)
+        if scheme == "file":
+            root = (self.settings.home / "store").resolve()
+            path = Path(urlsplit(uri).path).resolve()
+            if not path.is_relative_to(root):
+                raise Forbidden(f"{uri} is outside the local store {root}", uri=uri)
+            rel = path.relative_to(root).as_posix()
+            bucket, _, key = rel.partition("/")
+            if uri.endswith("/") and key:
+                key += "/"
+            return self.for_scheme("local"), bucket, key
         return self.for_scheme(scheme), bucket, key
+
+    def check_host(self, uri: str) -> None:
+        """Refuse a URI from an event that names this machine or the cloud metadata
+        service (unless store.allow_local_targets): a function must not be steered at them.
+        Host names are judged as written; they are not resolved."""
+        host = (urlsplit(uri).hostname or "").lower()
+        if self.settings.store.allow_local_targets or not host:
+            return
+        if host in _LOCAL_NAMES or host.endswith((".localhost", ".internal")):
+            raise Forbidden(f"{uri} names a local or metadata host", host=host)
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            return
+        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+            raise Forbidden(f"{uri} names a loopback or link-local address", host=host)
 
     def for_scheme(self, scheme: str) -> ObjectStore:
         with self._lock:
@@ -52,9 +84,7 @@ class Stores:
     def _make(self, scheme: str) -> ObjectStore:
         from functions.adapters.object_store.local import LocalObjectStore
 
-        if scheme == "file":
-            return LocalObjectStore(Path("/"))
-        if self.settings.store.backend == "local":
+        if scheme == "local" or self.settings.store.backend == "local":
             return LocalObjectStore(self.settings.home / "store")
         if scheme == "gs":
             from functions.adapters.object_store.gcs import GcsObjectStore

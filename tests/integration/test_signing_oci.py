@@ -148,7 +148,7 @@ def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> N
     registry_ = InMemoryModelRegistry()
     register_model(event, data, registry=registry_)
     kw: dict[str, Any] = {
-        "stores": Stores(load_settings(env={})),
+        "stores": Stores(load_settings(env={"MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS": "true"})),
         "registry": registry_,
         "signer": KeySigner.from_file(keys.private),
         "options": HashOptions(),

@@ -25,7 +25,7 @@ def pushed(tmp_path: Path, digest: str = "sha256:" + "1" * 64) -> CanonicalEvent
     data = ArtifactPushed(
         model="bert",
         version="1",
-        uri=f"file://{tmp_path}/models/bert/1/",
+        uri=f"file://{tmp_path}/store/models/bert/1/",
         digest=digest,
         store="local",
     )
@@ -40,8 +40,10 @@ def keys(tmp_path: Path) -> KeyPair:
 def run(
     event: CanonicalEvent, registry: InMemoryModelRegistry, keys: KeyPair
 ) -> list[CanonicalEvent]:
+    """Sign with the local store rooted where pushed() put the model ($HOME/store)."""
     assert isinstance(event.data, ArtifactPushed)
-    stores = Stores(load_settings(env={}))
+    home = event.data.uri.removeprefix("file://").split("/store/")[0]
+    stores = Stores(load_settings(env={"MODELHOOKS_HOME": home}))
     signer = KeySigner.from_file(keys.private)
     return sign_artifact(
         event, event.data, stores=stores, registry=registry, signer=signer, options=HashOptions()
@@ -49,7 +51,7 @@ def run(
 
 
 def test_signs_records_and_replies_once(tmp_path: Path, keys: KeyPair) -> None:
-    model = write_model(tmp_path / "models" / "bert" / "1")
+    model = write_model(tmp_path / "store" / "models" / "bert" / "1")
     registry = InMemoryModelRegistry()
     event = pushed(tmp_path)
     assert isinstance(event.data, ArtifactPushed)
@@ -61,7 +63,7 @@ def test_signs_records_and_replies_once(tmp_path: Path, keys: KeyPair) -> None:
     assert reply.type == "dev.modelhooks.model.signed" and reply.id == "e1/signed"
     data = reply.data
     assert isinstance(data, ModelSigned)
-    assert data.signature_uri == f"file://{tmp_path}/models/bert/1/model.sig"
+    assert data.signature_uri == f"file://{tmp_path}/store/models/bert/1/model.sig"
     assert data.root_digest.startswith("sha256:") and data.signer.startswith("key sha256:")
     assert (model / "model.sig").exists()
     model_ = registry.get_model("bert")
@@ -77,7 +79,7 @@ def test_signs_records_and_replies_once(tmp_path: Path, keys: KeyPair) -> None:
 
 
 def test_signature_verifies(tmp_path: Path, keys: KeyPair) -> None:
-    model = write_model(tmp_path / "models" / "bert" / "1")
+    model = write_model(tmp_path / "store" / "models" / "bert" / "1")
     registry = InMemoryModelRegistry()
     event = pushed(tmp_path)
     assert isinstance(event.data, ArtifactPushed)

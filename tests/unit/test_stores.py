@@ -1,0 +1,51 @@
+"""URIs taken from events: file:// stays inside the local store, hosts are not local."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from functions.errors import Forbidden
+from functions.settings import load_settings
+from functions.stores import Stores
+
+
+def stores(home: Path, **env: str) -> Stores:
+    return Stores(load_settings(env={"MODELHOOKS_HOME": str(home), **env}))
+
+
+def test_file_uris_resolve_inside_the_local_store(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    (root / "models" / "m" / "1").mkdir(parents=True)
+    store, bucket, key = stores(tmp_path).resolve(f"{(root / 'models' / 'm' / '1').as_uri()}/")
+    assert (bucket, key) == ("models", "m/1/")
+    assert store.stat("models", "m/1/absent") is None
+
+
+@pytest.mark.parametrize("uri", ["file:///etc/", "file:///tmp/x/../../etc/passwd"])
+def test_file_uris_outside_the_local_store_are_forbidden(tmp_path: Path, uri: str) -> None:
+    with pytest.raises(Forbidden, match="outside the local store"):
+        stores(tmp_path).resolve(uri)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "oci://127.0.0.1:5000/m@sha256:00",
+        "oci://localhost/m:v1",
+        "oci://169.254.169.254/m:v1",
+        "oci://metadata.google.internal/m:v1",
+        "oci://[::1]:5000/m:v1",
+    ],
+)
+def test_local_and_metadata_hosts_are_refused(tmp_path: Path, uri: str) -> None:
+    with pytest.raises(Forbidden):
+        stores(tmp_path).check_host(uri)
+
+
+def test_remote_hosts_pass_and_local_ones_can_be_allowed(tmp_path: Path) -> None:
+    stores(tmp_path).check_host("oci://europe-docker.pkg.dev/p/r/m@sha256:00")
+    stores(tmp_path).check_host("oci://10.0.0.7:5000/m:v1")  # in-cluster registries are fine
+    allowed = stores(tmp_path, MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS="true")
+    allowed.check_host("oci://127.0.0.1:5000/m:v1")
