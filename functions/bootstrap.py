@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from events.layout import ObjectLayout
 from events.model import CanonicalEvent
@@ -19,9 +19,11 @@ from functions.ports import ModelRegistry, Signer
 from functions.routes import RouteAuth
 from functions.runtime import Dedupe
 from functions.settings import Settings, load_settings
-from functions.signing.streaming import HashOptions
 from functions.stores import Stores
 from functions.tenancy import Tenancy
+
+if TYPE_CHECKING:
+    from functions.signing.streaming import HashOptions
 
 __all__ = ["Deps", "build"]
 

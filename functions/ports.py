@@ -1,5 +1,6 @@
 """Ports: the only way handlers reach the world. One real adapter per backend lives in
 `functions/adapters/<port>/`; in-memory fakes for unit tests pass the same contract tests.
+(The OCI registry and cluster ports arrive with the functions that need them.)
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from functions.domain import ModelArtifact, ModelVersion, ObjectInfo, RegisteredModel
 
-__all__ = ["Cluster", "ModelRegistry", "ObjectStore", "OciRegistry", "Signer", "Verifier"]
+__all__ = ["ModelRegistry", "ObjectStore", "Signer", "Verifier"]
 
 
 @runtime_checkable
@@ -81,17 +82,6 @@ class ModelRegistry(Protocol):
 
 
 @runtime_checkable
-class OciRegistry(Protocol):
-    """An OCI distribution registry (docker-registry, zot, Artifact Registry)."""
-
-    def list_tags(self, repository: str) -> list[str]: ...
-
-    def resolve(self, repository: str, reference: str) -> str:
-        """The manifest digest a tag (or digest) points at."""
-        ...
-
-
-@runtime_checkable
 class Signer(Protocol):
     """Signs a model's in-toto Statement into a model-signing bundle (Sigstore bundle v0.3
     JSON with a DSSE envelope). Implementations: EC key, certificate, Sigstore keyless
@@ -130,10 +120,3 @@ class Verifier(Protocol):
         """The signed Statement bytes, once the signature and its trust are checked;
         VerificationFailed (with details) otherwise. Does not look at the model."""
         ...
-
-
-@runtime_checkable
-class Cluster(Protocol):
-    """The Kubernetes cluster the functions run in (Model status, Events)."""
-
-    def record_event(self, namespace: str, name: str, reason: str, message: str) -> None: ...
