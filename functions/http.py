@@ -45,7 +45,14 @@ def read_body(request: flask.Request, limit: int) -> bytes:
         raise PayloadTooLarge(
             f"body of {request.content_length} bytes is over the limit of {limit}"
         )
-    return bytes(request.stream.read(limit + 1))
+    chunks, size = [], 0
+    while size <= limit:  # a stream read may return less than asked: loop to EOF or limit
+        chunk = request.stream.read(min(1 << 16, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def publish(request: flask.Request, deps: Deps, broker: Broker) -> Response:

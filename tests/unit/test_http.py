@@ -456,3 +456,10 @@ def test_another_namespace_cannot_archive_a_tenants_model(
     assert resp.status_code == 403
     model = registry(home).get_model("sentiment")
     assert model is not None and model.state.value == "LIVE"
+
+
+def test_a_large_body_under_the_limit_arrives_whole(client: FlaskClient, home: Path) -> None:
+    doc = structured("canonical-artifact-pushed")
+    doc["data"]["labels"] = {f"k{i}": "v" * 100 for i in range(2000)}  # ~230 KB, many reads
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 200, resp.get_data(as_text=True)
