@@ -7,6 +7,10 @@ locals {
   eventarc_location = var.eventarc_location != "" ? var.eventarc_location : var.region
   pubsub_agent      = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 
+  # the functions the models bucket's finalize events (Eventarc) and the gcr topic (Pub/Sub
+  # push) deliver to: one trigger, one subscription and their invoker bindings each
+  delivered = toset(["register", "sign"])
+
   # where registrations go: the Kubeflow Model Registry when registry_url is set
   # (for-expressions with a condition, not `cond ? {} : {…}`, whose branch types differ)
   registry_env = {
@@ -177,10 +181,17 @@ resource "google_cloudfunctions2_function" "function" {
 }
 
 # ---------------------------------------------------------------------------------------
-# register ← GCS: a model counts as pushed when its ready marker is finalized.
+# register and sign ← GCS and Artifact Registry: each function in local.delivered gets its own
+# Eventarc trigger and its own gcr push subscription (each gets every message). A model counts
+# as pushed when its ready marker is finalized. Until register has registered the version sign
+# answers 503, and Eventarc / Pub/Sub redeliver with backoff. sign's own writes (model.sig) are
+# not ready markers: they make no event. A delivery outlives the 600 s ack deadline of both
+# paths only for the largest models (sign's timeout is 900 s); the redelivery then finds the
+# signature already recorded, or the conditional write refuses a second one.
 
 resource "google_eventarc_trigger" "models_finalized" {
-  name            = "${var.name_prefix}-register-models-finalized"
+  for_each        = local.delivered
+  name            = "${var.name_prefix}-${each.key}-models-finalized"
   location        = local.eventarc_location
   service_account = google_service_account.eventarc.email
 
@@ -195,7 +206,7 @@ resource "google_eventarc_trigger" "models_finalized" {
 
   destination {
     cloud_run_service {
-      service = google_cloudfunctions2_function.function["register"].service_config[0].service
+      service = google_cloudfunctions2_function.function[each.key].service_config[0].service
       region  = var.region
     }
   }
@@ -203,28 +214,29 @@ resource "google_eventarc_trigger" "models_finalized" {
   depends_on = [
     google_project_iam_member.eventarc_receiver,
     google_project_iam_member.gcs_publishes_events,
-    google_cloud_run_v2_service_iam_member.eventarc_invokes_register,
+    google_cloud_run_v2_service_iam_member.eventarc_invokes,
   ]
 }
 
-# register ← Artifact Registry: the gcr topic, pushed with an OIDC token; after
-# max_delivery_attempts a message goes to register's dead-letter topic.
+# The gcr topic, pushed with an OIDC token; after max_delivery_attempts a message goes to the
+# function's own dead-letter topic.
 
-resource "google_pubsub_subscription" "gcr_register" {
-  name                 = "${var.name_prefix}-register-gcr"
+resource "google_pubsub_subscription" "gcr" {
+  for_each             = local.delivered
+  name                 = "${var.name_prefix}-${each.key}-gcr"
   topic                = var.create_gcr_topic ? google_pubsub_topic.gcr[0].id : "projects/${var.project_id}/topics/${var.gcr_topic}"
-  ack_deadline_seconds = min(600, var.functions["register"].timeout_seconds)
+  ack_deadline_seconds = min(600, var.functions[each.key].timeout_seconds)
 
   push_config {
-    push_endpoint = google_cloudfunctions2_function.function["register"].url
+    push_endpoint = google_cloudfunctions2_function.function[each.key].url
     oidc_token {
       service_account_email = google_service_account.push.email
-      audience              = var.push_audience != "" ? var.push_audience : google_cloudfunctions2_function.function["register"].url
+      audience              = var.push_audience != "" ? var.push_audience : google_cloudfunctions2_function.function[each.key].url
     }
   }
 
   dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.dead_letter["register"].id
+    dead_letter_topic     = google_pubsub_topic.dead_letter[each.key].id
     max_delivery_attempts = var.max_delivery_attempts
   }
 
@@ -238,75 +250,7 @@ resource "google_pubsub_subscription" "gcr_register" {
   }
 
   depends_on = [
-    google_cloud_run_v2_service_iam_member.push_invokes_register,
-    google_service_account_iam_member.pubsub_mints_push_tokens,
-  ]
-}
-
-# sign ← GCS and Artifact Registry: the same events as register, through its own trigger and
-# subscription (each gets every message). Until register has registered the version sign
-# answers 503, and Eventarc / Pub/Sub redeliver with backoff. Its own writes (model.sig) are
-# not ready markers: they make no event. A delivery outlives the 600 s ack deadline of
-# both paths only for the largest models (sign's timeout is 900 s); the redelivery then
-# finds the signature already recorded, or the conditional write refuses a second one.
-
-resource "google_eventarc_trigger" "models_finalized_sign" {
-  name            = "${var.name_prefix}-sign-models-finalized"
-  location        = local.eventarc_location
-  service_account = google_service_account.eventarc.email
-
-  matching_criteria {
-    attribute = "type"
-    value     = "google.cloud.storage.object.v1.finalized"
-  }
-  matching_criteria {
-    attribute = "bucket"
-    value     = var.models_bucket
-  }
-
-  destination {
-    cloud_run_service {
-      service = google_cloudfunctions2_function.function["sign"].service_config[0].service
-      region  = var.region
-    }
-  }
-
-  depends_on = [
-    google_project_iam_member.eventarc_receiver,
-    google_project_iam_member.gcs_publishes_events,
-    google_cloud_run_v2_service_iam_member.eventarc_invokes_sign,
-  ]
-}
-
-resource "google_pubsub_subscription" "gcr_sign" {
-  name                 = "${var.name_prefix}-sign-gcr"
-  topic                = var.create_gcr_topic ? google_pubsub_topic.gcr[0].id : "projects/${var.project_id}/topics/${var.gcr_topic}"
-  ack_deadline_seconds = min(600, var.functions["sign"].timeout_seconds)
-
-  push_config {
-    push_endpoint = google_cloudfunctions2_function.function["sign"].url
-    oidc_token {
-      service_account_email = google_service_account.push.email
-      audience              = var.push_audience != "" ? var.push_audience : google_cloudfunctions2_function.function["sign"].url
-    }
-  }
-
-  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.dead_letter["sign"].id
-    max_delivery_attempts = var.max_delivery_attempts
-  }
-
-  retry_policy {
-    minimum_backoff = "10s"
-    maximum_backoff = "600s"
-  }
-
-  expiration_policy {
-    ttl = ""
-  }
-
-  depends_on = [
-    google_cloud_run_v2_service_iam_member.push_invokes_sign,
+    google_cloud_run_v2_service_iam_member.push_invokes,
     google_service_account_iam_member.pubsub_mints_push_tokens,
   ]
 }
@@ -314,38 +258,26 @@ resource "google_pubsub_subscription" "gcr_sign" {
 # ---------------------------------------------------------------------------------------
 # IAM, least privilege.
 
-# Eventarc's identity receives events and invokes register and sign; with the push identity
-# they are the only invokers.
+# Eventarc's identity receives events and invokes the functions in local.delivered; with the
+# push identity they are the only invokers.
 resource "google_project_iam_member" "eventarc_receiver" {
   project = var.project_id
   role    = "roles/eventarc.eventReceiver"
   member  = google_service_account.eventarc.member
 }
 
-resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes_register" {
+resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes" {
+  for_each = local.delivered
   location = var.region
-  name     = google_cloudfunctions2_function.function["register"].service_config[0].service
+  name     = google_cloudfunctions2_function.function[each.key].service_config[0].service
   role     = "roles/run.invoker"
   member   = google_service_account.eventarc.member
 }
 
-resource "google_cloud_run_v2_service_iam_member" "push_invokes_register" {
+resource "google_cloud_run_v2_service_iam_member" "push_invokes" {
+  for_each = local.delivered
   location = var.region
-  name     = google_cloudfunctions2_function.function["register"].service_config[0].service
-  role     = "roles/run.invoker"
-  member   = google_service_account.push.member
-}
-
-resource "google_cloud_run_v2_service_iam_member" "eventarc_invokes_sign" {
-  location = var.region
-  name     = google_cloudfunctions2_function.function["sign"].service_config[0].service
-  role     = "roles/run.invoker"
-  member   = google_service_account.eventarc.member
-}
-
-resource "google_cloud_run_v2_service_iam_member" "push_invokes_sign" {
-  location = var.region
-  name     = google_cloudfunctions2_function.function["sign"].service_config[0].service
+  name     = google_cloudfunctions2_function.function[each.key].service_config[0].service
   role     = "roles/run.invoker"
   member   = google_service_account.push.member
 }
@@ -372,14 +304,9 @@ resource "google_pubsub_topic_iam_member" "pubsub_dead_letters" {
   member   = local.pubsub_agent
 }
 
-resource "google_pubsub_subscription_iam_member" "pubsub_acks_gcr_register" {
-  subscription = google_pubsub_subscription.gcr_register.id
-  role         = "roles/pubsub.subscriber"
-  member       = local.pubsub_agent
-}
-
-resource "google_pubsub_subscription_iam_member" "pubsub_acks_gcr_sign" {
-  subscription = google_pubsub_subscription.gcr_sign.id
+resource "google_pubsub_subscription_iam_member" "pubsub_acks_gcr" {
+  for_each     = local.delivered
+  subscription = google_pubsub_subscription.gcr[each.key].id
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_agent
 }
@@ -422,4 +349,57 @@ resource "google_secret_manager_secret_iam_member" "signing_key" {
   secret_id = var.signing_key_secret
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
+}
+
+# ---------------------------------------------------------------------------------------
+# State moves: the per-function copies became for_each instances (nothing is recreated).
+
+moved {
+  from = google_eventarc_trigger.models_finalized
+  to   = google_eventarc_trigger.models_finalized["register"]
+}
+
+moved {
+  from = google_eventarc_trigger.models_finalized_sign
+  to   = google_eventarc_trigger.models_finalized["sign"]
+}
+
+moved {
+  from = google_pubsub_subscription.gcr_register
+  to   = google_pubsub_subscription.gcr["register"]
+}
+
+moved {
+  from = google_pubsub_subscription.gcr_sign
+  to   = google_pubsub_subscription.gcr["sign"]
+}
+
+moved {
+  from = google_cloud_run_v2_service_iam_member.eventarc_invokes_register
+  to   = google_cloud_run_v2_service_iam_member.eventarc_invokes["register"]
+}
+
+moved {
+  from = google_cloud_run_v2_service_iam_member.eventarc_invokes_sign
+  to   = google_cloud_run_v2_service_iam_member.eventarc_invokes["sign"]
+}
+
+moved {
+  from = google_cloud_run_v2_service_iam_member.push_invokes_register
+  to   = google_cloud_run_v2_service_iam_member.push_invokes["register"]
+}
+
+moved {
+  from = google_cloud_run_v2_service_iam_member.push_invokes_sign
+  to   = google_cloud_run_v2_service_iam_member.push_invokes["sign"]
+}
+
+moved {
+  from = google_pubsub_subscription_iam_member.pubsub_acks_gcr_register
+  to   = google_pubsub_subscription_iam_member.pubsub_acks_gcr["register"]
+}
+
+moved {
+  from = google_pubsub_subscription_iam_member.pubsub_acks_gcr_sign
+  to   = google_pubsub_subscription_iam_member.pubsub_acks_gcr["sign"]
 }

@@ -25,26 +25,20 @@ output "dead_letter_subscriptions" {
 
 output "gcr_subscription" {
   description = "The push subscription delivering Artifact Registry notifications to register."
-  value       = google_pubsub_subscription.gcr_register.id
+  value       = google_pubsub_subscription.gcr["register"].id
 }
 
 output "eventarc_trigger" {
   description = "The Eventarc trigger delivering the models bucket's finalized objects to register."
-  value       = google_eventarc_trigger.models_finalized.id
+  value       = google_eventarc_trigger.models_finalized["register"].id
 }
 
 output "gcr_subscriptions" {
   description = "The push subscriptions delivering Artifact Registry notifications, by function (register, sign)."
-  value = {
-    register = google_pubsub_subscription.gcr_register.id
-    sign     = google_pubsub_subscription.gcr_sign.id
-  }
+  value       = { for name, sub in google_pubsub_subscription.gcr : name => sub.id }
 }
 
 output "eventarc_triggers" {
   description = "The Eventarc triggers delivering the models bucket's finalized objects, by function (register, sign)."
-  value = {
-    register = google_eventarc_trigger.models_finalized.id
-    sign     = google_eventarc_trigger.models_finalized_sign.id
-  }
+  value       = { for name, trigger in google_eventarc_trigger.models_finalized : name => trigger.id }
 }

@@ -516,6 +516,8 @@ def terraform() -> dict[str, Any]:
                 if kind in ("resource", "data"):
                     for rtype, named in block.items():
                         merged.setdefault(kind, {}).setdefault(rtype, {}).update(named)
+                elif kind == "moved":  # unnamed blocks: keep every one
+                    merged.setdefault(kind, []).append(block)
                 else:
                     merged.setdefault(kind, {}).update(block)
     return merged
@@ -624,13 +626,28 @@ def test_every_settings_variable_named_in_deployments_exists(terraform: dict[str
     assert named <= SETTINGS_ENV, f"not settings variables: {sorted(named - SETTINGS_ENV)}"
 
 
-@pytest.mark.parametrize(
-    ("resource", "function"), [("models_finalized", "register"), ("models_finalized_sign", "sign")]
-)
+DELIVERED = {"register", "sign"}  # what the models bucket (Eventarc) and gcr (push) reach
+
+
+def _delivered(terraform: dict[str, Any]) -> set[str]:
+    delivered = set(re.findall(r'"(\w+)"', terraform["locals"]["delivered"]))
+    assert terraform["locals"]["delivered"].startswith("${toset(")
+    return delivered
+
+
+def test_the_delivered_functions_are_register_and_sign(terraform: dict[str, Any]) -> None:
+    assert _delivered(terraform) == DELIVERED
+    assert set(terraform["variable"]["functions"]["default"]) >= DELIVERED
+
+
+@pytest.mark.parametrize("function", sorted(DELIVERED))
 def test_gcs_finalize_events_reach_register_and_sign(
-    terraform: dict[str, Any], resource: str, function: str
+    terraform: dict[str, Any], function: str
 ) -> None:
-    trigger = _resource(terraform, "google_eventarc_trigger", resource)
+    assert function in _delivered(terraform)
+    trigger = _resource(terraform, "google_eventarc_trigger", "models_finalized")
+    assert trigger["for_each"] == "${local.delivered}"
+    assert "${each.key}" in trigger["name"]
     criteria = {c["attribute"]: c["value"] for c in trigger["matching_criteria"]}
     assert criteria == {
         "type": "google.cloud.storage.object.v1.finalized",
@@ -638,56 +655,73 @@ def test_gcs_finalize_events_reach_register_and_sign(
     }
     (destination,) = trigger["destination"]
     (run,) = destination["cloud_run_service"]
-    assert f'function["{function}"]' in run["service"]
+    assert run["service"] == (
+        "${google_cloudfunctions2_function.function[each.key].service_config[0].service}"
+    )
     assert trigger["service_account"] == "${google_service_account.eventarc.email}"
-    depends = " ".join(trigger["depends_on"])
-    assert f"google_cloud_run_v2_service_iam_member.eventarc_invokes_{function}" in depends
+    depends = trigger["depends_on"]
+    assert "${google_cloud_run_v2_service_iam_member.eventarc_invokes}" in depends
+    assert (
+        _resource(terraform, "google_cloud_run_v2_service_iam_member", "eventarc_invokes")[
+            "for_each"
+        ]
+        == "${local.delivered}"
+    )  # one binding per trigger, so depends_on covers this function's
 
 
-@pytest.mark.parametrize("function", ["register", "sign"])
+@pytest.mark.parametrize("function", sorted(DELIVERED))
 def test_gcr_push_subscription_is_authenticated_and_dead_lettered(
     terraform: dict[str, Any], function: str
 ) -> None:
-    sub = _resource(terraform, "google_pubsub_subscription", f"gcr_{function}")
+    assert function in _delivered(terraform)
+    sub = _resource(terraform, "google_pubsub_subscription", "gcr")
+    assert sub["for_each"] == "${local.delivered}"
+    assert "${each.key}" in sub["name"]
     assert "gcr" in sub["topic"]
-    assert f'var.functions["{function}"].timeout_seconds' in sub["ack_deadline_seconds"]
+    assert "var.functions[each.key].timeout_seconds" in sub["ack_deadline_seconds"]
     (push,) = sub["push_config"]
-    assert f'function["{function}"].url' in push["push_endpoint"]
+    assert push["push_endpoint"] == "${google_cloudfunctions2_function.function[each.key].url}"
     (oidc,) = push["oidc_token"]
     assert oidc["service_account_email"] == "${google_service_account.push.email}"
     # the audience Cloud Run checks: the function's URL unless var.push_audience says otherwise
     assert "var.push_audience" in oidc["audience"]
-    assert f'function["{function}"].url' in oidc["audience"]
+    assert "google_cloudfunctions2_function.function[each.key].url" in oidc["audience"]
     (dead,) = sub["dead_letter_policy"]
-    assert dead["dead_letter_topic"] == f'${{google_pubsub_topic.dead_letter["{function}"].id}}'
+    assert dead["dead_letter_topic"] == "${google_pubsub_topic.dead_letter[each.key].id}"
     assert dead["max_delivery_attempts"] == "${var.max_delivery_attempts}"
     default = terraform["variable"]["max_delivery_attempts"]["default"]
     assert 5 <= default <= 100  # Pub/Sub's bounds
+    # the dead-letter topic it names exists for this function
+    dead_topics = _resource(terraform, "google_pubsub_topic", "dead_letter")
+    assert dead_topics["for_each"] == "${var.functions}"
+    assert function in terraform["variable"]["functions"]["default"]
+    assert "${google_cloud_run_v2_service_iam_member.push_invokes}" in sub["depends_on"]
     # Pub/Sub's service agent acknowledges on it when it dead-letters
-    acks = _resource(
-        terraform, "google_pubsub_subscription_iam_member", f"pubsub_acks_gcr_{function}"
-    )
-    assert acks["subscription"] == f"${{google_pubsub_subscription.gcr_{function}.id}}"
+    acks = _resource(terraform, "google_pubsub_subscription_iam_member", "pubsub_acks_gcr")
+    assert acks["for_each"] == "${local.delivered}"
+    assert acks["subscription"] == "${google_pubsub_subscription.gcr[each.key].id}"
     assert acks["role"] == "roles/pubsub.subscriber"
+    assert acks["member"] == "${local.pubsub_agent}"
 
 
 def test_terraform_iam_bindings(terraform: dict[str, Any]) -> None:
     bindings = terraform["resource"]["google_cloud_run_v2_service_iam_member"]
-    for function in ("register", "sign"):
-        names = (f"eventarc_invokes_{function}", f"push_invokes_{function}")
-        invokers = {
-            _resource(terraform, "google_cloud_run_v2_service_iam_member", n)["member"]
-            for n in names
-        }
-        assert invokers == {
-            "${google_service_account.eventarc.member}",
-            "${google_service_account.push.member}",
-        }
-        for name in names:
-            binding = bindings[name]
-            assert binding["role"] == "roles/run.invoker"
-            assert f'function["{function}"]' in binding["name"]
-    assert len(bindings) == 4, f"unexpected invokers: {sorted(bindings)}"
+    assert set(bindings) == {"eventarc_invokes", "push_invokes"}, (
+        f"unexpected invokers: {sorted(bindings)}"
+    )
+    invokers = {binding["member"] for binding in bindings.values()}
+    assert invokers == {
+        "${google_service_account.eventarc.member}",
+        "${google_service_account.push.member}",
+    }
+    for binding in bindings.values():
+        # one per delivered function (register, sign), and no other function
+        assert binding["for_each"] == "${local.delivered}"
+        assert binding["role"] == "roles/run.invoker"
+        assert binding["name"] == (
+            "${google_cloudfunctions2_function.function[each.key].service_config[0].service}"
+        )
+    assert _delivered(terraform) == DELIVERED
     receiver = _resource(terraform, "google_project_iam_member", "eventarc_receiver")
     assert receiver["role"] == "roles/eventarc.eventReceiver"
     storage = _resource(terraform, "google_storage_bucket_iam_member", "function_models")
@@ -739,10 +773,49 @@ def test_terraform_references_resolve_and_variables_are_used(terraform: dict[str
         **{t: set(named) for t, named in terraform["resource"].items()},
     }
     used: set[tuple[str, str]] = set()
-    for text in _strings({k: v for k, v in terraform.items() if k != "variable"}):
+    # a moved block's `from` names an address that no longer exists, by design
+    checked = {k: v for k, v in terraform.items() if k not in ("variable", "moved")}
+    checked["moved"] = [block["to"] for block in terraform.get("moved", [])]
+    for text in _strings(checked):
         for expression in re.findall(r"\$\{.*\}", text, re.S):
             used |= set(_REFERENCE.findall(expression))
     dangling = {f"{kind}.{name}" for kind, name in used if name not in declared.get(kind, ())}
     assert not dangling, f"references to nothing declared: {sorted(dangling)}"
     unused = {name for name in declared["var"] if ("var", name) not in used}
     assert not unused, f"variables nothing reads: {sorted(unused)}"
+
+
+def test_renamed_terraform_resources_are_moved_not_recreated(terraform: dict[str, Any]) -> None:
+    """The per-function copies became for_each instances: `moved` keeps their state."""
+    renamed = {
+        ("google_eventarc_trigger", "models_finalized", "models_finalized", "register"),
+        ("google_eventarc_trigger", "models_finalized_sign", "models_finalized", "sign"),
+        ("google_pubsub_subscription", "gcr_register", "gcr", "register"),
+        ("google_pubsub_subscription", "gcr_sign", "gcr", "sign"),
+        (
+            "google_pubsub_subscription_iam_member",
+            "pubsub_acks_gcr_register",
+            "pubsub_acks_gcr",
+            "register",
+        ),
+        (
+            "google_pubsub_subscription_iam_member",
+            "pubsub_acks_gcr_sign",
+            "pubsub_acks_gcr",
+            "sign",
+        ),
+    } | {
+        ("google_cloud_run_v2_service_iam_member", f"{who}_invokes_{f}", f"{who}_invokes", f)
+        for who in ("eventarc", "push")
+        for f in DELIVERED
+    }
+    expected = {
+        (f"${{{rtype}.{old}}}", f'${{{rtype}.{new}["{key}"]}}') for rtype, old, new, key in renamed
+    }
+    moves = [(block["from"], block["to"]) for block in terraform.get("moved", [])]
+    assert len(moves) == len(set(moves)) and set(moves) == expected
+    for rtype, old, new, key in renamed:
+        assert key in _delivered(terraform)
+        assert _resource(terraform, rtype, new)["for_each"] == "${local.delivered}"
+        if old != new:
+            assert old not in terraform["resource"][rtype], f"{rtype}.{old} is still declared"
