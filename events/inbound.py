@@ -20,7 +20,8 @@ class Inbound:
     - kind "webhook": a native webhook body (S3/MinIO, OCI distribution, …) as JSON;
       `attributes` empty.
     `id` is stable across redeliveries of the same upstream event (used to derive
-    canonical ids, so duplicates are recognisable).
+    canonical ids, so duplicates are recognisable). `time` is the transport's own
+    timestamp when it has one (Pub/Sub publishTime, RFC 3339), for payloads that carry none.
     """
 
     kind: Literal["cloudevent", "pubsub", "webhook"]
@@ -28,3 +29,4 @@ class Inbound:
     data: Any
     attributes: Mapping[str, str] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    time: str | None = None

@@ -135,12 +135,14 @@ def _pubsub_wrapped(doc: Mapping[str, Any], headers: Mapping[str, str]) -> Inbou
         payload = base64.b64decode(raw, validate=True) if raw else b""
     except (binascii.Error, TypeError):
         raise BadRequest("Pub/Sub push: message.data is not valid base64") from None
+    publish_time = msg.get("publishTime") or msg.get("publish_time")
     return Inbound(
         kind="pubsub",
         id=msg_id,
         data=_lenient_json(payload),
         attributes={str(k): str(v) for k, v in attrs.items()},
         headers=headers,
+        time=publish_time if isinstance(publish_time, str) else None,
     )
 
 
@@ -160,6 +162,7 @@ def _pubsub_unwrapped(h: Mapping[str, str], body: bytes) -> Inbound:
         data=_lenient_json(body),
         attributes=attrs,
         headers=h,
+        time=h.get(f"{_PUBSUB_META}publish-time"),
     )
 
 

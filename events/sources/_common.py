@@ -164,4 +164,7 @@ def unwrap_pubsub(envelope: Any, where: str = "pubsub push") -> Inbound:
             data = json.loads(decoded)
         except ValueError:
             data = decoded
-    return Inbound(kind="pubsub", id=message_id, data=data, attributes=dict(attrs))
+    publish_time = optional_text(body, "message.publishTime", where)
+    return Inbound(
+        kind="pubsub", id=message_id, data=data, attributes=dict(attrs), time=publish_time
+    )

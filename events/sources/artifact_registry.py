@@ -23,7 +23,7 @@ from typing import Any
 
 from events.inbound import Inbound
 from events.model import CanonicalEvent
-from events.sources._common import as_object, json_value, optional_text, text
+from events.sources._common import as_object, json_value, optional_text, parse_time, text
 from events.sources._oci import check_digest, deleted, is_referrer_tag, pushed
 from functions.errors import BadRequest
 
@@ -63,7 +63,7 @@ def from_gar_message(inbound: Inbound) -> list[CanonicalEvent]:
                 digest=digest,
                 tag=tag,
                 id=inbound.id,
-                time=None,
+                time=parse_time(inbound.time, where, "publishTime"),
                 where=where,
             )
         ]
@@ -79,7 +79,7 @@ def from_gar_message(inbound: Inbound) -> list[CanonicalEvent]:
             tag=tag,
             size=None,
             id=inbound.id,
-            time=None,
+            time=parse_time(inbound.time, where, "publishTime"),
             where=where,
         )
     ]

@@ -104,3 +104,14 @@ def test_malformed_messages_are_bad_requests(data: Any, message: str) -> None:
 def test_ids_are_stable() -> None:
     first = translate(samples.inbound("gar-delete"), layout=ObjectLayout())
     assert first and first == translate(samples.inbound("gar-delete"), layout=ObjectLayout())
+
+
+def test_the_event_time_is_the_pubsub_publish_time() -> None:
+    from events.ingress import decode
+
+    body = samples.body("gar-insert")
+    (inbound,) = decode({"Content-Type": "application/json"}, body)
+    (event,) = translate(inbound, layout=ObjectLayout())
+    publish_time = samples.load("gar-insert")["message"]["publishTime"]
+    assert event.time is not None
+    assert event.time.isoformat().startswith(publish_time[:19])
