@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 # Test servers this machine cannot obtain; their tests are skipped naming the reason
 # (tests/servers/recipes.py, KNOWN_BLOCKERS). zot: the Go module proxy refuses its module.
 export MODELHOOKS_TEST_UNAVAILABLE ?= zot
@@ -24,7 +25,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)  ## create .venv with modelhooks and its dev tools
 
 run: $(STAMP)  ## serve every function on embedded defaults (state in ./.modelhooks)
-	$(VENV)/bin/modelhooks serve --host $(HOST) --port $(PORT)
+	$(VENV)/bin/modelhooks serve --host $(HOST) --port $(PORT) $(RUN_ARGS)
 
 servers: $(STAMP)  ## obtain, build and cache every real test server
 	$(PY) -m tests.servers install
