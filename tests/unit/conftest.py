@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +22,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     bootstrap.reset()
     yield tmp_path / "home"
     bootstrap.reset()
+
+
+@pytest.fixture
+def configure(home: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, str]], None]:
+    """Set environment settings for this test and rebuild the process's dependencies."""
+
+    def apply(env: dict[str, str]) -> None:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        bootstrap.reset()
+
+    return apply

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,12 +216,9 @@ def test_wrong_typed_field_names_the_field(client: FlaskClient) -> None:
 
 
 def test_body_over_the_limit_is_413(
-    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_INGRESS_MAX_BODY_BYTES", "100")
-    bootstrap.reset()
+    configure({"MODELHOOKS_INGRESS_MAX_BODY_BYTES": "100"})
     resp = client.post(
         "/",
         json=structured("canonical-artifact-pushed"),
@@ -231,11 +228,10 @@ def test_body_over_the_limit_is_413(
     assert resp.json is not None and "100" in resp.json["message"]
 
 
-def test_bearer_auth(client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "bearer:token=s3cret")
-    bootstrap.reset()
+def test_bearer_auth(
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
+) -> None:
+    configure({"MODELHOOKS_INGRESS_AUTH": "bearer:token=s3cret"})
     doc = json.dumps(structured("canonical-artifact-pushed"))
     ctype = "application/cloudevents+json"
     assert client.post("/", data=doc, content_type=ctype).status_code == 401
@@ -249,12 +245,9 @@ def test_bearer_auth(client: FlaskClient, home: Path, monkeypatch: pytest.Monkey
 
 
 def test_tenant_outside_its_buckets_is_403(
-    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://ml-models;other=gs://models")
-    bootstrap.reset()
+    configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://ml-models;other=gs://models"})
     resp = client.post(
         "/",
         json=structured("canonical-artifact-pushed"),
@@ -266,12 +259,9 @@ def test_tenant_outside_its_buckets_is_403(
 
 
 def test_bucket_notification_takes_the_owning_tenant(
-    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models")
-    bootstrap.reset()
+    configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://models"})
     resp = client.post("/", json=samples.load("gcs-pubsub-finalize-marker"))
     assert resp.status_code == 200
     assert resp.json is not None and resp.json["namespace"] == "ml"
@@ -414,24 +404,22 @@ def test_a_bad_setting_stops_the_functions_framework_target_at_start(
 
 
 def test_an_oversized_body_is_refused_before_authentication(
-    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "bearer:token=s3cret")
-    monkeypatch.setenv("MODELHOOKS_INGRESS_MAX_BODY_BYTES", "64")
-    bootstrap.reset()
+    configure(
+        {
+            "MODELHOOKS_INGRESS_AUTH": "bearer:token=s3cret",
+            "MODELHOOKS_INGRESS_MAX_BODY_BYTES": "64",
+        }
+    )
     resp = client.post("/", data=b"x" * 65, content_type="application/json")
     assert resp.status_code == 413
 
 
 def test_an_explicit_default_namespace_is_not_a_pass_to_another_tenant(
-    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models")
-    bootstrap.reset()
+    configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://models"})
     doc = structured("canonical-artifact-pushed")
     doc["data"]["namespace"] = "default"
     resp = client.post("/", json=doc, content_type="application/cloudevents+json")
@@ -440,12 +428,9 @@ def test_an_explicit_default_namespace_is_not_a_pass_to_another_tenant(
 
 
 def test_another_namespace_cannot_archive_a_tenants_model(
-    client: FlaskClient, home: Path, monkeypatch: pytest.MonkeyPatch
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    from functions import bootstrap
-
-    monkeypatch.setenv("MODELHOOKS_TENANCY_TENANTS", "ml=gs://models;other=gs://other")
-    bootstrap.reset()
+    configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://models;other=gs://other"})
     push = structured("canonical-artifact-pushed")  # namespace ml
     assert (
         client.post("/", json=push, content_type="application/cloudevents+json").status_code == 200
