@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from events.inbound import Inbound
-from functions.errors import BadRequest, PayloadTooLarge
+from modelhooks.core.errors import BadRequest, PayloadTooLarge
+from modelhooks.events.inbound import Inbound
 
 __all__ = ["DEFAULT_MAX_BYTES", "decode"]
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 import msgspec
 from msgspec import Meta, field
 
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
 
 __all__ = [
     "EVENT_TYPES",

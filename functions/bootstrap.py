@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from events.layout import ObjectLayout
-from events.model import CanonicalEvent
-from functions.logs import configure as configure_logs
-from functions.ports import ModelRegistry, Signer
-from functions.routes import RouteAuth
-from functions.runtime import Dedupe
-from functions.settings import Settings, load_settings
-from functions.stores import Stores
-from functions.tenancy import Tenancy
+from modelhooks.core.logs import configure as configure_logs
+from modelhooks.core.ports import ModelRegistry, Signer
+from modelhooks.core.settings import Settings, load_settings
+from modelhooks.core.stores import Stores
+from modelhooks.delivery.routes import RouteAuth
+from modelhooks.delivery.runtime import Dedupe
+from modelhooks.delivery.tenancy import Tenancy
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import CanonicalEvent
 
 if TYPE_CHECKING:
-    from functions.signing.streaming import HashOptions
+    from modelhooks.adapters.signing.streaming import HashOptions
 
 __all__ = ["Deps", "build"]
 
@@ -84,15 +84,15 @@ def _signing(settings: Settings) -> dict[str, Any]:
 
 def _registry(settings: Settings) -> ModelRegistry:
     if settings.registry.backend == "kubeflow":
-        from events.auth import resolve_value
-        from functions.adapters.model_registry.kubeflow import KubeflowModelRegistry
+        from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+        from modelhooks.events.auth import resolve_value
 
         token = settings.registry.token
         return KubeflowModelRegistry(
             settings.registry.url,
             token=resolve_value(token, "MODELHOOKS_REGISTRY_TOKEN") if token else None,
         )
-    from functions.adapters.model_registry.sqlite import SqliteModelRegistry
+    from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 
     return SqliteModelRegistry(settings.home / "registry.db")
 
@@ -102,8 +102,8 @@ def _http_sink(url: str) -> Sink:
         import urllib.error
         import urllib.request
 
-        from functions.errors import Unavailable
-        from functions.runtime import binary
+        from modelhooks.core.errors import Unavailable
+        from modelhooks.delivery.runtime import binary
 
         msg = binary(event)
         req = urllib.request.Request(url, data=msg.body, headers=msg.headers, method="POST")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import functions_framework
 
-from functions.bootstrap import build
-from functions.http import call_function, to_flask
+from modelhooks.bootstrap import build
+from modelhooks.delivery.http import call_function, to_flask
 
 if TYPE_CHECKING:
     import flask

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from events.schemas import write
-from functions.cli import settings_table
+from modelhooks.cli import settings_table
+from modelhooks.events.schemas import write
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TABLE = re.compile(r"(<!-- settings-table:begin.*?-->\n).*?(<!-- settings-table:end -->)", re.S)

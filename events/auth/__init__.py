@@ -33,16 +33,16 @@ A literal cannot contain ","; put such values in ``env:`` or ``file:``. A secret
 during rotation); a literal one as ``#<position>``.
 """
 
-from events.auth._base import Authenticator, Clock, Principal, Secrets
-from events.auth.oidc import GOOGLE_ISSUERS, GOOGLE_JWKS_URL, OidcAuthenticator
-from events.auth.shared_secret import (
+from modelhooks.events.auth._base import Authenticator, Clock, Principal, Secrets
+from modelhooks.events.auth.oidc import GOOGLE_ISSUERS, GOOGLE_JWKS_URL, OidcAuthenticator
+from modelhooks.events.auth.shared_secret import (
     AllowAll,
     BearerAuthenticator,
     HmacAuthenticator,
     MlflowAuthenticator,
     SecretHeaderAuthenticator,
 )
-from events.auth.spec import from_spec, resolve_value
+from modelhooks.events.auth.spec import from_spec, resolve_value
 
 __all__ = [
     "GOOGLE_ISSUERS",

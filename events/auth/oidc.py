@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from events.auth._base import Clock, Principal, _bearer
-from functions.errors import ConfigError, Unauthenticated, Unavailable
+from modelhooks.core.errors import ConfigError, Unauthenticated, Unavailable
+from modelhooks.events.auth._base import Clock, Principal, _bearer
 
 if TYPE_CHECKING:
     from jwt import PyJWK

@@ -9,8 +9,17 @@ import re
 import time
 from collections.abc import Mapping
 
-from events.auth._base import Clock, Principal, Secrets, _bearer, _fresh, _keyed, _match, _required
-from functions.errors import Unauthenticated
+from modelhooks.core.errors import Unauthenticated
+from modelhooks.events.auth._base import (
+    Clock,
+    Principal,
+    Secrets,
+    _bearer,
+    _fresh,
+    _keyed,
+    _match,
+    _required,
+)
 
 
 class HmacAuthenticator:

@@ -7,16 +7,16 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 
-from events.auth._base import Authenticator, Clock
-from events.auth.oidc import GOOGLE_ISSUERS, GOOGLE_JWKS_URL, OidcAuthenticator
-from events.auth.shared_secret import (
+from modelhooks.core.errors import ConfigError
+from modelhooks.events.auth._base import Authenticator, Clock
+from modelhooks.events.auth.oidc import GOOGLE_ISSUERS, GOOGLE_JWKS_URL, OidcAuthenticator
+from modelhooks.events.auth.shared_secret import (
     AllowAll,
     BearerAuthenticator,
     HmacAuthenticator,
     MlflowAuthenticator,
     SecretHeaderAuthenticator,
 )
-from functions.errors import ConfigError
 
 
 def resolve_value(raw: str, origin: str) -> str:

@@ -19,8 +19,8 @@ import json
 from importlib.resources import files
 from typing import Any
 
-from events.inbound import Inbound
-from events.ingress import decode
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.ingress import decode
 
 __all__ = ["body", "inbound", "load", "names"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec.json
 
-from events.model import EVENT_TYPES, SCHEMA_BASE, EventData
+from modelhooks.events.model import EVENT_TYPES, SCHEMA_BASE, EventData
 
 __all__ = ["DIRECTORY", "filename", "generate", "write"]
 

@@ -20,7 +20,7 @@ translate to `[]`. Unknown types or shapes and malformed or missing fields raise
 `BadRequest` naming the field. Canonical ids derive from the upstream identity, so a
 redelivery translates to the same ids.
 
->>> from events.layout import ObjectLayout
+>>> from modelhooks.events.layout import ObjectLayout
 >>> body = {"events": [{"id": "e1", "action": "pull", "target": {}}]}
 >>> translate(Inbound("webhook", "w1", body), layout=ObjectLayout())
 []
@@ -28,12 +28,19 @@ redelivery translates to the same ids.
 
 from __future__ import annotations
 
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import CanonicalEvent
-from events.sources import artifact_registry, canonical, gcs, kubernetes, oci_distribution, s3
-from events.sources._common import json_value, unwrap_pubsub
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.sources import (
+    artifact_registry,
+    canonical,
+    gcs,
+    kubernetes,
+    oci_distribution,
+    s3,
+)
+from modelhooks.events.sources._common import json_value, unwrap_pubsub
 
 __all__ = ["PUBSUB_MESSAGE_PUBLISHED", "translate"]
 

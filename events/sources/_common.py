@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from events.inbound import Inbound
-from events.model import CanonicalEvent, EventData, parse
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.model import CanonicalEvent, EventData, parse
 
 __all__ = [
     "as_object",

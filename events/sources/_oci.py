@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
-from events.sources._common import canonical, payload
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
+from modelhooks.events.sources._common import canonical, payload
 
 __all__ = [
     "MANIFEST_MEDIA_TYPES",

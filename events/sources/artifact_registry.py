@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from events.inbound import Inbound
-from events.model import CanonicalEvent
-from events.sources._common import as_object, json_value, optional_text, parse_time, text
-from events.sources._oci import check_digest, deleted, is_referrer_tag, pushed
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.sources._common import as_object, json_value, optional_text, parse_time, text
+from modelhooks.events.sources._oci import check_digest, deleted, is_referrer_tag, pushed
 
 __all__ = ["from_gar_message", "is_gar_message"]
 

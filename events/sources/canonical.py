@@ -14,10 +14,10 @@ extension attribute are kept as they came.
 
 from __future__ import annotations
 
-from events.inbound import Inbound
-from events.model import CanonicalEvent, data_class, parse
-from events.sources._common import as_object, json_value, parse_time, text
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.model import CanonicalEvent, data_class, parse
+from modelhooks.events.sources._common import as_object, json_value, parse_time, text
 
 __all__ = ["TYPE_PREFIX", "from_canonical_cloudevent"]
 

@@ -20,7 +20,7 @@ Eventarc's `deleted` data carries no overwrite marker, so an overwrite there rea
 deletion of the old generation; the marker's ArtifactDeleted names that generation
 (`digest`), and consumers compare it with the live marker before acting.
 
->>> from events.layout import ObjectLayout
+>>> from modelhooks.events.layout import ObjectLayout
 >>> msg = Inbound(kind="pubsub", id="42", data=b"", attributes={
 ...     "eventType": "OBJECT_FINALIZE", "bucketId": "models",
 ...     "objectId": "models/bert/3/_SUCCESS", "objectGeneration": "17"})
@@ -34,10 +34,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
-from events.sources._common import (
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
+from modelhooks.events.sources._common import (
     as_object,
     canonical,
     json_value,
@@ -45,7 +46,6 @@ from events.sources._common import (
     payload,
     text,
 )
-from functions.errors import BadRequest
 
 __all__ = ["EVENTARC_TYPE_PREFIX", "from_eventarc", "from_pubsub_notification", "source_of"]
 

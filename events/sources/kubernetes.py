@@ -24,9 +24,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from events.inbound import Inbound
-from events.model import CanonicalEvent, EventData, ModelCreated, ModelDeleted, ModelUpdated
-from events.sources._common import (
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.model import (
+    CanonicalEvent,
+    EventData,
+    ModelCreated,
+    ModelDeleted,
+    ModelUpdated,
+)
+from modelhooks.events.sources._common import (
     as_object,
     canonical,
     json_value,
@@ -36,7 +43,6 @@ from events.sources._common import (
     payload,
     text,
 )
-from functions.errors import BadRequest
 
 __all__ = ["APISERVER_TYPE_PREFIX", "API_GROUP", "KIND", "from_apiserver_event"]
 

@@ -27,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from events.inbound import Inbound
-from events.model import CanonicalEvent
-from events.sources._common import (
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.sources._common import (
     as_object,
     json_value,
     optional_text,
@@ -37,7 +38,7 @@ from events.sources._common import (
     text,
     value_at,
 )
-from events.sources._oci import (
+from modelhooks.events.sources._oci import (
     MANIFEST_MEDIA_TYPES,
     check_digest,
     deleted,
@@ -45,7 +46,6 @@ from events.sources._oci import (
     is_referrer_tag,
     pushed,
 )
-from functions.errors import BadRequest
 
 __all__ = [
     "ZOT_DEFAULT_SOURCE",

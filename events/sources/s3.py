@@ -10,7 +10,7 @@ A ready marker created → ArtifactPushed named `s3-version:<versionId>` on a ve
 bucket, else `s3-etag:<etag>`. The marker or any file under a model prefix removed →
 ArtifactDeleted for that prefix. Several records → several events.
 
->>> from events.layout import ObjectLayout
+>>> from modelhooks.events.layout import ObjectLayout
 >>> body = {"Records": [{"eventName": "ObjectCreated:Put", "s3": {
 ...     "bucket": {"name": "models"},
 ...     "object": {"key": "models/bert/3/_SUCCESS", "eTag": "d41d8", "sequencer": "01"}}}]}
@@ -25,10 +25,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import unquote_plus
 
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
-from events.sources._common import (
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
+from modelhooks.events.sources._common import (
     as_object,
     canonical,
     json_value,
@@ -37,7 +38,6 @@ from events.sources._common import (
     payload,
     text,
 )
-from functions.errors import BadRequest
 
 __all__ = ["from_s3_notification", "is_s3_notification"]
 

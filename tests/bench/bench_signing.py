@@ -73,7 +73,7 @@ def _upstream(model: Path, key: Path, mode: str) -> int:
 
 
 def _ours_local(model: Path, key: Path, mode: str) -> int:
-    from functions.signing import HashOptions, KeySigner, local_model, sign_model
+    from modelhooks.adapters.signing import HashOptions, KeySigner, local_model, sign_model
 
     options = {
         "files": HashOptions(),
@@ -101,8 +101,8 @@ def _s3(endpoint: str, access: str, secret: str) -> Any:
 
 
 def _minio_stream(client: Any, bucket: str, key: Path) -> int:
-    from functions.adapters.object_store.s3 import S3ObjectStore
-    from functions.signing import KeySigner, sign_model
+    from modelhooks.adapters.object_store.s3 import S3ObjectStore
+    from modelhooks.adapters.signing import KeySigner, sign_model
 
     store = S3ObjectStore(client)
     signed = sign_model(store, bucket, "bench", KeySigner.from_file(key), replace=True)
@@ -138,8 +138,8 @@ def _child(args: argparse.Namespace) -> None:
     # Imports are not what is measured.
     import model_signing.signing  # noqa: F401
 
-    import functions.signing.keys  # noqa: F401
-    from functions.signing import KeySigner
+    import modelhooks.adapters.signing.keys  # noqa: F401
+    from modelhooks.adapters.signing import KeySigner
 
     key = Path(args.key)
     KeySigner.from_file(key).sign(b"{}")

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from functions.domain import ArtifactState, ModelArtifact, ModelState
-from functions.errors import Conflict, NotFound
-from functions.ports import ModelRegistry
+from modelhooks.core.errors import Conflict, NotFound
+from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
 
 
 def unique(prefix: str) -> str:

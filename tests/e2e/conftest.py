@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 
 MODELHOOKS = str(Path(sys.executable).with_name("modelhooks"))
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from functions.domain import ModelState
+from modelhooks.core.records import ModelState
 from tests.e2e.conftest import MODELHOOKS, Served
 from tests.servers._proc import free_port
 from tests.servers.kube import KubeApiServer

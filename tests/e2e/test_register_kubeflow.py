@@ -15,8 +15,8 @@ import pytest
 import requests
 from flask.testing import FlaskClient
 
-from events import samples
-from functions import bootstrap
+from modelhooks import bootstrap
+from modelhooks.events import samples
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from functions.adapters.model_registry.kubeflow import VERSION_ID, KubeflowModelRegistry
-from functions.domain import ArtifactState, ModelArtifact
-from functions.errors import NotFound
+from modelhooks.adapters.model_registry.kubeflow import VERSION_ID, KubeflowModelRegistry
+from modelhooks.core.errors import NotFound
+from modelhooks.core.records import ArtifactState, ModelArtifact
 from tests.contract.model_registry import ModelRegistryContract, unique
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 

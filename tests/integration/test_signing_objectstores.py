@@ -11,12 +11,18 @@ from typing import Any
 import model_signing
 import pytest
 
-from functions.adapters.object_store.gcs import GcsObjectStore
-from functions.adapters.object_store.local import LocalObjectStore
-from functions.adapters.object_store.s3 import S3ObjectStore
-from functions.errors import Conflict, NotFound, VerificationFailed
-from functions.ports import ObjectStore
-from functions.signing import HashOptions, KeySigner, KeyVerifier, sign_model, verify_model
+from modelhooks.adapters.object_store.gcs import GcsObjectStore
+from modelhooks.adapters.object_store.local import LocalObjectStore
+from modelhooks.adapters.object_store.s3 import S3ObjectStore
+from modelhooks.adapters.signing import (
+    HashOptions,
+    KeySigner,
+    KeyVerifier,
+    sign_model,
+    verify_model,
+)
+from modelhooks.core.errors import Conflict, NotFound, VerificationFailed
+from modelhooks.core.ports import ObjectStore
 from tests.unit.signing_material import KeyPair, make_key, write_model
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ from typing import Any
 import model_signing
 import pytest
 
-from functions.errors import VerificationFailed
-from functions.signing import KeySigner, KeyVerifier
-from functions.signing.bundle import MEDIA_TYPE
-from functions.signing.oci import OCI_MANIFEST, TITLE, OciClient, sign_oci, verify_oci
+from modelhooks.adapters.signing import KeySigner, KeyVerifier
+from modelhooks.adapters.signing.bundle import MEDIA_TYPE
+from modelhooks.adapters.signing.oci import OCI_MANIFEST, TITLE, OciClient, sign_oci, verify_oci
+from modelhooks.core.errors import VerificationFailed
 from tests.unit.signing_material import KeyPair, make_key, write_model
 
 pytestmark = pytest.mark.integration
@@ -107,7 +107,7 @@ def test_unsigned_other_and_wrong_key(registry: Any, tmp_path: Path, keys: KeyPa
 def test_cli_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
     import argparse
 
-    from functions.cli_signing import add_commands
+    from modelhooks.cli.signing import add_commands
 
     def run(*argv: str | Path) -> int:
         parser = argparse.ArgumentParser()
@@ -126,13 +126,13 @@ def test_cli_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
 def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
     from datetime import UTC, datetime
 
-    from events.model import ArtifactPushed, CanonicalEvent, ModelSigned
-    from functions.adapters.model_registry.memory import InMemoryModelRegistry
-    from functions.register import register_model
-    from functions.settings import load_settings
-    from functions.sign import sign_artifact
-    from functions.signing import HashOptions
-    from functions.stores import Stores
+    from modelhooks.adapters.signing import HashOptions
+    from modelhooks.core.settings import load_settings
+    from modelhooks.core.stores import Stores
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+    from modelhooks.handlers.register import register_model
+    from modelhooks.handlers.sign import sign_artifact
+    from tests.fakes.memory_registry import InMemoryModelRegistry
 
     client = OciClient(registry.url)
     push_model(client, "models/llama", "v1", write_model(tmp_path / "llama"))

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import requests
 
-from events.ingress import decode
-from events.layout import ObjectLayout
-from events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent
-from events.sources import translate
+from modelhooks.events.ingress import decode
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent
+from modelhooks.events.sources import translate
 from tests.integration.test_smoke_oci import OCI_MANIFEST, push_artifact
 from tests.servers import Delivery, NotificationSink
 from tests.servers.registries import OciRegistry

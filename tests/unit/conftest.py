@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from functions import bootstrap
+from modelhooks import bootstrap
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from events.auth import (
+from modelhooks.core.errors import ConfigError, Unauthenticated, Unavailable
+from modelhooks.events.auth import (
     AllowAll,
     BearerAuthenticator,
     HmacAuthenticator,
@@ -29,7 +30,6 @@ from events.auth import (
     SecretHeaderAuthenticator,
     from_spec,
 )
-from functions.errors import ConfigError, Unauthenticated, Unavailable
 
 NOW = 1_800_000_000.0
 AUD = "https://fn.example.com/push"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from events.model import ArtifactPushed, CanonicalEvent, ModelRegistered
-from functions.adapters.model_registry.memory import InMemoryModelRegistry
-from functions.bootstrap import Deps, build
-from functions.broker import Broker
-from functions.router import Trigger
-from functions.runtime import Function
-from functions.settings import load_settings
+from modelhooks.bootstrap import Deps, build
+from modelhooks.core.settings import load_settings
+from modelhooks.delivery.broker import Broker
+from modelhooks.delivery.router import Trigger
+from modelhooks.delivery.runtime import Function
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelRegistered
+from tests.fakes.memory_registry import InMemoryModelRegistry
 
 PUSHED = ArtifactPushed(model="m", version="1", uri="gs://b/m/1/", digest="d", store="gcs")
 

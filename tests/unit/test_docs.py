@@ -6,8 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from events.schemas import DIRECTORY, generate
-from functions.cli import settings_table
+from modelhooks.cli import settings_table
+from modelhooks.events.schemas import DIRECTORY, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 

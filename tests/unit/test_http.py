@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from events import samples
-from functions.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.events import samples
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,8 +28,8 @@ def client(home: Path) -> FlaskClient:
 
 @pytest.fixture
 def serve(home: Path) -> FlaskClient:
-    from functions.bootstrap import build
-    from functions.http import create_app
+    from modelhooks.bootstrap import build
+    from modelhooks.delivery.http import create_app
 
     return create_app(build()).test_client()
 
@@ -147,7 +147,7 @@ def test_redelivery_after_restart_is_idempotent(home: Path) -> None:
     """The dedupe memory is per process; idempotent effects make a fresh process safe too."""
     from functions_framework import create_app
 
-    from functions import bootstrap
+    from modelhooks import bootstrap
 
     headers, body = as_binary(structured("canonical-artifact-pushed"))
     for _ in range(2):
@@ -290,7 +290,7 @@ def sink(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str,
     import http.server
     import threading
 
-    from functions import bootstrap
+    from modelhooks import bootstrap
 
     got: list[dict[str, str]] = []
 
@@ -332,8 +332,8 @@ def test_k_sink_receives_the_reply(sink: list[dict[str, str]]) -> None:
 
 def test_serve_with_a_sink_is_the_ingress(sink: list[dict[str, str]], home: Path) -> None:
     """The cluster's ingress Service: native webhooks in, canonical events to the Broker."""
-    from functions.bootstrap import build
-    from functions.http import create_app
+    from modelhooks.bootstrap import build
+    from modelhooks.delivery.http import create_app
 
     client = create_app(build()).test_client()
     resp = client.post("/minio-events", json=samples.load("s3-minio-put-marker"))
@@ -396,7 +396,7 @@ def test_a_bad_setting_stops_the_functions_framework_target_at_start(
 ) -> None:
     from functions_framework import create_app
 
-    from functions.errors import ConfigError
+    from modelhooks.core.errors import ConfigError
 
     monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "hmac:secret=env:MODELHOOKS_TEST_NOT_SET")
     with pytest.raises(ConfigError, match=r"MODELHOOKS_INGRESS_AUTH.*MODELHOOKS_TEST_NOT_SET"):

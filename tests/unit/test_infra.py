@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from functions import main as targets
-from functions.catalog import NAMES
-from functions.errors import ConfigError
-from functions.replay import read_documents, to_events
-from functions.router import FUNCTION_LABEL, load_triggers
-from functions.settings import describe, load_settings
+from modelhooks import main as targets
+from modelhooks.cli.replay import read_documents, to_events
+from modelhooks.core.errors import ConfigError
+from modelhooks.core.settings import describe, load_settings
+from modelhooks.delivery.router import FUNCTION_LABEL, load_triggers
+from modelhooks.handlers import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA, KNATIVE, RBAC = ROOT / "infra", ROOT / "infra" / "knative", ROOT / "infra" / "k8s" / "rbac"
@@ -137,7 +137,7 @@ def test_raw_model_events_reach_every_function_their_canonical_form_reaches(
 ) -> None:
     """The ApiServerSource feeds the Broker raw apiserver events: in the cluster they must
     reach the same functions as the canonical events they translate to do in one process."""
-    from events.layout import ObjectLayout
+    from modelhooks.events.layout import ObjectLayout
 
     triggers = load_triggers(KNATIVE)
     raw = json.loads(sample.read_text())
@@ -195,7 +195,7 @@ def test_knative_services_share_one_image(services: dict[str, dict[str, Any]]) -
 def test_register_is_routed_before_sign_in_process() -> None:
     """`modelhooks serve` runs functions in Trigger order: register must have registered the
     version before sign looks it up (in the cluster sign's 503 + redelivery cover it)."""
-    from events.model import ArtifactPushed
+    from modelhooks.events.model import ArtifactPushed
 
     triggers = load_triggers(KNATIVE)
     order = [t.function for t in triggers if ArtifactPushed.TYPE in t.attributes.values()]
@@ -473,7 +473,7 @@ def test_dead_lettered_events_replay_as_the_same_canonical_event(
     assert stored["knativeerrordata"] == "registry unavailable"
     assert capsys.readouterr().out.strip() == path.read_text().strip()  # the log copy
 
-    from events.layout import ObjectLayout
+    from modelhooks.events.layout import ObjectLayout
 
     (replayed,) = to_events(read_documents(str(tmp_path / "dead-letter")), ObjectLayout())
     assert not isinstance(replayed, Exception), replayed

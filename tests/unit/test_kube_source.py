@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from events.ingress import decode
-from events.layout import ObjectLayout
-from events.model import ModelCreated, ModelDeleted
-from events.sources import translate
-from functions.kube_source import to_cloudevent
+from modelhooks.adapters.kubernetes.model_source import to_cloudevent
+from modelhooks.events.ingress import decode
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ModelCreated, ModelDeleted
+from modelhooks.events.sources import translate
 
 MODEL = {
     "apiVersion": "modelhooks.dev/v1alpha1",

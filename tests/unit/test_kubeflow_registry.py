@@ -22,9 +22,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from functions.adapters.model_registry.kubeflow import API_PATH, KubeflowModelRegistry
-from functions.domain import RegisteredModel
-from functions.errors import (
+from modelhooks.adapters.model_registry.kubeflow import API_PATH, KubeflowModelRegistry
+from modelhooks.core.errors import (
     BadRequest,
     Conflict,
     Forbidden,
@@ -34,6 +33,7 @@ from functions.errors import (
     Unauthenticated,
     Unavailable,
 )
+from modelhooks.core.records import RegisteredModel
 
 Answer = tuple[int, Any, dict[str, str]]
 
@@ -245,7 +245,7 @@ def test_a_broken_scoped_listing_falls_back_to_the_global_one(
 
 def test_requests_is_not_imported_with_the_module() -> None:
     code = (
-        "import sys, functions.bootstrap, functions.adapters.model_registry.kubeflow; "
+        "import sys, modelhooks.bootstrap, modelhooks.adapters.model_registry.kubeflow; "
         "assert 'requests' not in sys.modules, 'requests imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from functions.adapters.model_registry.memory import InMemoryModelRegistry
-from functions.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from tests.contract.model_registry import ModelRegistryContract
+from tests.fakes.memory_registry import InMemoryModelRegistry
 
 
 class TestInMemory(ModelRegistryContract):

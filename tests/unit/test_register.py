@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
-from functions.adapters.model_registry.memory import InMemoryModelRegistry
-from functions.domain import ArtifactState, ModelArtifact, ModelState, RegisteredModel
-from functions.errors import Conflict
-from functions.register import archive_model, register_model
+from modelhooks.core.errors import Conflict
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState, RegisteredModel
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
+from modelhooks.handlers.register import archive_model, register_model
+from tests.fakes.memory_registry import InMemoryModelRegistry
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

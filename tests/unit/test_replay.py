@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from events import samples
-from functions.adapters.model_registry.sqlite import SqliteModelRegistry
-from functions.cli import main
+from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.cli import main
+from modelhooks.events import samples
 
 SAMPLES = Path(samples.__file__).parent
 

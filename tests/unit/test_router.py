@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
-from functions.catalog import NAMES
-from functions.errors import ConfigError
-from functions.router import Trigger, load_triggers, matches
+from modelhooks.core.errors import ConfigError
+from modelhooks.delivery.router import Trigger, load_triggers, matches
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
+from modelhooks.handlers import NAMES
 
 ATTRS = {
     "type": "dev.modelhooks.artifact.pushed",

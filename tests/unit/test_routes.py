@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.errors import ConfigError, Unauthenticated
-from functions.routes import RouteAuth
+from modelhooks.core.errors import ConfigError, Unauthenticated
+from modelhooks.delivery.routes import RouteAuth
 
 AUTH = {"Authorization": "Bearer minio-token"}
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from functions.errors import ConfigError
-from functions.settings import describe, load_settings
+from modelhooks.core.errors import ConfigError
+from modelhooks.core.settings import describe, load_settings
 
 
 def write(path: Path, text: str) -> Path:
@@ -109,7 +109,7 @@ def test_every_setting_has_env_flag_and_description() -> None:
 def test_modelhooks_settings_never_prints_a_literal_secret(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from functions.cli import main
+    from modelhooks.cli import main
 
     monkeypatch.setenv("MODELHOOKS_REGISTRY_TOKEN", "s3cr3t-tok")
     monkeypatch.setenv("MODELHOOKS_INGRESS_AUTH", "hmac:secret=hunter2,secret=env:OTHER")

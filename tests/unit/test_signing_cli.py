@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.cli_signing import add_commands
+from modelhooks.cli.signing import add_commands
 from tests.unit.signing_material import make_chain, make_key, write_model
 
 

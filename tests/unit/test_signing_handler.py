@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from events.model import ArtifactPushed, CanonicalEvent, ModelSigned
-from functions.adapters.model_registry.memory import InMemoryModelRegistry
-from functions.errors import Unavailable
-from functions.register import register_model
-from functions.settings import load_settings
-from functions.sign import sign_artifact
-from functions.signing import HashOptions, KeySigner, KeyVerifier, verify_model
-from functions.signing.config import SigningConfig
-from functions.stores import Stores
+from modelhooks.adapters.signing import HashOptions, KeySigner, KeyVerifier, verify_model
+from modelhooks.adapters.signing.config import SigningConfig
+from modelhooks.core.errors import Unavailable
+from modelhooks.core.settings import load_settings
+from modelhooks.core.stores import Stores
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+from modelhooks.handlers.register import register_model
+from modelhooks.handlers.sign import sign_artifact
+from tests.fakes.memory_registry import InMemoryModelRegistry
 from tests.unit.signing_material import KeyPair, make_key, write_model
 
 
@@ -85,7 +85,7 @@ def test_signature_verifies(tmp_path: Path, keys: KeyPair) -> None:
     assert isinstance(event.data, ArtifactPushed)
     register_model(event, event.data, registry=registry)
     run(event, registry, keys)
-    from functions.signing import local_model
+    from modelhooks.adapters.signing import local_model
 
     store, bucket, prefix = local_model(model)
     verify_model(store, bucket, prefix, KeyVerifier(keys.public))

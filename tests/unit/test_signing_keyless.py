@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import sigstore
 
-from functions.errors import ConfigError, VerificationFailed
-from functions.signing import (
+from modelhooks.adapters.signing import (
     KeySigner,
     Manifest,
     Resource,
@@ -20,6 +19,7 @@ from functions.signing import (
     SigstoreTrust,
     SigstoreVerifier,
 )
+from modelhooks.core.errors import ConfigError, VerificationFailed
 from tests.unit.signing_material import make_key
 
 EMBEDDED = Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"

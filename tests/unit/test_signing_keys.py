@@ -14,9 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from model_signing import hashing
 
-from functions.errors import Conflict, VerificationFailed
-from functions.ports import Signer, Verifier
-from functions.signing import (
+from modelhooks.adapters.signing import (
     CertificateSigner,
     CertificateVerifier,
     HashOptions,
@@ -27,7 +25,9 @@ from functions.signing import (
     verify_bundle,
     verify_model,
 )
-from functions.signing.bundle import unverified_payload
+from modelhooks.adapters.signing.bundle import unverified_payload
+from modelhooks.core.errors import Conflict, VerificationFailed
+from modelhooks.core.ports import Signer, Verifier
 from tests.unit.signing_material import Chain, KeyPair, make_chain, make_key, write_model
 
 CLI = Path(sys.executable).parent / "model_signing"

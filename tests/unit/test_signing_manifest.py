@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from model_signing import hashing
 
-from functions.adapters.object_store.local import LocalObjectStore
-from functions.domain import ObjectInfo
-from functions.errors import BadRequest, Conflict, Unavailable, VerificationFailed
-from functions.signing import HashOptions, Manifest, Resource, Serialization, hash_model
-from functions.signing.local import local_model
+from modelhooks.adapters.object_store.local import LocalObjectStore
+from modelhooks.adapters.signing import HashOptions, Manifest, Resource, Serialization, hash_model
+from modelhooks.adapters.signing.local import local_model
+from modelhooks.core.errors import BadRequest, Conflict, Unavailable, VerificationFailed
+from modelhooks.core.records import ObjectInfo
 from tests.unit.signing_material import write_model
 
 

@@ -6,9 +6,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 from google.api_core import exceptions as gexc
 
-from functions.adapters.object_store.gcs import gcs_error
-from functions.adapters.object_store.s3 import s3_error
-from functions.errors import (
+from modelhooks.adapters.object_store.gcs import gcs_error
+from modelhooks.adapters.object_store.s3 import s3_error
+from modelhooks.core.errors import (
     Conflict,
     Forbidden,
     ModelhooksError,

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from events import samples
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ArtifactDeleted, ArtifactPushed
-from events.sources import artifact_registry, translate
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events import samples
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed
+from modelhooks.events.sources import artifact_registry, translate
 
 IMAGE = "europe-west4-docker.pkg.dev/ml-prod/models/sentiment"
 DIGEST = "sha256:29e1aef7b8a2adc32db99b040f5c7a0f5393e2cf9448c144793f4ccd69cca298"
@@ -107,7 +107,7 @@ def test_ids_are_stable() -> None:
 
 
 def test_the_event_time_is_the_pubsub_publish_time() -> None:
-    from events.ingress import decode
+    from modelhooks.events.ingress import decode
 
     body = samples.body("gar-insert")
     (inbound,) = decode({"Content-Type": "application/json"}, body)

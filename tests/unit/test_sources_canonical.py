@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from events import samples
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ArtifactPushed
-from events.sources import canonical, translate
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events import samples
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactPushed
+from modelhooks.events.sources import canonical, translate
 
 PUSHED = ArtifactPushed(
     model="sentiment",

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-import events.sources
-from events import samples
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import EVENT_TYPES
-from events.sources import translate
-from functions.errors import BadRequest
+import modelhooks.events.sources
+from modelhooks.core.errors import BadRequest
+from modelhooks.events import samples
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import EVENT_TYPES
+from modelhooks.events.sources import translate
 
 LAYOUT = ObjectLayout()
 HOST = "registry.local:5000"
@@ -151,21 +151,21 @@ def test_unknown_types_and_shapes_are_bad_requests(inbound: Inbound, message: st
 
 
 def test_the_package_exports_only_the_facade() -> None:
-    assert events.sources.__all__ == ["PUBSUB_MESSAGE_PUBLISHED", "translate"]
-    for name in events.sources.__all__:
-        assert hasattr(events.sources, name)
+    assert modelhooks.events.sources.__all__ == ["PUBSUB_MESSAGE_PUBLISHED", "translate"]
+    for name in modelhooks.events.sources.__all__:
+        assert hasattr(modelhooks.events.sources, name)
 
 
 @pytest.mark.parametrize(
     "module",
     [
-        "events.sources",
-        "events.sources.artifact_registry",
-        "events.sources.canonical",
-        "events.sources.gcs",
-        "events.sources.kubernetes",
-        "events.sources.s3",
-        "events.samples",
+        "modelhooks.events.sources",
+        "modelhooks.events.sources.artifact_registry",
+        "modelhooks.events.sources.canonical",
+        "modelhooks.events.sources.gcs",
+        "modelhooks.events.sources.kubernetes",
+        "modelhooks.events.sources.s3",
+        "modelhooks.events.samples",
     ],
 )
 def test_docstring_examples_hold(module: str) -> None:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from events import samples
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ModelCreated, ModelDeleted, ModelUpdated
-from events.sources import kubernetes, translate
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events import samples
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ModelCreated, ModelDeleted, ModelUpdated
+from modelhooks.events.sources import kubernetes, translate
 
 UID = "0c1f3a52-7d8e-4b6a-9f21-3e5d7c9a1b04"
 SPEC = {

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from events import samples
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ArtifactDeleted, ArtifactPushed
-from events.sources import oci_distribution, translate
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events import samples
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed
+from modelhooks.events.sources import oci_distribution, translate
 
 HOST = "registry.local:5000"
 DIGEST = "sha256:cc5c6806f5e0a2d82d53e852da3a9b6904e19bfd56db4ea12d2bd6f1c33ef771"

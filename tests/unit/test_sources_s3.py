@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from events import samples
-from events.inbound import Inbound
-from events.layout import ObjectLayout
-from events.model import ArtifactDeleted, ArtifactPushed
-from events.sources import s3, translate
-from functions.errors import BadRequest
+from modelhooks.core.errors import BadRequest
+from modelhooks.events import samples
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import ArtifactDeleted, ArtifactPushed
+from modelhooks.events.sources import s3, translate
 
 LAYOUT = ObjectLayout()
 

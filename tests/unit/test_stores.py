@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from functions.errors import Forbidden
-from functions.settings import load_settings
-from functions.stores import Stores
+from modelhooks.core.errors import Forbidden
+from modelhooks.core.settings import load_settings
+from modelhooks.core.stores import Stores
 
 
 def stores(home: Path, **env: str) -> Stores:

@@ -28,8 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from functions.domain import ArtifactState, ModelArtifact, ModelState, ModelVersion, RegisteredModel
-from functions.errors import (
+from modelhooks.core.errors import (
     BadRequest,
     Conflict,
     Forbidden,
@@ -38,6 +37,13 @@ from functions.errors import (
     Throttled,
     Unauthenticated,
     Unavailable,
+)
+from modelhooks.core.records import (
+    ArtifactState,
+    ModelArtifact,
+    ModelState,
+    ModelVersion,
+    RegisteredModel,
 )
 
 if TYPE_CHECKING:

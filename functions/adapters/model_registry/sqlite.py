@@ -18,14 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from functions.domain import (
+from modelhooks.core.errors import Conflict, NotFound, Unavailable
+from modelhooks.core.records import (
     ArtifactState,
     ModelArtifact,
     ModelState,
     ModelVersion,
     RegisteredModel,
 )
-from functions.errors import Conflict, NotFound, Unavailable
 
 __all__ = ["SqliteModelRegistry"]
 

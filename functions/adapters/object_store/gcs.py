@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from functions.domain import ObjectInfo
-from functions.errors import (
+from modelhooks.core.errors import (
     Conflict,
     Forbidden,
     ModelhooksError,
@@ -19,6 +18,7 @@ from functions.errors import (
     Unauthenticated,
     Unavailable,
 )
+from modelhooks.core.records import ObjectInfo
 
 __all__ = ["GcsObjectStore", "gcs_error"]
 

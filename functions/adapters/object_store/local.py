@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from functions.domain import ObjectInfo
-from functions.errors import BadRequest, Conflict, NotFound
+from modelhooks.core.errors import BadRequest, Conflict, NotFound
+from modelhooks.core.records import ObjectInfo
 
 __all__ = ["LocalObjectStore"]
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from functions.domain import ObjectInfo
-from functions.errors import (
+from modelhooks.core.errors import (
     Conflict,
     Forbidden,
     ModelhooksError,
@@ -20,6 +19,7 @@ from functions.errors import (
     Unauthenticated,
     Unavailable,
 )
+from modelhooks.core.records import ObjectInfo
 
 __all__ = ["S3ObjectStore", "s3_error"]
 

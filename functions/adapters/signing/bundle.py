@@ -1,0 +1,126 @@
+"""Sigstore bundle v0.3 (JSON) holding a DSSE envelope: reading it without trusting it,
+and assembling one for the key and certificate methods (which sigstore-python refuses to
+build, as model_signing notes: they carry no transparency-log entry).
+
+`sigstore_models` is imported lazily: only signing and verification need it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from modelhooks.adapters.signing.manifest import PAYLOAD_TYPE
+from modelhooks.core.errors import VerificationFailed
+
+if TYPE_CHECKING:
+    from sigstore_models.bundle.v1 import Bundle, VerificationMaterial
+
+__all__ = [
+    "MEDIA_TYPE",
+    "dsse_bundle",
+    "envelope_parts",
+    "pae",
+    "proto_bundle",
+    "signer_of",
+    "unverified_payload",
+]
+
+MEDIA_TYPE: Final[Literal["application/vnd.dev.sigstore.bundle.v0.3+json"]] = (
+    "application/vnd.dev.sigstore.bundle.v0.3+json"
+)
+
+
+def _load(bundle: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(bundle)
+    except ValueError as e:
+        raise VerificationFailed("signature is not JSON", reason=str(e)) from e
+    if not isinstance(body, dict) or "dsseEnvelope" not in body:
+        raise VerificationFailed("signature is not a Sigstore bundle with a DSSE envelope")
+    return body
+
+
+def pae(payload: bytes, payload_type: str = PAYLOAD_TYPE) -> bytes:
+    """DSSE v1 pre-authentication encoding: what the signature is computed over."""
+    head = f"DSSEv1 {len(payload_type)} {payload_type} {len(payload)} "
+    return head.encode() + payload
+
+
+def unverified_payload(bundle: bytes) -> tuple[str, bytes]:
+    """(payloadType, payload) of the envelope, WITHOUT checking any signature."""
+    envelope = _load(bundle)["dsseEnvelope"]
+    try:
+        return str(envelope["payloadType"]), base64.b64decode(envelope["payload"])
+    except (KeyError, ValueError) as e:
+        raise VerificationFailed("malformed DSSE envelope", reason=str(e)) from e
+
+
+def envelope_parts(bundle: bytes) -> tuple[str, bytes, bytes]:
+    """(payloadType, payload, first signature) of the envelope, unverified."""
+    envelope = _load(bundle)["dsseEnvelope"]
+    try:
+        signature = base64.b64decode(envelope["signatures"][0]["sig"])
+    except (KeyError, IndexError, ValueError) as e:
+        raise VerificationFailed("DSSE envelope has no signature", reason=str(e)) from e
+    return (*unverified_payload(bundle), signature)
+
+
+def signer_of(bundle: bytes) -> str:
+    """Who the bundle claims signed it (unverified): key hint or certificate subject/SAN."""
+    from cryptography import x509
+
+    material = _load(bundle).get("verificationMaterial", {})
+    if "publicKey" in material:
+        return f"key sha256:{material['publicKey'].get('hint') or '?'}"
+    certs = material.get("x509CertificateChain", {}).get("certificates") or [
+        material.get("certificate", {})
+    ]
+    try:
+        leaf = x509.load_der_x509_certificate(base64.b64decode(certs[0]["rawBytes"]))
+    except (KeyError, ValueError):
+        return "unknown"
+    try:
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = [str(n.value) for n in san]
+    except x509.ExtensionNotFound:
+        names = []
+    subject = leaf.subject.rfc4514_string()
+    return f"certificate {subject or '(empty subject)'}" + (
+        f" ({', '.join(names)})" if names else ""
+    )
+
+
+def proto_bundle(bundle: bytes) -> Bundle:
+    """The bundle as model_signing's protobuf-style model (key and certificate methods)."""
+    from sigstore_models.bundle.v1 import Bundle
+
+    body = _load(bundle)
+    material = body.get("verificationMaterial")
+    if not isinstance(material, dict):
+        raise VerificationFailed("bundle has no verificationMaterial")
+    # Older producers omit tlogEntries or put raw key material next to the hint.
+    material.setdefault("tlogEntries", [])
+    if isinstance(material.get("publicKey"), dict):
+        key = material["publicKey"]
+        material["publicKey"] = {"hint": key.get("hint")}
+    try:
+        return Bundle.from_dict(body)
+    except ValueError as e:
+        raise VerificationFailed("malformed Sigstore bundle", reason=str(e)) from e
+
+
+def dsse_bundle(statement: bytes, signature: bytes, material: VerificationMaterial) -> bytes:
+    """A bundle v0.3 with a DSSE envelope over `statement`, as model_signing writes it."""
+    from sigstore_models import intoto
+    from sigstore_models.bundle.v1 import Bundle
+
+    # sigstore_models' bytes fields take base64 on construction and decode it.
+    envelope = intoto.Envelope(
+        payload=base64.b64encode(statement),
+        payload_type=PAYLOAD_TYPE,
+        signatures=[intoto.Signature(sig=base64.b64encode(signature), keyid="")],
+    )
+    out = Bundle(media_type=MEDIA_TYPE, verification_material=material, dsse_envelope=envelope)
+    return out.to_json().encode()

@@ -1,0 +1,211 @@
+"""The key and certificate methods: EC keys (P-256/384/521) signing a DSSE envelope.
+
+Signing uses `cryptography` directly with model_signing's conventions (key hint = sha256 of
+the PEM SubjectPublicKeyInfo, hash by curve size); verification delegates to
+model_signing's own verifiers, so we accept exactly what `model_signing verify` accepts.
+
+>>> signer = KeySigner.from_file(Path("key.pem"))  # doctest: +SKIP
+>>> bundle = signer.sign(manifest.statement())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from modelhooks.adapters.signing.bundle import dsse_bundle, envelope_parts, pae, proto_bundle
+from modelhooks.core.errors import ConfigError, VerificationFailed
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+__all__ = ["CertificateSigner", "CertificateVerifier", "KeySigner", "KeyVerifier"]
+
+_CURVES = {"secp256r1": 256, "secp384r1": 384, "secp521r1": 521}
+
+
+def _hash_for(key: ec.EllipticCurvePublicKey) -> ec.ECDSA:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    algorithm = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}
+    return ec.ECDSA(algorithm[key.curve.key_size])
+
+
+def _load_private(path: Path, password: str | None) -> ec.EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        key = serialization.load_pem_private_key(
+            path.read_bytes(), password.encode() if password else None
+        )
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"cannot load private key {path}", reason=str(e)) from e
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in _CURVES:
+        raise ConfigError(f"{path}: only EC P-256/P-384/P-521 keys are supported")
+    return key
+
+
+def key_fingerprint(key: ec.EllipticCurvePublicKey) -> str:
+    """model_signing's key hint: sha256 of the PEM SubjectPublicKeyInfo."""
+    from cryptography.hazmat.primitives import serialization
+
+    pem = key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return hashlib.sha256(pem).hexdigest()
+
+
+def _verify_with(verifier: Any, bundle: bytes) -> bytes:
+    """Run a model_signing verifier over our bundle; (type, payload) or VerificationFailed."""
+    from model_signing._signing import sign_sigstore_pb
+
+    signature = sign_sigstore_pb.Signature(proto_bundle(bundle))
+    try:
+        # The hook every model_signing verifier implements: checks trust and the DSSE
+        # signature and returns the signed payload, before any manifest parsing.
+        payload_type, payload = verifier._verify_signed_content(signature)
+    except Exception as e:  # cryptography, pyOpenSSL and ValueError alike
+        raise VerificationFailed(
+            "signature is not valid for the trusted key or certificate chain",
+            reason=str(e) or type(e).__name__,
+        ) from e
+    if payload_type != "application/vnd.in-toto+json":
+        raise VerificationFailed("unexpected DSSE payload type", payload_type=payload_type)
+    return bytes(payload)
+
+
+class KeySigner:
+    """Signs with an EC private key; the bundle carries only the key's hint."""
+
+    def __init__(self, private_key: ec.EllipticCurvePrivateKey) -> None:
+        self._key = private_key
+
+    @classmethod
+    def from_file(cls, path: Path, password: str | None = None) -> KeySigner:
+        return cls(_load_private(Path(path), password))
+
+    def identity(self) -> str:
+        return f"key sha256:{key_fingerprint(self._key.public_key())}"
+
+    def _material(self) -> Any:
+        from sigstore_models.bundle.v1 import VerificationMaterial
+        from sigstore_models.common.v1 import PublicKeyIdentifier
+
+        hint = key_fingerprint(self._key.public_key())
+        return VerificationMaterial(public_key=PublicKeyIdentifier(hint=hint), tlog_entries=[])
+
+    def sign(self, statement: bytes) -> bytes:
+        signature = self._key.sign(pae(statement), _hash_for(self._key.public_key()))
+        return dsse_bundle(statement, signature, self._material())
+
+    def signed(self, bundle: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            payload_type, payload, signature = envelope_parts(bundle)
+            key = self._key.public_key()
+            key.verify(signature, pae(payload, payload_type), _hash_for(key))
+        except (InvalidSignature, VerificationFailed):
+            return False
+        return True
+
+
+class CertificateSigner(KeySigner):
+    """Signs with an EC key whose certificate (and chain) travel in the bundle."""
+
+    def __init__(
+        self,
+        private_key: ec.EllipticCurvePrivateKey,
+        certificate: x509.Certificate,
+        chain: Sequence[x509.Certificate] = (),
+    ) -> None:
+        if certificate.public_key() != private_key.public_key():
+            raise ConfigError("the signing certificate does not match the private key")
+        super().__init__(private_key)
+        self._certificate = certificate
+        self._chain = tuple(chain)
+
+    @classmethod
+    def from_files(
+        cls,
+        private_key: Path,
+        certificate: Path,
+        chain: Sequence[Path] = (),
+        password: str | None = None,
+    ) -> CertificateSigner:
+        from cryptography import x509
+
+        try:
+            cert = x509.load_pem_x509_certificate(Path(certificate).read_bytes())
+            rest = [c for p in chain for c in x509.load_pem_x509_certificates(p.read_bytes())]
+        except (OSError, ValueError) as e:
+            raise ConfigError("cannot load the signing certificate or chain", reason=str(e)) from e
+        return cls(_load_private(Path(private_key), password), cert, rest)
+
+    def identity(self) -> str:
+        return f"certificate {self._certificate.subject.rfc4514_string()}"
+
+    def _material(self) -> Any:
+        from cryptography.hazmat.primitives.serialization import Encoding
+        from sigstore_models.bundle.v1 import VerificationMaterial
+        from sigstore_models.common.v1 import X509Certificate, X509CertificateChain
+
+        certs = [
+            X509Certificate(raw_bytes=base64.b64encode(c.public_bytes(Encoding.DER)))
+            for c in (self._certificate, *self._chain)
+        ]
+        return VerificationMaterial(
+            x509_certificate_chain=X509CertificateChain(certificates=certs), tlog_entries=[]
+        )
+
+
+class KeyVerifier:
+    """Trusts one EC public key."""
+
+    def __init__(self, public_key: Path) -> None:
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.serialization import load_pem_public_key
+        from model_signing._signing import sign_ec_key
+
+        try:
+            key = load_pem_public_key(Path(public_key).read_bytes())
+            self._verifier = sign_ec_key.Verifier(Path(public_key))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot load public key {public_key}", reason=str(e)) from e
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ConfigError(f"{public_key}: only EC public keys are supported")
+        self._fingerprint = key_fingerprint(key)
+
+    def identity(self) -> str:
+        return f"key sha256:{self._fingerprint}"
+
+    def verify(self, bundle: bytes) -> bytes:
+        return _verify_with(self._verifier, bundle)
+
+
+class CertificateVerifier:
+    """Trusts the given root (and intermediate) certificates; the signing certificate
+    must chain to them and allow digital signatures or code signing."""
+
+    def __init__(self, chain: Sequence[Path]) -> None:
+        from model_signing._signing import sign_certificate
+
+        if not chain:
+            raise ConfigError("certificate verification needs at least one trusted certificate")
+        try:
+            self._verifier = sign_certificate.Verifier([Path(p) for p in chain])
+        except (OSError, ValueError) as e:
+            raise ConfigError("cannot load the trusted certificates", reason=str(e)) from e
+        self._roots = ", ".join(str(p) for p in chain)
+
+    def identity(self) -> str:
+        return f"certificates from {self._roots}"
+
+    def verify(self, bundle: bytes) -> bytes:
+        return _verify_with(self._verifier, bundle)

@@ -1,0 +1,194 @@
+"""Sign and verify a model where it lies (local directory, GCS, S3), streamed.
+
+The signature is a model-signing bundle written next to the model (`<prefix>/model.sig` by
+default) with a conditional write, so two deliveries never race to different signatures.
+
+>>> signed = sign_model(store, "models", "bert/1", KeySigner.from_file(key))  # doctest: +SKIP
+>>> verify_model(store, "models", "bert/1", KeyVerifier(pub)).root_digest  # doctest: +SKIP
+'9d3c…'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from modelhooks.adapters.signing.bundle import signer_of, unverified_payload
+from modelhooks.adapters.signing.manifest import Manifest
+from modelhooks.adapters.signing.streaming import HashOptions, Progress, hash_model, read_object
+from modelhooks.core.errors import Conflict, NotFound, VerificationFailed
+from modelhooks.core.ports import ObjectStore, Signer, Verifier
+
+__all__ = [
+    "Location",
+    "Signed",
+    "Verified",
+    "sign_model",
+    "signature_key",
+    "verify_bundle",
+    "verify_model",
+]
+
+
+@dataclass(frozen=True)
+class Location:
+    """A signature kept outside the model (another bucket, a local file, …)."""
+
+    store: ObjectStore
+    bucket: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A model's signature: where it is, what it covers, whether this call wrote it."""
+
+    bucket: str
+    key: str
+    root_digest: str
+    signer: str
+    created: bool
+    manifest: Manifest = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Verified:
+    root_digest: str
+    signer: str
+    manifest: Manifest = field(repr=False)
+
+
+def signature_key(prefix: str, name: str = "model.sig") -> str:
+    """Where a model's signature lives: `name` inside the model prefix."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/{name}" if prefix else name
+
+
+def _existing(at: Location) -> bytes | None:
+    try:
+        return (
+            read_object(at.store, at.bucket, at.key) if at.store.stat(at.bucket, at.key) else None
+        )
+    except NotFound:
+        return None
+
+
+def _claimed_digest(bundle: bytes) -> str | None:
+    try:
+        return Manifest.from_statement(unverified_payload(bundle)[1]).root_digest
+    except VerificationFailed:
+        return None
+
+
+def sign_model(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    signer: Signer,
+    *,
+    options: HashOptions | None = None,
+    at: Location | None = None,
+    replace: bool = False,
+    progress: Progress | None = None,
+) -> Signed:
+    """Hash the model, sign its manifest and store the bundle, only if absent, at
+    `<prefix>/<options.signature_name>` (or `at`).
+
+    Idempotent: when this signer's signature for the same root digest is already there,
+    nothing is signed again (`created=False`). Any other signature (other content, other
+    signer, forged) is a Conflict, unless `replace`.
+    """
+    opts = options or HashOptions()
+    out = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
+    manifest = hash_model(
+        store, bucket, prefix, opts.serialization(), options=opts, progress=progress
+    )
+
+    def settled(bundle: bytes) -> Signed | None:
+        claimed = _claimed_digest(bundle)
+        if claimed == manifest.root_digest and signer.signed(bundle):
+            return Signed(out.bucket, out.key, claimed, signer_of(bundle), False, manifest)
+        if replace:
+            return None
+        raise Conflict(
+            "another signature already exists (other content or other signer)",
+            bucket=out.bucket,
+            key=out.key,
+            signed_digest=claimed,
+            model_digest=manifest.root_digest,
+        )
+
+    if (old := _existing(out)) is not None and (done := settled(old)):
+        return done
+    bundle = signer.sign(manifest.statement())
+    try:
+        out.store.put(out.bucket, out.key, bundle, if_absent=not replace)
+    except Conflict:
+        # A concurrent delivery won the race: fine if it signed the same content.
+        other = _existing(out)
+        if other is None or (done := settled(other)) is None:
+            raise
+        return done
+    return Signed(out.bucket, out.key, manifest.root_digest, signer.identity(), True, manifest)
+
+
+def verify_bundle(
+    bundle: bytes, verifier: Verifier, *, expected_digest: str | None = None
+) -> Manifest:
+    """Check the bundle's signature and trust, and return the manifest it signs, without
+    hashing the model. With `expected_digest`, a signature over another root digest is
+    rejected (a signature copied from another model, or a stale one)."""
+    manifest = Manifest.from_statement(verifier.verify(bundle))
+    if expected_digest and manifest.root_digest != expected_digest.removeprefix("sha256:"):
+        raise VerificationFailed(
+            "the signature is for another model digest",
+            signed_digest=manifest.root_digest,
+            expected_digest=expected_digest,
+        )
+    return manifest
+
+
+def verify_model(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    verifier: Verifier,
+    *,
+    options: HashOptions | None = None,
+    at: Location | None = None,
+    bundle: bytes | None = None,
+    expected_digest: str | None = None,
+    progress: Progress | None = None,
+) -> Verified:
+    """Verify the signature (`bundle`, or read from `at`, by default
+    `<prefix>/<options.signature_name>`), then re-hash the model as
+    the signature says it was hashed and compare file by file.
+
+    VerificationFailed names what is wrong: untrusted signer, other digest, or the
+    missing / extra / modified files.
+    """
+    opts = options or HashOptions()
+    src = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
+    if bundle is None:
+        bundle = _existing(src)
+        if bundle is None:
+            raise VerificationFailed("the model has no signature", bucket=src.bucket, key=src.key)
+    expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
+
+    ignore = [opts.signature_name, *opts.ignore_paths]
+    if opts.ready_marker not in expected.paths:
+        ignore.append(opts.ready_marker)  # it may land after signing
+    actual = hash_model(
+        store,
+        bucket,
+        prefix,
+        expected.serialization,
+        options=opts,
+        ignore=tuple(ignore),
+        progress=progress,
+    )
+    diff = expected.diff(actual)
+    if any(diff.values()):
+        problems = {k: v for k, v in diff.items() if v}
+        names = ", ".join(sorted({n for v in problems.values() for n in v}))
+        raise VerificationFailed(f"the model does not match its signature: {names}", **problems)
+    return Verified(expected.root_digest, signer_of(bundle), expected)

@@ -1,0 +1,311 @@
+"""Models stored as OCI artifacts (ORAS-style: one layer per file, named by its
+`org.opencontainers.image.title` annotation), signed where they lie.
+
+The files are hashed through ranged blob GETs (the same streaming as buckets); the bundle is
+pushed as a referrer: an artifact manifest (artifactType = the bundle media type) whose
+`subject` is the model manifest. Registries without the referrers API (distribution 2.8)
+get the fallback tag scheme: an image index tagged `sha256-<hex>` listing the referrers.
+
+>>> client = OciClient("http://127.0.0.1:5000")  # doctest: +SKIP
+>>> sign_oci(client, "models/bert", "v1", KeySigner.from_file(key))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+from modelhooks.adapters.signing.bundle import MEDIA_TYPE, signer_of, unverified_payload
+from modelhooks.adapters.signing.manifest import Manifest, Serialization
+from modelhooks.adapters.signing.model import Signed, Verified, verify_bundle
+from modelhooks.adapters.signing.streaming import HashOptions, hash_model
+from modelhooks.core.errors import (
+    BadRequest,
+    Conflict,
+    ModelhooksError,
+    NotFound,
+    Unavailable,
+    VerificationFailed,
+)
+from modelhooks.core.ports import Signer, Verifier
+from modelhooks.core.records import ObjectInfo
+
+__all__ = ["OciClient", "OciModelStore", "client_for", "sign_oci", "verify_oci"]
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+_ACCEPT = ", ".join(
+    [OCI_MANIFEST, OCI_INDEX, "application/vnd.docker.distribution.manifest.v2+json"]
+)
+EMPTY = {"mediaType": "application/vnd.oci.empty.v1+json", "digest": "", "size": 2}
+TITLE = "org.opencontainers.image.title"
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class OciClient:
+    """Just enough of the OCI distribution API, over HTTP(S) with optional basic auth."""
+
+    def __init__(self, base_url: str, *, auth: tuple[str, str] | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {}
+        if auth:
+            import base64
+
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, **headers: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        url = path if path.startswith("http") else f"{self.base_url}{path}"
+        req = urllib.request.Request(url, data=body, method=method)
+        for k, v in {**self._headers, **headers}.items():
+            req.add_header(k.replace("_", "-"), v)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, dict(resp.headers.items()), resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers.items()), e.read()
+        except OSError as e:
+            raise Unavailable(f"registry {self.base_url} unreachable", reason=str(e)) from e
+
+    def _check(self, status: int, body: bytes, what: str) -> None:
+        if status < 300:
+            return
+        cls: type[ModelhooksError] = {404: NotFound, 409: Conflict}.get(status, Unavailable)
+        if 400 <= status < 500 and status not in (404, 409, 429):
+            cls = BadRequest
+        raise cls(
+            f"registry refused {what}", status=status, body=body[:300].decode(errors="replace")
+        )
+
+    def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str, int]:
+        """(manifest JSON, digest, size) of a tag or digest."""
+        status, _, body = self.request("GET", f"/v2/{repo}/manifests/{ref}", Accept=_ACCEPT)
+        self._check(status, body, f"manifest {repo}:{ref}")
+        return json.loads(body), _digest(body), len(body)
+
+    def blob_range(self, repo: str, digest: str, start: int, length: int) -> bytes:
+        status, _, body = self.request(
+            "GET", f"/v2/{repo}/blobs/{digest}", Range=f"bytes={start}-{start + length - 1}"
+        )
+        if status == 416:
+            return b""
+        self._check(status, body, f"blob {digest}")
+        return body if status == 206 else body[start : start + length]
+
+    def push_blob(self, repo: str, data: bytes) -> str:
+        digest = _digest(data)
+        if self.request("HEAD", f"/v2/{repo}/blobs/{digest}")[0] == 200:
+            return digest
+        status, headers, body = self.request("POST", f"/v2/{repo}/blobs/uploads/")
+        self._check(status, body, "blob upload")
+        location = headers.get("Location", "")
+        sep = "&" if "?" in location else "?"
+        url = location if location.startswith("http") else f"{self.base_url}{location}"
+        status, _, body = self.request(
+            "PUT", f"{url}{sep}digest={digest}", data, Content_Type="application/octet-stream"
+        )
+        self._check(status, body, "blob upload")
+        return digest
+
+    def push_manifest(self, repo: str, ref: str, manifest: dict[str, Any]) -> str:
+        data = json.dumps(manifest, separators=(",", ":")).encode()
+        media = str(manifest["mediaType"])
+        status, _, body = self.request(
+            "PUT", f"/v2/{repo}/manifests/{ref}", data, Content_Type=media
+        )
+        self._check(status, body, f"manifest push {repo}:{ref}")
+        return _digest(data)
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:
+        """Referrers of `digest`: the referrers API, else the `sha256-<hex>` fallback tag."""
+        status, _, body = self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)
+        if status == 200:
+            return list(json.loads(body).get("manifests", []))
+        try:
+            index, _, _ = self.manifest(repo, digest.replace(":", "-"))
+        except NotFound:
+            return []
+        return list(index.get("manifests", []))
+
+    def has_referrers_api(self, repo: str, digest: str) -> bool:
+        return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
+
+
+def client_for(uri: str) -> tuple[OciClient, str, str]:
+    """(client, repository, tag or digest) for `oci://host[:port]/repo[:tag|@digest]`:
+    plain HTTP for loopback registries, HTTPS otherwise."""
+    host, _, rest = uri.removeprefix("oci://").partition("/")
+    if "@" in rest:
+        repo, _, ref = rest.partition("@")
+    elif ":" in rest.rsplit("/", 1)[-1]:
+        repo, _, ref = rest.rpartition(":")
+    else:
+        repo, ref = rest, "latest"
+    if not host or not repo:
+        raise BadRequest(f"{uri}: expected oci://host/repository[:tag|@digest]")
+    loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+    return OciClient(f"{'http' if loopback else 'https'}://{host}"), repo, ref
+
+
+class OciModelStore:
+    """A read-only ObjectStore view of model manifests: bucket = `repo@digest` (immutable,
+    so its layer list is fetched once), keys = layer titles, bytes = blob ranges."""
+
+    def __init__(self, client: OciClient) -> None:
+        self._client = client
+        self._layers_of: dict[str, dict[str, ObjectInfo]] = {}
+
+    def _layers(self, bucket: str) -> dict[str, ObjectInfo]:
+        if bucket not in self._layers_of:
+            repo, _, digest = bucket.partition("@")
+            manifest, _, _ = self._client.manifest(repo, digest)
+            self._layers_of[bucket] = {
+                layer["annotations"][TITLE]: ObjectInfo(
+                    bucket, layer["annotations"][TITLE], int(layer["size"]), str(layer["digest"])
+                )
+                for layer in manifest.get("layers", [])
+                if layer.get("annotations", {}).get(TITLE)
+            }
+        return self._layers_of[bucket]
+
+    def stat(self, bucket: str, key: str) -> ObjectInfo | None:
+        return self._layers(bucket).get(key)
+
+    def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        for key, info in sorted(self._layers(bucket).items()):
+            if key.startswith(prefix):
+                yield info
+
+    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+        info = self.stat(bucket, key)
+        if info is None:
+            raise NotFound(f"no layer titled {key!r} in {bucket}")
+        return self._client.blob_range(bucket.partition("@")[0], info.generation, start, length)
+
+    def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
+        raise BadRequest("an OCI model is immutable: signatures are pushed as referrers")
+
+    def delete(self, bucket: str, key: str) -> None:
+        raise BadRequest("an OCI model is immutable")
+
+
+def _hash(
+    client: OciClient, repo: str, ref: str, serialization: Serialization, opts: HashOptions
+) -> tuple[Manifest, str, int]:
+    _, digest, size = client.manifest(repo, ref)
+    store = OciModelStore(client)
+    manifest = hash_model(store, f"{repo}@{digest}", "", serialization, options=opts)
+    return _rename(manifest, repo), digest, size
+
+
+def _rename(manifest: Manifest, repo: str) -> Manifest:
+    return Manifest(repo.rsplit("/", 1)[-1], manifest.serialization, manifest.resources)
+
+
+def _bundles(client: OciClient, repo: str, digest: str) -> Iterator[tuple[str, bytes]]:
+    """(referrer manifest digest, bundle) of every signature referring to `digest`."""
+    for ref in client.referrers(repo, digest):
+        if ref.get("artifactType") != MEDIA_TYPE:
+            continue
+        artifact, _, _ = client.manifest(repo, ref["digest"])
+        for layer in artifact.get("layers", []):
+            if layer.get("mediaType") == MEDIA_TYPE:
+                yield ref["digest"], client.blob_range(repo, layer["digest"], 0, int(layer["size"]))
+
+
+def sign_oci(
+    client: OciClient, repo: str, ref: str, signer: Signer, *, options: HashOptions | None = None
+) -> Signed:
+    """Sign the model at `repo:ref` (tag or digest) and push the bundle as its referrer.
+    Idempotent: this signer's existing referrer bundle over the same root digest is kept
+    (other signers' referrers are left alone: a model may carry several signatures)."""
+    opts = options or HashOptions()
+    manifest, digest, size = _hash(client, repo, ref, opts.serialization(), opts)
+    for referrer, old in _bundles(client, repo, digest):
+        try:
+            claimed = Manifest.from_statement(unverified_payload(old)[1]).root_digest
+        except VerificationFailed:
+            continue
+        if claimed == manifest.root_digest and signer.signed(old):
+            return Signed(repo, referrer, claimed, signer_of(old), False, manifest)
+    bundle = signer.sign(manifest.statement())
+    config = {**EMPTY, "digest": client.push_blob(repo, b"{}")}
+    layer = {"mediaType": MEDIA_TYPE, "digest": client.push_blob(repo, bundle), "size": len(bundle)}
+    subject = {"mediaType": OCI_MANIFEST, "digest": digest, "size": size}
+    artifact = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": MEDIA_TYPE,
+        "config": config,
+        "layers": [layer],
+        "subject": subject,
+        "annotations": {"dev.modelhooks.root_digest": f"sha256:{manifest.root_digest}"},
+    }
+    api = client.has_referrers_api(repo, digest)
+    pushed = client.push_manifest(
+        repo, _digest(json.dumps(artifact, separators=(",", ":")).encode()), artifact
+    )
+    if not api:
+        _add_to_fallback_index(client, repo, digest, pushed, artifact)
+    return Signed(repo, pushed, manifest.root_digest, signer.identity(), True, manifest)
+
+
+def _add_to_fallback_index(
+    client: OciClient, repo: str, subject: str, pushed: str, artifact: dict[str, Any]
+) -> None:
+    tag = subject.replace(":", "-")
+    try:
+        index, _, _ = client.manifest(repo, tag)
+    except NotFound:
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    data = json.dumps(artifact, separators=(",", ":")).encode()
+    entry = {
+        "mediaType": OCI_MANIFEST,
+        "digest": pushed,
+        "size": len(data),
+        "artifactType": MEDIA_TYPE,
+        "annotations": artifact["annotations"],
+    }
+    if all(m.get("digest") != pushed for m in index["manifests"]):
+        index["manifests"].append(entry)
+        client.push_manifest(repo, tag, index)
+
+
+def verify_oci(
+    client: OciClient,
+    repo: str,
+    ref: str,
+    verifier: Verifier,
+    *,
+    options: HashOptions | None = None,
+    expected_digest: str | None = None,
+) -> Verified:
+    """Verify the model at `repo:ref` against its referrer bundles: the first bundle the
+    verifier trusts must match the model's files."""
+    opts = options or HashOptions()
+    _, digest, _ = client.manifest(repo, ref)
+    errors: list[str] = []
+    for _, bundle in _bundles(client, repo, digest):
+        try:
+            expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
+        except VerificationFailed as e:
+            errors.append(f"{e.message}: {e.details.get('reason', '')}".rstrip(": "))
+            continue
+        actual, _, _ = _hash(client, repo, digest, expected.serialization, opts)
+        diff = {k: v for k, v in expected.diff(actual).items() if v}
+        if diff:
+            names = ", ".join(sorted({n for v in diff.values() for n in v}))
+            raise VerificationFailed(f"the model does not match its signature: {names}", **diff)
+        return Verified(expected.root_digest, signer_of(bundle), expected)
+    raise VerificationFailed(
+        "no trusted signature among the model's referrers", manifest=digest, errors=errors
+    )

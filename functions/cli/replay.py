@@ -1,0 +1,150 @@
+"""`modelhooks replay`: send stored events again — to the in-process functions or a URL.
+
+A source is a file (one JSON document, or JSON Lines), a directory of such files, or `-`
+(stdin). Each document is an HTTP body as delivered (a structured CloudEvent, a Pub/Sub
+push envelope, a native webhook body); it is translated to canonical events first, so
+filters apply to canonical types and times. Replaying twice changes nothing the second
+time: canonical ids are derived from upstream ids and every effect is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.events.ingress import decode
+from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.sources import translate
+
+__all__ = ["Summary", "read_documents", "replay", "select"]
+
+
+@dataclass
+class Summary:
+    sent: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"sent {self.sent}, succeeded {self.succeeded}, failed {self.failed}, "
+            f"skipped {self.skipped}"
+        ]
+        out += [f"  {n} x {reason}" for reason, n in self.reasons.most_common()]
+        return out
+
+
+def read_documents(source: str) -> Iterator[tuple[str, Any]]:
+    """(where, JSON document) for every document in the source."""
+    if source == "-":
+        yield from _parse("<stdin>", sys.stdin.read())
+        return
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
+    elif path.is_file():
+        files = [path]
+    else:
+        raise BadRequest(f"replay source {source!r} is not a file, a directory or '-'")
+    for f in files:
+        yield from _parse(str(f), f.read_text())
+
+
+def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
+    try:
+        yield where, json.loads(text)
+        return
+    except json.JSONDecodeError:
+        pass
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                yield f"{where}:{n}", json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BadRequest(f"{where}:{n} is not JSON: {exc}") from None
+
+
+def to_events(
+    docs: Iterable[tuple[str, Any]], layout: ObjectLayout, registry_host: str | None = None
+) -> Iterator[CanonicalEvent | BadRequest]:
+    """Canonical events, or a BadRequest naming the document that does not translate."""
+    for where, doc in docs:
+        ctype = (
+            "application/cloudevents+json"
+            if isinstance(doc, dict) and "specversion" in doc
+            else "application/json"
+        )
+        if isinstance(doc, list):
+            ctype = "application/cloudevents-batch+json"
+        try:
+            for inbound in decode(
+                {"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30
+            ):
+                yield from translate(inbound, layout=layout, registry_host=registry_host)
+        except ModelhooksError as exc:
+            yield BadRequest(f"{where}: {exc.message}")
+
+
+def select(
+    events: Iterable[CanonicalEvent | BadRequest],
+    *,
+    types: frozenset[str] = frozenset(),
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Iterator[CanonicalEvent | BadRequest]:
+    for event in events:
+        if isinstance(event, BadRequest):
+            yield event
+            continue
+        if types and event.type not in types:
+            continue
+        if (since or until) and event.time is None:
+            continue
+        if since and event.time and event.time < since:
+            continue
+        if until and event.time and event.time > until:
+            continue
+        yield event
+
+
+def replay(
+    events: Iterable[CanonicalEvent | BadRequest],
+    send: Callable[[CanonicalEvent], tuple[bool, str]],
+    *,
+    rate: float = 0.0,
+    progress: Callable[[], None] = lambda: None,
+) -> Summary:
+    """Send each event (at most `rate` per second); `send` says (ok, reason). Documents
+    that did not translate count as failed, with their reason."""
+    summary = Summary()
+    interval = 1.0 / rate if rate > 0 else 0.0
+    next_at = time.monotonic()
+    for event in events:
+        if isinstance(event, BadRequest):
+            summary.failed += 1
+            summary.reasons[event.message] += 1
+            progress()
+            continue
+        if interval:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            next_at += interval
+        ok, reason = send(event)
+        summary.sent += 1
+        if ok:
+            summary.succeeded += 1
+        else:
+            summary.failed += 1
+            summary.reasons[reason] += 1
+        progress()
+    return summary

@@ -1,0 +1,122 @@
+"""Ports: the only way handlers reach the world. One real adapter per backend lives in
+`functions/adapters/<port>/`; in-memory fakes for unit tests pass the same contract tests.
+(The OCI registry and cluster ports arrive with the functions that need them.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Protocol, runtime_checkable
+
+from modelhooks.core.records import ModelArtifact, ModelVersion, ObjectInfo, RegisteredModel
+
+__all__ = ["ModelRegistry", "ObjectStore", "Signer", "Verifier"]
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """Buckets of objects: a local directory, GCS or S3.
+
+    >>> store.put("models", "m/1/_SUCCESS", b"", if_absent=True)  # doctest: +SKIP
+    ObjectInfo(bucket='models', key='m/1/_SUCCESS', size=0, generation='...')
+    """
+
+    def stat(self, bucket: str, key: str) -> ObjectInfo | None:
+        """The object's info, or None when it does not exist."""
+        ...
+
+    def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object under `prefix` (recursively), in key order."""
+        ...
+
+    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+        """`length` bytes from `start` (fewer at the end of the object). NotFound if absent."""
+        ...
+
+    def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
+        """Write an object. With `if_absent`, Conflict when it already exists."""
+        ...
+
+    def delete(self, bucket: str, key: str) -> None:
+        """Delete an object; deleting what is gone succeeds."""
+        ...
+
+
+@runtime_checkable
+class ModelRegistry(Protocol):
+    """Kubeflow Model Registry vocabulary over any backend (MR REST, CRDs, SQLite).
+
+    `create_*` raise Conflict when the name is taken (a concurrent delivery won the race);
+    callers then `get_*` again. Nothing here deletes: models and versions are archived.
+    """
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group the writes of one handler: all or nothing where the backend can (SQLite);
+        elsewhere each write stands alone and handlers stay correct by being idempotent."""
+        ...
+
+    def get_model(self, name: str) -> RegisteredModel | None: ...
+
+    def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel: ...
+
+    def update_model(self, model: RegisteredModel) -> RegisteredModel: ...
+
+    def list_models(self) -> list[RegisteredModel]: ...
+
+    def get_version(self, model_id: str, name: str) -> ModelVersion | None: ...
+
+    def create_version(
+        self, model_id: str, name: str, *, properties: Mapping[str, str]
+    ) -> ModelVersion: ...
+
+    def update_version(self, version: ModelVersion) -> ModelVersion: ...
+
+    def list_versions(self, model_id: str) -> list[ModelVersion]: ...
+
+    def list_artifacts(self, version_id: str) -> list[ModelArtifact]: ...
+
+    def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
+        """Create the artifact (empty id) or update it (by id); returns it with its id."""
+        ...
+
+
+@runtime_checkable
+class Signer(Protocol):
+    """Signs a model's in-toto Statement into a model-signing bundle (Sigstore bundle v0.3
+    JSON with a DSSE envelope). Implementations: EC key, certificate, Sigstore keyless
+    (`functions.signing`).
+
+    >>> bundle = signer.sign(manifest.statement())  # doctest: +SKIP
+    """
+
+    def identity(self) -> str:
+        """Who signs, for people and the registry (key fingerprint, subject, identity)."""
+        ...
+
+    def sign(self, statement: bytes) -> bytes:
+        """The bundle (JSON bytes) over exactly these Statement bytes. ConfigError for bad
+        key material, Unavailable when a signing service (Fulcio, Rekor) fails."""
+        ...
+
+    def signed(self, bundle: bytes) -> bool:
+        """Whether `bundle` carries this signer's signature (so a redelivery can keep an
+        existing signature instead of signing again)."""
+        ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Checks a model-signing bundle against trusted keys, chains or identities.
+
+    >>> statement = verifier.verify(bundle)  # doctest: +SKIP
+    """
+
+    def identity(self) -> str:
+        """What is trusted, for messages."""
+        ...
+
+    def verify(self, bundle: bytes) -> bytes:
+        """The signed Statement bytes, once the signature and its trust are checked;
+        VerificationFailed (with details) otherwise. Does not look at the model."""
+        ...

@@ -1,0 +1,352 @@
+"""Typed settings, validated at start, from one place.
+
+Precedence: command-line flags > environment > config file > defaults. Every setting has
+an environment variable (`MODELHOOKS_<SECTION>_<NAME>`, a few platform ones such as
+`K_SINK` too) and a flag (`--<section>-<name>`); the config file (YAML, `--config` /
+`MODELHOOKS_CONFIG`, default `$MODELHOOKS_HOME/config.yaml` when it exists) uses the
+nested names. A bad value fails start-up with a ConfigError naming the variable.
+
+>>> load_settings(env={"MODELHOOKS_LAYOUT_MARKER": "READY"}).layout.marker
+'READY'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, field
+
+from modelhooks.core.errors import ConfigError
+from modelhooks.events.layout import ObjectLayout
+
+if TYPE_CHECKING:
+    from modelhooks.adapters.signing.config import SigningConfig
+
+__all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
+
+PREFIX = "MODELHOOKS_"
+
+
+def doc(
+    text: str,
+    *,
+    env: str | None = None,
+    flag: str | None = None,
+    secret: bool = False,
+    **limits: Any,
+) -> Meta:
+    """A setting's description (and, rarely, its own env var or flag name; `secret` ones
+    are redacted wherever settings are shown)."""
+    extra = {k: v for k, v in (("env", env), ("flag", flag), ("secret", secret)) if v}
+    return Meta(description=text, extra=extra, **limits)
+
+
+class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class RegistrySettings(_Section, frozen=True, kw_only=True):
+    backend: Annotated[
+        Literal["sqlite", "kubeflow"],
+        doc(
+            "where registrations go: sqlite ($MODELHOOKS_HOME/registry.db) or kubeflow "
+            "(a Kubeflow Model Registry REST server)"
+        ),
+    ] = "sqlite"
+    url: Annotated[str, doc("Kubeflow Model Registry base URL (backend=kubeflow)")] = ""
+    token: Annotated[
+        str, doc("bearer token for the registry: a literal, env:NAME or file:PATH", secret=True)
+    ] = ""
+
+    def __post_init__(self) -> None:
+        if self.backend == "kubeflow" and not self.url:
+            raise ValueError("url: the kubeflow backend needs a URL (MODELHOOKS_REGISTRY_URL)")
+
+
+class StoreSettings(_Section, frozen=True, kw_only=True):
+    backend: Annotated[
+        Literal["local", "cloud"],
+        doc(
+            "local: every bucket is a directory under $MODELHOOKS_HOME/store; "
+            "cloud: gs:// goes to GCS and s3:// to S3"
+        ),
+    ] = "local"
+    s3_endpoint_url: Annotated[str, doc("S3 endpoint (MinIO, other S3-compatible)")] = ""
+    allow_local_targets: Annotated[
+        bool,
+        doc(
+            "let URIs taken from events name loopback, link-local or metadata hosts "
+            "(a registry on this machine, tests); off in production"
+        ),
+    ] = False
+
+
+class LayoutSettings(_Section, frozen=True, kw_only=True):
+    pattern: Annotated[str, doc("where a model version lives in a bucket")] = (
+        "models/{name}/{version}/"
+    )
+    marker: Annotated[str, doc("the file whose arrival means 'pushed'")] = "_SUCCESS"
+
+    def __post_init__(self) -> None:
+        for name, value in (("pattern", self.pattern), ("marker", self.marker)):
+            try:
+                ObjectLayout(**{name: value})
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None  # "<field>: …" names the field
+
+    def object_layout(self) -> ObjectLayout:
+        return ObjectLayout(pattern=self.pattern, marker=self.marker)
+
+    def prefix_for(self, name: str, version: str) -> str:
+        return self.object_layout().prefix(name, version)
+
+
+class IngressSettings(_Section, frozen=True, kw_only=True):
+    max_body_bytes: Annotated[int, doc("larger deliveries get 413", gt=0)] = 1 << 20
+    auth: Annotated[
+        str, doc("delivery authentication spec: none, oidc:…, hmac:…, bearer:…", secret=True)
+    ] = "none"
+    route_auth: Annotated[
+        str, doc("per-path overrides of ingress.auth: /path=spec;/other=spec", secret=True)
+    ] = ""
+    registry_host: Annotated[
+        str, doc("the OCI registry host zot's events come from (zot does not name it)")
+    ] = ""
+    dedupe_size: Annotated[int, doc("recent event ids remembered per process (0 = off)", ge=0)] = (
+        10_000
+    )
+
+
+class RouterSettings(_Section, frozen=True, kw_only=True):
+    triggers: Annotated[
+        Path | None,
+        doc(
+            "Knative Trigger YAML file or directory (default: the packaged infra/knative/triggers.yaml)"
+        ),
+    ] = None
+    max_depth: Annotated[int, doc("reply hops followed by `serve`", ge=1, le=64)] = 8
+    sink: Annotated[
+        str, doc("where replies are POSTed instead of answered (SinkBinding)", env="K_SINK")
+    ] = ""
+
+
+class ServeSettings(_Section, frozen=True, kw_only=True):
+    host: Annotated[str, doc("`modelhooks serve` listen address", flag="--host")] = "127.0.0.1"
+    port: Annotated[
+        int, doc("listen port (0 = any free port)", env="PORT", flag="--port", ge=0, le=65535)
+    ] = 8080
+    watch_interval: Annotated[
+        float,
+        doc("seconds between scans of the local store for ready markers (0 = off)", ge=0),
+    ] = 1.0
+
+
+class SigningSettings(_Section, frozen=True, kw_only=True):
+    enabled: Annotated[
+        Literal["", "true", "false"],
+        doc(
+            "explicit on/off; empty: on when a key or certificate is set, or when all of "
+            "SIGSTORE_TUF_URL, SIGSTORE_FULCIO_URL, SIGSTORE_REKOR_URL are"
+        ),
+    ] = ""
+    key: Annotated[str, doc("EC private key PEM (key method; the certificate's key)")] = ""
+    password_file: Annotated[str, doc("file holding the private key's password")] = ""
+    certificate: Annotated[str, doc("signing certificate PEM (certificate method)")] = ""
+    certificate_chain: Annotated[
+        str, doc("PEM files, comma-separated: intermediates to sign, trusted roots to verify")
+    ] = ""
+    public_key: Annotated[str, doc("public key PEM to verify with (key method)")] = ""
+    identity_token: Annotated[
+        str, doc("OIDC token file for keyless signing (e.g. a projected service-account token)")
+    ] = ""
+    trust_config: Annotated[str, doc("sigstore ClientTrustConfig JSON (keyless)")] = ""
+    identity: Annotated[str, doc("keyless verify: the signer identity expected")] = ""
+    issuer: Annotated[str, doc("keyless verify: the OIDC issuer expected")] = ""
+    signature_name: Annotated[str, doc("the signature's file name inside the model prefix")] = (
+        "model.sig"
+    )
+    hash: Annotated[Literal["sha256", "blake3"], doc("digest of each file")] = "sha256"
+    shard_size: Annotated[
+        int, doc("hash files in shards of this many bytes (0 = one digest per file)", ge=0)
+    ] = 0
+
+    def config(self, ready_marker: str) -> SigningConfig:
+        from modelhooks.adapters.signing.config import SigningConfig
+
+        return SigningConfig(
+            enabled_flag={"": None, "true": True, "false": False}[self.enabled],
+            key=_path(self.key),
+            password_file=_path(self.password_file),
+            certificate=_path(self.certificate),
+            certificate_chain=tuple(
+                Path(p.strip()) for p in self.certificate_chain.split(",") if p.strip()
+            ),
+            public_key=_path(self.public_key),
+            identity_token=_path(self.identity_token),
+            trust_config=_path(self.trust_config),
+            identity=self.identity,
+            issuer=self.issuer,
+            signature_name=self.signature_name,
+            ready_marker=ready_marker,
+            hash=self.hash,
+            shard_size=self.shard_size,
+        )
+
+
+def _path(value: str) -> Path | None:
+    return Path(value) if value else None
+
+
+class TenancySettings(_Section, frozen=True, kw_only=True):
+    tenants: Annotated[
+        str,
+        doc(
+            "namespace=pattern,pattern;… buckets/repositories each namespace may act on "
+            "(glob); empty = no tenancy checks"
+        ),
+    ] = ""
+
+
+class Settings(_Section, frozen=True, kw_only=True):
+    home: Annotated[Path, doc("embedded state: store/, registry.db, keys")] = Path(".modelhooks")
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], doc("log threshold")] = (
+        "INFO"
+    )
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    layout: LayoutSettings = field(default_factory=LayoutSettings)
+    ingress: IngressSettings = field(default_factory=IngressSettings)
+    router: RouterSettings = field(default_factory=RouterSettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)
+    signing: SigningSettings = field(default_factory=SigningSettings)
+    tenancy: TenancySettings = field(default_factory=TenancySettings)
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One row of the settings table."""
+
+    path: tuple[str, ...]
+    env: str
+    flag: str
+    default: Any
+    description: str
+    secret: bool = False
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+
+def describe(
+    model: type[msgspec.Struct] = Settings, path: tuple[str, ...] = ()
+) -> Iterator[SettingSpec]:
+    """Every leaf setting with its env var, flag and default (the README table)."""
+    import typing
+
+    hints = typing.get_type_hints(model, include_extras=True)
+    for f in msgspec.structs.fields(model):
+        hint = hints[f.name]
+        if isinstance(hint, type) and issubclass(hint, _Section):
+            yield from describe(hint, (*path, f.name))
+            continue
+        meta = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Meta)), Meta())
+        extra = meta.extra or {}
+        full = (*path, f.name)
+        yield SettingSpec(
+            path=full,
+            env=str(extra.get("env") or PREFIX + "_".join(full).upper()),
+            flag=str(extra.get("flag") or "--" + "-".join(full).replace("_", "-")),
+            default=f.default,
+            description=meta.description or "",
+            secret=bool(extra.get("secret")),
+        )
+
+
+def load_settings(
+    args: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Merge flags (`args`, keyed by dotted name) > env > config file > defaults."""
+    args = {k: v for k, v in (args or {}).items() if v is not None}
+    env = os.environ if env is None else env
+    specs = list(describe())
+    merged: dict[str, Any] = {}
+    origin: dict[tuple[str, ...], str] = {}
+
+    def put(path: tuple[str, ...], value: Any, where: str) -> None:
+        node = merged
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+        origin[path] = where
+
+    from_env = {s.path: (s.env, env[s.env]) for s in specs if env.get(s.env, "") != ""}
+    home = Path(args.get("home") or env.get(PREFIX + "HOME") or Settings().home)
+    path = config_file or (Path(env[PREFIX + "CONFIG"]) if env.get(PREFIX + "CONFIG") else None)
+    if path is None and (home / "config.yaml").is_file():
+        path = home / "config.yaml"
+    if path is not None:
+        for keys, value in _flatten(_read_yaml(path)):
+            put(keys, value, f"{'.'.join(keys)} in {path}")
+    for keys, (var, value) in from_env.items():
+        put(keys, value, f"{var}={value!r} (environment)")
+    by_name = {s.name: s for s in specs}
+    for name, value in args.items():
+        spec = by_name.get(name)
+        if spec is None:
+            raise ConfigError(f"unknown setting {name!r}")
+        put(spec.path, value, f"{spec.flag}={value!r} (command line)")
+    try:
+        return msgspec.convert(merged, Settings, strict=False, dec_hook=_decode)
+    except msgspec.ValidationError as exc:
+        m = _ERROR.match(str(exc))
+        msg, loc = (
+            (m["msg"], tuple(filter(None, (m["path"] or "").split(".")))) if m else (str(exc), ())
+        )
+        named = _UNKNOWN.search(msg) or _FIELD_FIRST.match(msg)
+        if named:
+            loc = (*loc, named["name"])
+            msg = _FIELD_FIRST.sub("", msg)
+        where = origin.get(loc) or ".".join(loc) or "settings"
+        raise ConfigError(f"invalid setting {where}: {msg}") from None
+
+
+_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"unknown field `(?P<name>[^`]+)`")
+_FIELD_FIRST = re.compile(r"^(?P<name>[a-z_]+): ")
+
+
+def _decode(kind: type, value: Any) -> Any:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot read a {kind.__name__} from {value!r}")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings")
+    return doc
+
+
+def _flatten(
+    doc: Mapping[str, Any], path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for key, value in doc.items():
+        if isinstance(value, Mapping):
+            yield from _flatten(value, (*path, str(key)))
+        else:
+            yield (*path, str(key)), value

@@ -1,0 +1,50 @@
+"""The in-process broker of `modelhooks serve` and `replay`: routes each canonical event to
+every function whose Trigger matches, then routes their replies on (bounded depth), as the
+Knative Broker does with replies in the cluster."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from modelhooks.bootstrap import Deps
+from modelhooks.core.logs import log
+from modelhooks.delivery.router import Trigger
+from modelhooks.delivery.runtime import Function, Outcome, run
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.handlers import load
+
+__all__ = ["Broker", "single"]
+
+
+class Broker:
+    def __init__(
+        self,
+        triggers: Sequence[Trigger],
+        deps: Deps,
+        functions: Callable[[str], Function] = load,
+    ) -> None:
+        self.triggers = tuple(triggers)
+        self.deps = deps
+        self.functions = functions
+
+    def functions_for(self, event: CanonicalEvent) -> list[Function]:
+        names = dict.fromkeys(t.function for t in self.triggers if t.accepts(event))
+        return [self.functions(name) for name in names]
+
+    def publish(self, event: CanonicalEvent, depth: int = 0) -> list[Outcome]:
+        outcomes = []
+        for fn in self.functions_for(event):
+            outcome = run(fn, event, self.deps)
+            outcomes.append(outcome)
+            for reply in outcome.replies:
+                if depth + 1 >= self.deps.settings.router.max_depth:
+                    log(logging.WARNING, "reply chain too deep; not routed", event_id=reply.id)
+                    continue
+                outcomes.extend(self.publish(reply, depth + 1))
+        return outcomes
+
+
+def single(fn: Function, deps: Deps, event: CanonicalEvent) -> list[Outcome]:
+    """A function endpoint: events of types it does not accept are acknowledged, unrun."""
+    return [run(fn, event, deps)] if event.type in fn.accepts else []

@@ -1,0 +1,239 @@
+"""The delivery contract: HTTP request → canonical events → handlers → status + reply.
+
+- 2xx only after every effect committed; one reply → a binary-mode CloudEvent (200), none →
+  204, several → a CloudEvents batch; with a sink (`K_SINK`) replies are POSTed there.
+- Transient failures → 5xx/429 (the platform redelivers), permanent ones → 4xx with a JSON
+  body that says what was wrong. A batch answers with its worst outcome.
+- Duplicates (same function, same event id) return the first delivery's replies again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from threading import Lock
+from typing import TYPE_CHECKING, Any
+
+from modelhooks.core.errors import ModelhooksError, PayloadTooLarge, Transient, Unavailable
+from modelhooks.core.logs import log
+from modelhooks.events.ingress import decode
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.sources import translate
+
+if TYPE_CHECKING:
+    from modelhooks.bootstrap import Deps
+
+__all__ = [
+    "Dedupe",
+    "Function",
+    "Outcome",
+    "Response",
+    "deliver",
+    "encode_replies",
+    "json_response",
+]
+
+Handler = Callable[[CanonicalEvent, "Deps"], list[CanonicalEvent]]
+
+
+@dataclass(frozen=True)
+class Function:
+    """A named handler and the canonical event types it accepts."""
+
+    name: str
+    accepts: frozenset[str]
+    handle: Handler
+
+
+@dataclass(frozen=True)
+class Outcome:
+    function: str
+    event_id: str
+    event_type: str
+    status: int
+    replies: tuple[CanonicalEvent, ...] = ()
+    error: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "function": self.function,
+            "id": self.event_id,
+            "type": self.event_type,
+            "status": self.status,
+            "replies": [r.id for r in self.replies],
+        }
+        if self.error:
+            doc["error"] = self.error
+        return doc
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+class Dedupe:
+    """A bounded memory of (function, event source, event id) → replies already produced."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._seen: OrderedDict[tuple[str, ...], tuple[CanonicalEvent, ...]] = OrderedDict()
+        self._lock = Lock()
+
+    def get(self, key: tuple[str, ...]) -> tuple[CanonicalEvent, ...] | None:
+        with self._lock:
+            return self._seen.get(key)
+
+    def put(self, key: tuple[str, ...], replies: tuple[CanonicalEvent, ...]) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._seen[key] = replies
+            self._seen.move_to_end(key)
+            while len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+
+
+def ingest(
+    headers: Mapping[str, str], body: bytes, deps: Deps, path: str = "/"
+) -> list[CanonicalEvent]:
+    """Size-check, authenticate, decode and translate one delivery (raises
+    ModelhooksError). The size comes first: nothing is verified over an oversized body."""
+    limit = deps.settings.ingress.max_body_bytes
+    if len(body) > limit:
+        raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
+    deps.auth.check(path, headers, body)
+    inbounds = decode(headers, body, max_bytes=limit)
+    host = deps.settings.ingress.registry_host or None
+    return [
+        e
+        for inbound in inbounds
+        for e in translate(inbound, layout=deps.layout, registry_host=host)
+    ]
+
+
+def run(fn: Function, event: CanonicalEvent, deps: Deps) -> Outcome:
+    """Run one function on one event, mapping errors to delivery semantics, and log it."""
+    started = time.perf_counter()
+    key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
+    outcome_name = "ok"
+    try:
+        cached = deps.dedupe.get(key)
+        if cached is not None:
+            outcome_name = "duplicate"
+            outcome = Outcome(fn.name, event.id, event.type, 200, cached)
+        else:
+            admitted = deps.tenancy.admit(event)
+            replies = tuple(fn.handle(admitted, deps))
+            deps.dedupe.put(key, replies)
+            outcome = Outcome(fn.name, event.id, event.type, 200, replies)
+    except ModelhooksError as exc:
+        outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
+        outcome = Outcome(fn.name, event.id, event.type, exc.status, error=exc.as_json())
+    except Exception as exc:  # a bug or an unwrapped library error: let the platform retry
+        outcome_name = "error"
+        log(logging.ERROR, f"{fn.name} failed", exc_info=exc, event_id=event.id)
+        error = Unavailable(
+            f"internal error in {fn.name}; see the logs for event {event.id}"
+        ).as_json()
+        outcome = Outcome(fn.name, event.id, event.type, 500, error=error)
+    level = logging.WARNING if outcome.status >= 400 else logging.INFO
+    log(
+        level,
+        f"{fn.name} {outcome_name} {event.type}",
+        event_id=event.id,
+        type=event.type,
+        function=fn.name,
+        outcome=outcome_name,
+        status=outcome.status,
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        **({"error": outcome.error} if outcome.error else {}),
+    )
+    return outcome
+
+
+def deliver(
+    headers: Mapping[str, str],
+    body: bytes,
+    deps: Deps,
+    dispatch: Callable[[CanonicalEvent], list[Outcome]],
+    path: str = "/",
+) -> Response:
+    """One HTTP delivery, end to end. `dispatch` runs the event through its function(s)."""
+    try:
+        events = ingest(headers, body, deps, path)
+    except ModelhooksError as exc:
+        log(
+            logging.WARNING,
+            f"delivery rejected: {exc.message}",
+            status=exc.status,
+            error=exc.as_json(),
+        )
+        return json_response(exc.status, exc.as_json())
+    outcomes = [o for event in events for o in dispatch(event)]
+    status = worst(o.status for o in outcomes) if outcomes else 204
+    if status >= 300:
+        return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
+    replies = [r for o in outcomes for r in o.replies]
+    if deps.sink is not None and replies:
+        try:
+            for reply in replies:
+                deps.sink(reply)
+        except ModelhooksError as exc:
+            return json_response(exc.status, exc.as_json())
+        return Response(204)
+    return encode_replies(replies)
+
+
+def worst(statuses: Sequence[int] | Any) -> int:
+    """Transient beats permanent beats success: redelivery then repeats the whole batch,
+    which is safe because every effect is idempotent."""
+    ranked = sorted(statuses, key=lambda s: (s >= 500 or s == 429, s >= 400, s))
+    return ranked[-1] if ranked else 204
+
+
+def encode_replies(replies: Sequence[CanonicalEvent]) -> Response:
+    if not replies:
+        return Response(204)
+    if len(replies) == 1:
+        return binary(replies[0], 200)
+    batch = [structured(r) for r in replies]
+    return Response(
+        200, {"Content-Type": "application/cloudevents-batch+json"}, json.dumps(batch).encode()
+    )
+
+
+def binary(event: CanonicalEvent, status: int = 200) -> Response:
+    """A CloudEvent in binary mode: attributes in ce-* headers, data as the body."""
+    headers = {"Content-Type": "application/json"}
+    for name, value in event.attributes().items():
+        if name != "datacontenttype":
+            headers[f"ce-{name}"] = _percent_encode(value)
+    return Response(status, headers, event.data.to_json())
+
+
+def structured(event: CanonicalEvent) -> dict[str, Any]:
+    doc: dict[str, Any] = dict(event.attributes())
+    doc["data"] = event.data.to_dict()
+    return doc
+
+
+_NEEDS_ENCODING = re.compile(r'[^\x21-\x7e]|["%]')
+
+
+def _percent_encode(value: str) -> str:
+    """The HTTP binding's rule: space, '"', '%' and non-printable-ASCII are %-encoded."""
+    if not _NEEDS_ENCODING.search(value):
+        return value
+    return _NEEDS_ENCODING.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), value)
+
+
+def json_response(status: int, doc: Mapping[str, Any]) -> Response:
+    return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())

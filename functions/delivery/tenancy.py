@@ -1,0 +1,90 @@
+"""Tenancy: a namespace acts only on the buckets and repositories allowed for it.
+
+Rules come from one setting, `namespace=pattern,pattern;namespace=…` (glob patterns over
+`gs://bucket`, `s3://bucket`, `oci://host/repository` or a bare bucket/repository name).
+An event from an upstream that does not know namespaces (a bucket notification) gets the
+namespace that owns its location; an event that names its namespace must stay inside it.
+
+>>> t = Tenancy.parse("team-a=models-a,gs://shared-*")
+>>> t.owner("gs://models-a/models/m/1/")
+'team-a'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from modelhooks.core.errors import ConfigError, Forbidden
+from modelhooks.events.model import CanonicalEvent
+
+__all__ = ["Tenancy"]
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    rules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def parse(cls, spec: str) -> Tenancy:
+        rules = []
+        for part in filter(None, (p.strip() for p in spec.split(";"))):
+            ns, sep, pats = part.partition("=")
+            patterns = tuple(p.strip() for p in pats.split(",") if p.strip())
+            if not sep or not ns.strip() or not patterns:
+                raise ConfigError(
+                    f"MODELHOOKS_TENANCY_TENANTS: {part!r} is not 'namespace=pattern,…'"
+                )
+            rules.append((ns.strip(), patterns))
+        return cls(tuple(rules))
+
+    def owner(self, uri: str) -> str | None:
+        for ns, _ in self.rules:
+            if self.allows(ns, uri):
+                return ns
+        return None
+
+    def allows(self, namespace: str, uri: str) -> bool:
+        location = _location(uri)
+        for ns, patterns in self.rules:
+            if ns == namespace:
+                bare = location.split("://", 1)[-1]
+                return any(fnmatchcase(location, p) or fnmatchcase(bare, p) for p in patterns)
+        return False
+
+    def admit(self, event: CanonicalEvent) -> CanonicalEvent:
+        """The event with its namespace resolved, or Forbidden.
+
+        An event that names no namespace (a bucket or registry notification) gets the one
+        that owns its location; one that names a namespace must stay inside it.
+        """
+        uri = getattr(event.data, "uri", None)
+        if not self.rules or not isinstance(uri, str):
+            return event
+        namespace = getattr(event.data, "namespace", None)
+        if namespace is None:
+            owner = self.owner(uri)
+            if owner is None:
+                raise Forbidden(
+                    f"no namespace may act on {_location(uri)}", location=_location(uri)
+                )
+            return event.replace(data=event.data.replace(namespace=owner))
+        if not self.allows(namespace, uri):
+            raise Forbidden(
+                f"namespace {namespace!r} may not act on {_location(uri)}",
+                namespace=namespace,
+                location=_location(uri),
+            )
+        return event
+
+
+def _location(uri: str) -> str:
+    """`gs://bucket/…` → `gs://bucket`; `oci://host/repo@sha256:…` → `oci://host/repo`."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    if scheme == "oci":
+        name = rest.split("@")[0]
+        host, _, path = name.partition("/")
+        return f"oci://{host}/{path.split(':')[0]}"
+    return f"{scheme}://{rest.split('/')[0]}"

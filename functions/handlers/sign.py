@@ -1,0 +1,136 @@
+"""`sign`: sign a pushed model where it lies and record the signature in the registry.
+
+On `artifact.pushed` for a model in a bucket (gs://, s3://, file://) or an OCI registry
+(oci://): unless the registered version already records a signature for this artifact
+digest, hash the model (streamed), write `<prefix>/model.sig` if absent (for OCI: push the
+bundle as a referrer of the model manifest), record the signature on the version (custom
+properties `signature.*`) and reply `model.signed`. A second delivery answers the
+same reply without hashing again.
+
+The version must be registered first (events are unordered): until `register` has run,
+this answers Unavailable so the platform redelivers. Signing off (no signer) → no reply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from modelhooks.adapters.signing.streaming import HashOptions
+from modelhooks.core.errors import Conflict, Unavailable
+from modelhooks.core.ports import ModelRegistry, Signer
+from modelhooks.core.records import ModelVersion
+from modelhooks.core.stores import Stores
+from modelhooks.delivery.runtime import Function
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+
+if TYPE_CHECKING:
+    from modelhooks.bootstrap import Deps
+
+__all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
+
+_log = logging.getLogger("modelhooks.sign")
+
+SIGNATURE_PROPERTIES = (
+    "signature.uri",
+    "signature.root_digest",
+    "signature.signer",
+    "signature.artifact_digest",
+)
+
+
+def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
+    signer = deps.signer  # None when signing is off (see SigningConfig.enabled)
+    if not isinstance(event.data, ArtifactPushed) or signer is None:
+        return []
+    options = deps.signing or HashOptions()
+    return sign_artifact(
+        event,
+        event.data,
+        stores=deps.stores,
+        registry=deps.registry,
+        signer=signer,
+        options=options,
+    )
+
+
+def sign_artifact(
+    event: CanonicalEvent,
+    pushed: ArtifactPushed,
+    *,
+    stores: Stores,
+    registry: ModelRegistry,
+    signer: Signer,
+    options: HashOptions,
+) -> list[CanonicalEvent]:
+    from modelhooks.adapters.signing.model import sign_model
+    from modelhooks.adapters.signing.oci import client_for, sign_oci
+
+    if not pushed.uri.startswith(("gs://", "s3://", "file://", "oci://")):
+        _log.info("sign: %s is not a model location this function signs", pushed.uri)
+        return []
+    version = _registered_version(registry, pushed)
+    props = version.custom_properties
+    if props.get("signature.artifact_digest") == pushed.digest:
+        return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing
+
+    if pushed.uri.startswith("oci://"):
+        stores.check_host(pushed.uri)
+        client, repo, ref = client_for(pushed.uri)
+        signed = sign_oci(client, repo, ref, signer, options=options)
+        host = pushed.uri.removeprefix("oci://").partition("/")[0]
+        location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
+    else:
+        store, bucket, prefix = stores.resolve(pushed.uri)
+        signed = sign_model(store, bucket, prefix, signer, options=options)
+        location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
+    props = {
+        **props,
+        "signature.uri": location,
+        "signature.root_digest": f"sha256:{signed.root_digest}",
+        "signature.signer": signed.signer,
+        "signature.artifact_digest": pushed.digest,
+    }
+    registry.update_version(dataclasses.replace(version, custom_properties=props))
+    return [_reply(event, pushed, props)]
+
+
+def _registered_version(registry: ModelRegistry, pushed: ArtifactPushed) -> ModelVersion:
+    model = registry.get_model(pushed.model)
+    version = registry.get_version(model.id, pushed.version) if model else None
+    if version is None:
+        raise Unavailable(
+            f"model {pushed.model!r} version {pushed.version!r} is not registered yet",
+            model=pushed.model,
+            version=pushed.version,
+        )
+    if version.custom_properties.get("digest", pushed.digest) != pushed.digest:
+        raise Conflict(
+            f"model {pushed.model!r} version {pushed.version!r} is registered with another digest",
+            registered=version.custom_properties.get("digest"),
+            received=pushed.digest,
+        )
+    return version
+
+
+def _reply(
+    event: CanonicalEvent, pushed: ArtifactPushed, props: Mapping[str, str]
+) -> CanonicalEvent:
+    signed = ModelSigned(
+        model=pushed.model,
+        version=pushed.version,
+        uri=pushed.uri,
+        digest=pushed.digest,
+        signature_uri=props.get("signature.uri", ""),
+        root_digest=props.get("signature.root_digest", ""),
+        signer=props.get("signature.signer", ""),
+        namespace=pushed.namespace or "default",
+    )
+    return CanonicalEvent.new(
+        signed, source="modelhooks/sign", subject=event.subject, id=f"{event.id}/signed"
+    )
+
+
+FUNCTION = Function(name="sign", accepts=frozenset({ArtifactPushed.TYPE}), handle=handle)
