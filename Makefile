@@ -36,10 +36,12 @@ unit: $(STAMP)  ## the fast layer only (no servers)
 test: $(STAMP) servers  ## every layer: unit, integration and e2e against real servers
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff + mypy strict
+lint: $(STAMP)  ## ruff, mypy strict, and the layer contracts (import-linter)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m tests.tools.namespace_tree build/namespace >/dev/null
 	$(VENV)/bin/mypy
+	PYTHONPATH=build/namespace $(VENV)/bin/lint-imports
 
 fmt: $(STAMP)  ## format the code
 	$(VENV)/bin/ruff format .

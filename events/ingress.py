@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from modelhooks.core.errors import BadRequest, PayloadTooLarge
+from modelhooks.events.errors import BadRequest, PayloadTooLarge
 from modelhooks.events.inbound import Inbound
 
 __all__ = ["DEFAULT_MAX_BYTES", "decode"]

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 import msgspec
 from msgspec import Meta, field
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 
 __all__ = [
     "EVENT_TYPES",

@@ -1,58 +1,93 @@
-"""The composition root: settings → adapters → `Deps`, built once per process.
+"""The composition root: settings → adapters → bound functions → delivery, built once per
+process (and cached, so warm instances reuse their clients).
 
-Nothing is built at import time; heavy SDKs are imported by the adapter that needs them.
-Tests call `build(settings, registry=fake, …)` to swap any dependency.
+Each handler names the dependencies it needs as keyword-only parameters; `build` binds
+exactly those from `Deps` (cosmicpython's bootstrap does the same by parameter name). Nothing
+is built at import time; heavy SDKs are imported by the adapter that needs them, when a
+function first uses it. Tests swap any dependency in one place:
+
+>>> app = build(settings, registry=InMemoryModelRegistry())  # doctest: +SKIP
+>>> app.broker().publish(event)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from functools import cache, lru_cache
+from threading import Lock
+from typing import Any
 
+from modelhooks.adapters.oci.client import OciClients
+from modelhooks.adapters.signing.config import SigningConfig
+from modelhooks.adapters.signing.streaming import HashOptions
+from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
-from modelhooks.core.ports import ModelRegistry, Signer
+from modelhooks.core.ports import ModelRegistry, ObjectStore, Signer
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
+from modelhooks.delivery.broker import Broker
+from modelhooks.delivery.router import load_triggers
 from modelhooks.delivery.routes import RouteAuth
-from modelhooks.delivery.runtime import Dedupe
+from modelhooks.delivery.runtime import Dedupe, Delivery, Sink
 from modelhooks.delivery.tenancy import Tenancy
-from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.auth import resolve_value
 from modelhooks.events.model import CanonicalEvent
+from modelhooks.handlers import NAMES, load
 
-if TYPE_CHECKING:
-    from modelhooks.adapters.signing.streaming import HashOptions
-
-__all__ = ["Deps", "build"]
-
-Sink = Callable[[CanonicalEvent], None]
+__all__ = ["App", "Deps", "build", "model_registry", "object_store", "reset"]
 
 
 @dataclass(frozen=True)
 class Deps:
-    settings: Settings
+    """Every dependency a handler may name, by parameter name."""
+
     registry: ModelRegistry
     stores: Stores
-    layout: ObjectLayout
-    tenancy: Tenancy
-    dedupe: Dedupe
-    auth: RouteAuth
-    sink: Sink | None
-    signer: Signer | None = None
-    signing: HashOptions | None = None
+    oci: OciClients
+    signer: Signer | None  # None when signing is off (SigningConfig.enabled)
+    hash_options: HashOptions
+    check_namespace: bool  # tenancy is on: only the owning namespace may act on a model
 
 
-def build(settings: Settings | None = None, **overrides: Any) -> Deps:
-    """The process's dependencies (cached per settings); `overrides` replace fields."""
-    deps = _build(settings) if settings is not None else _default_deps()
-    return dataclasses.replace(deps, **overrides) if overrides else deps
+@dataclass(frozen=True)
+class App:
+    """One process's wiring: its settings, the handlers' dependencies and the delivery."""
+
+    settings: Settings
+    deps: Deps
+    delivery: Delivery
+
+    def function(self, name: str) -> Function:
+        """The function called `name`, bound to its dependencies."""
+        return self.delivery.function(name)
+
+    def broker(self) -> Broker:
+        """The in-process broker, routing by the Trigger YAML (read now: a bad trigger file
+        stops start-up, not a request)."""
+        triggers = load_triggers(self.settings.router.triggers)
+        return Broker(triggers, self.delivery, self.settings.router.max_depth)
 
 
-@lru_cache(maxsize=1)
-def _default_deps() -> Deps:
-    return _build(_default_settings())
+def build(settings: Settings | None = None, **overrides: Any) -> App:
+    """The process's wiring for `settings` (default: from the environment and config file).
+
+    `overrides` replace dependencies by name: a `Deps` field (`registry=…`) or a `Delivery`
+    field (`sink=…`, `function=…`). Without overrides the result is cached."""
+    settings = settings if settings is not None else _default_settings()
+    if overrides:
+        return _assemble(settings, overrides)
+    with _LOCK:
+        if settings not in _BUILT:
+            _BUILT[settings] = _assemble(settings, {})
+            while len(_BUILT) > 8:
+                _close(_BUILT.pop(next(iter(_BUILT))))
+        return _BUILT[settings]
+
+
+# The process's cached wiring, by settings (warm instances reuse clients); reset() empties it.
+_BUILT: dict[Settings, App] = {}
+_LOCK = Lock()
 
 
 @lru_cache(maxsize=1)
@@ -60,32 +95,55 @@ def _default_settings() -> Settings:
     return load_settings()
 
 
-@lru_cache(maxsize=8)
-def _build(settings: Settings) -> Deps:
+def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     configure_logs(settings.log_level)
-    return Deps(
-        settings=settings,
-        registry=_registry(settings),
-        stores=Stores(settings),
-        layout=settings.layout.object_layout(),
+    deps_fields = {f.name for f in dataclasses.fields(Deps)}
+    unknown = set(overrides) - deps_fields - {f.name for f in dataclasses.fields(Delivery)}
+    if unknown:
+        raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
+    deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields})
+    available = {f.name: getattr(deps, f.name) for f in dataclasses.fields(Deps)}
+
+    @cache
+    def function(name: str) -> Function:
+        return load(name).bind(available)
+
+    delivery = Delivery(
+        function=function,
+        names=NAMES,
+        auth=RouteAuth.from_settings(settings.ingress.auth, settings.ingress.route_auth),
         tenancy=Tenancy.parse(settings.tenancy.tenants),
         dedupe=Dedupe(settings.ingress.dedupe_size),
-        auth=RouteAuth.from_settings(settings.ingress.auth, settings.ingress.route_auth),
+        layout=settings.layout.object_layout(),
+        max_body_bytes=settings.ingress.max_body_bytes,
+        registry_host=settings.ingress.registry_host or None,
         sink=_http_sink(settings.router.sink) if settings.router.sink else None,
-        **_signing(settings),
+    )
+    delivery = dataclasses.replace(
+        delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}
+    )
+    return App(settings, deps, delivery)
+
+
+def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
+    def made(name: str, make: Any) -> Any:  # build only what is not overridden
+        return overrides[name] if name in overrides else make()
+
+    signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
+    return Deps(
+        registry=made("registry", lambda: model_registry(settings)),
+        stores=made("stores", lambda: _stores(settings)),
+        oci=made("oci", lambda: _oci(settings)),
+        signer=made("signer", signing.signer),
+        hash_options=made("hash_options", signing.options),
+        check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
     )
 
 
-def _signing(settings: Settings) -> dict[str, Any]:
-    """The signer (None when signing is off, by the enabling rule) and hashing options."""
-    config = settings.signing.config(ready_marker=settings.layout.marker)
-    return {"signer": config.signer(), "signing": config.options()}
-
-
-def _registry(settings: Settings) -> ModelRegistry:
+def model_registry(settings: Settings) -> ModelRegistry:
+    """The registry backend the settings name."""
     if settings.registry.backend == "kubeflow":
         from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
-        from modelhooks.events.auth import resolve_value
 
         token = settings.registry.token
         return KubeflowModelRegistry(
@@ -95,6 +153,42 @@ def _registry(settings: Settings) -> ModelRegistry:
     from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 
     return SqliteModelRegistry(settings.home / "registry.db")
+
+
+def object_store(kind: str, settings: Settings) -> ObjectStore:
+    """The object store of one kind: "local" ($MODELHOOKS_HOME/store), "gs" or "s3"."""
+    if kind == "gs":
+        from modelhooks.adapters.object_store.gcs import GcsObjectStore
+
+        return GcsObjectStore()
+    if kind == "s3":
+        from modelhooks.adapters.object_store.s3 import S3ObjectStore
+
+        return S3ObjectStore(endpoint_url=settings.store.s3_endpoint_url or None)
+    from modelhooks.adapters.object_store.local import LocalObjectStore
+
+    return LocalObjectStore(settings.home / "store")
+
+
+def _stores(settings: Settings) -> Stores:
+    """file:// always reads the local store; gs:// and s3:// too unless store.backend=cloud."""
+    cloud = settings.store.backend == "cloud"
+
+    def factory(kind: str) -> Any:
+        return lambda: object_store(kind if cloud else "local", settings)
+
+    return Stores(
+        {"file": lambda: object_store("local", settings), "gs": factory("gs"), "s3": factory("s3")},
+        local_root=settings.home / "store",
+        allow_local_targets=settings.store.allow_local_targets,
+    )
+
+
+def _oci(settings: Settings) -> OciClients:
+    user, password = settings.oci.username, settings.oci.password
+    if not user:
+        return OciClients()
+    return OciClients(auth=(user, resolve_value(password, "MODELHOOKS_OCI_PASSWORD")))
 
 
 def _http_sink(url: str) -> Sink:
@@ -117,12 +211,14 @@ def _http_sink(url: str) -> Sink:
 
 
 def reset() -> None:
-    """Close and forget the cached dependencies and settings (tests; a config reload)."""
-    built = [_default_deps()] if _default_deps.cache_info().currsize else []
-    for deps in built:
-        close = getattr(deps.registry, "close", None)
-        if callable(close):
-            close()
+    """Close and forget the cached wiring and settings (tests; a config reload)."""
+    with _LOCK:
+        while _BUILT:
+            _close(_BUILT.popitem()[1])
     _default_settings.cache_clear()
-    _default_deps.cache_clear()
-    _build.cache_clear()
+
+
+def _close(app: App) -> None:
+    close = getattr(app.deps.registry, "close", None)
+    if callable(close):
+        close()

@@ -1,7 +1,8 @@
 """functions-framework targets: `functions-framework --target register` (Cloud Run
 functions, or a Knative Service running the same image).
 
-Each target is an `http` function that parses and answers CloudEvents itself, so it can
+There is one target per function module in `modelhooks.handlers`, named after it. Each target
+is an `http` function that parses and answers CloudEvents itself, so it can
 reply with a canonical event (a `cloud_event` function's return value is ignored).
 Settings are checked and dependencies built when the module loads, so a bad setting
 fails the revision at start-up (the platform keeps the previous one serving) instead of
@@ -10,27 +11,31 @@ answering 500 to every delivery; heavy SDKs still load only when an adapter need
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import functions_framework
 
 from modelhooks.bootstrap import build
 from modelhooks.delivery.http import call_function, to_flask
+from modelhooks.handlers import NAMES
 
 if TYPE_CHECKING:
     import flask
+    import flask.typing
 
-__all__ = ["register", "sign"]
-
-
-@functions_framework.http
-def register(request: flask.Request) -> flask.Response:
-    return to_flask(call_function("register", request, build()))
+__all__ = list(NAMES)  # one target per function module (modelhooks.handlers)
 
 
-@functions_framework.http
-def sign(request: flask.Request) -> flask.Response:
-    return to_flask(call_function("sign", request, build()))
+def _target(name: str) -> Callable[[flask.Request], flask.typing.ResponseReturnValue]:
+    def target(request: flask.Request) -> flask.Response:
+        return to_flask(call_function(name, request, build().delivery))
 
+    target.__name__ = target.__qualname__ = name
+    return functions_framework.http(target)
+
+
+for _name in NAMES:
+    globals()[_name] = _target(_name)
 
 build()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from modelhooks.cli import settings_table
+from modelhooks.cli.settings import settings_table
 from modelhooks.events.schemas import write
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from modelhooks.core.errors import ConfigError, Unauthenticated
+from modelhooks.events.errors import ConfigError, Unauthenticated
 
 Clock = Callable[[], float]
 """Seconds since the epoch; inject a fake one in tests."""

@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.core.errors import ConfigError, Unauthenticated, Unavailable
 from modelhooks.events.auth._base import Clock, Principal, _bearer
+from modelhooks.events.errors import ConfigError, Unauthenticated, Unavailable
 
 if TYPE_CHECKING:
     from jwt import PyJWK

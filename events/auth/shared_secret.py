@@ -9,7 +9,6 @@ import re
 import time
 from collections.abc import Mapping
 
-from modelhooks.core.errors import Unauthenticated
 from modelhooks.events.auth._base import (
     Clock,
     Principal,
@@ -20,6 +19,7 @@ from modelhooks.events.auth._base import (
     _match,
     _required,
 )
+from modelhooks.events.errors import Unauthenticated
 
 
 class HmacAuthenticator:

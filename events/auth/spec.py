@@ -7,7 +7,6 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 
-from modelhooks.core.errors import ConfigError
 from modelhooks.events.auth._base import Authenticator, Clock
 from modelhooks.events.auth.oidc import GOOGLE_ISSUERS, GOOGLE_JWKS_URL, OidcAuthenticator
 from modelhooks.events.auth.shared_secret import (
@@ -17,6 +16,7 @@ from modelhooks.events.auth.shared_secret import (
     MlflowAuthenticator,
     SecretHeaderAuthenticator,
 )
+from modelhooks.events.errors import ConfigError
 
 
 def resolve_value(raw: str, origin: str) -> str:

@@ -28,7 +28,7 @@ redelivery translates to the same ids.
 
 from __future__ import annotations
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent

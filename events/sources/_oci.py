@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
 from modelhooks.events.sources._common import canonical, payload
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources._common import as_object, json_value, optional_text, parse_time, text

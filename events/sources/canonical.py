@@ -14,7 +14,7 @@ extension attribute are kept as they came.
 
 from __future__ import annotations
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent, data_class, parse
 from modelhooks.events.sources._common import as_object, json_value, parse_time, text

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData

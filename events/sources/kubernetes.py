@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import (
     CanonicalEvent,

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import unquote_plus
 
-from modelhooks.core.errors import BadRequest
+from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData

@@ -9,6 +9,7 @@ time: canonical ids are derived from upstream ids and every effect is idempotent
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -19,13 +20,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from modelhooks.cli import common
 from modelhooks.core.errors import BadRequest, ModelhooksError
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import translate
 
-__all__ = ["Summary", "read_documents", "replay", "select"]
+__all__ = ["Summary", "add_parser", "read_documents", "replay", "select"]
 
 
 @dataclass
@@ -148,3 +150,54 @@ def replay(
             summary.reasons[reason] += 1
         progress()
     return summary
+
+
+def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
+    rp = sub.add_parser("replay", parents=[common_flags], help="send stored events again")
+    rp.add_argument("source", help="a file (JSON or JSON Lines), a directory, or - for stdin")
+    rp.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
+    rp.add_argument("--mode", choices=["binary", "structured"], default="binary")
+    rp.add_argument(
+        "--type", action="append", metavar="TYPE", help="only this canonical type (repeatable)"
+    )
+    rp.add_argument(
+        "--since", type=datetime.fromisoformat, help="only events at or after (ISO 8601)"
+    )
+    rp.add_argument(
+        "--until", type=datetime.fromisoformat, help="only events at or before (ISO 8601)"
+    )
+    rp.add_argument("--rate", type=float, default=0.0, help="events per second (0 = no limit)")
+    rp.add_argument("--dry-run", action="store_true", help="print what would be sent")
+    rp.add_argument("--quiet", action="store_true", help="no progress bar")
+    rp.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    settings = common.settings(args)
+    layout = settings.layout.object_layout()
+    events = list(
+        select(
+            to_events(read_documents(args.source), layout, settings.ingress.registry_host or None),
+            types=frozenset(args.type or ()),
+            since=args.since,
+            until=args.until,
+        )
+    )
+    if args.dry_run:
+        for e in events:
+            if isinstance(e, ModelhooksError):
+                print(json.dumps({"error": e.message}))
+                continue
+            print(
+                json.dumps({"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)})
+            )
+        print(f"{len(events)} events would be sent (dry run)", file=sys.stderr)
+        return 0
+    send = common.http_sender(args.to, args.mode) if args.to else common.local_sender(settings)
+    with tqdm(total=len(events), unit="event", file=sys.stderr, disable=args.quiet) as bar:
+        summary = replay(events, send, rate=args.rate, progress=lambda: bar.update())
+    for line in summary.lines():
+        print(line, file=sys.stderr)
+    return 1 if summary.failed else 0

@@ -17,16 +17,13 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, field
 
 from modelhooks.core.errors import ConfigError
 from modelhooks.events.layout import ObjectLayout
-
-if TYPE_CHECKING:
-    from modelhooks.adapters.signing.config import SigningConfig
 
 __all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
 
@@ -176,31 +173,12 @@ class SigningSettings(_Section, frozen=True, kw_only=True):
         int, doc("hash files in shards of this many bytes (0 = one digest per file)", ge=0)
     ] = 0
 
-    def config(self, ready_marker: str) -> SigningConfig:
-        from modelhooks.adapters.signing.config import SigningConfig
 
-        return SigningConfig(
-            enabled_flag={"": None, "true": True, "false": False}[self.enabled],
-            key=_path(self.key),
-            password_file=_path(self.password_file),
-            certificate=_path(self.certificate),
-            certificate_chain=tuple(
-                Path(p.strip()) for p in self.certificate_chain.split(",") if p.strip()
-            ),
-            public_key=_path(self.public_key),
-            identity_token=_path(self.identity_token),
-            trust_config=_path(self.trust_config),
-            identity=self.identity,
-            issuer=self.issuer,
-            signature_name=self.signature_name,
-            ready_marker=ready_marker,
-            hash=self.hash,
-            shard_size=self.shard_size,
-        )
-
-
-def _path(value: str) -> Path | None:
-    return Path(value) if value else None
+class OciSettings(_Section, frozen=True, kw_only=True):
+    username: Annotated[str, doc("OCI registry user (basic auth); empty: anonymous")] = ""
+    password: Annotated[
+        str, doc("OCI registry password or token: a literal, env:NAME or file:PATH", secret=True)
+    ] = ""
 
 
 class TenancySettings(_Section, frozen=True, kw_only=True):
@@ -225,6 +203,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     router: RouterSettings = field(default_factory=RouterSettings)
     serve: ServeSettings = field(default_factory=ServeSettings)
     signing: SigningSettings = field(default_factory=SigningSettings)
+    oci: OciSettings = field(default_factory=OciSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 

@@ -1,21 +1,22 @@
 """Object stores by URI: `gs://bucket/key`, `s3://bucket/key`, `file:///path`.
 
-With the embedded default (`store.backend=local`) every bucket of every scheme is a
-directory under `$MODELHOOKS_HOME/store`, so real-shaped GCS and S3 notifications work
-against local files. With `cloud`, gs:// goes to GCS and s3:// to S3. Clients are built
-on first use (heavy SDKs stay unimported until a function needs them).
+The composition root decides which store serves each scheme (with the embedded default,
+`store.backend=local`, every bucket of every scheme is a directory under
+`$MODELHOOKS_HOME/store`, so real-shaped GCS and S3 notifications work against local files)
+and hands `Stores` a factory per scheme; each store is built on first use, so heavy SDKs
+stay unimported until a function needs them. `Stores` validates what events name.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from threading import Lock
 from urllib.parse import urlsplit
 
 from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.ports import ObjectStore
-from modelhooks.core.settings import Settings
 
 __all__ = ["Stores", "split_uri"]
 
@@ -37,8 +38,19 @@ def split_uri(uri: str) -> tuple[str, str, str]:
 
 
 class Stores:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    """`factories` maps "file", "gs" and "s3" to what builds their store; `local_root` is the
+    directory file:// URIs must stay inside."""
+
+    def __init__(
+        self,
+        factories: Mapping[str, Callable[[], ObjectStore]],
+        *,
+        local_root: Path,
+        allow_local_targets: bool = False,
+    ) -> None:
+        self.factories = dict(factories)
+        self.local_root = local_root
+        self.allow_local_targets = allow_local_targets
         self._made: dict[str, ObjectStore] = {}
         self._lock = Lock()
 
@@ -48,7 +60,7 @@ class Stores:
         filesystem."""
         scheme, bucket, key = split_uri(uri)
         if scheme == "file":
-            root = (self.settings.home / "store").resolve()
+            root = self.local_root.resolve()
             path = Path(urlsplit(uri).path).resolve()
             if not path.is_relative_to(root):
                 raise Forbidden(f"{uri} is outside the local store {root}", uri=uri)
@@ -56,7 +68,7 @@ class Stores:
             bucket, _, key = rel.partition("/")
             if uri.endswith("/") and key:
                 key += "/"
-            return self.for_scheme("local"), bucket, key
+            return self.for_scheme("file"), bucket, key
         return self.for_scheme(scheme), bucket, key
 
     def check_host(self, uri: str) -> None:
@@ -64,7 +76,7 @@ class Stores:
         service (unless store.allow_local_targets): a function must not be steered at them.
         Host names are judged as written; they are not resolved."""
         host = (urlsplit(uri).hostname or "").lower()
-        if self.settings.store.allow_local_targets or not host:
+        if self.allow_local_targets or not host:
             return
         if host in _LOCAL_NAMES or host.endswith((".localhost", ".internal")):
             raise Forbidden(f"{uri} names a local or metadata host", host=host)
@@ -78,18 +90,7 @@ class Stores:
     def for_scheme(self, scheme: str) -> ObjectStore:
         with self._lock:
             if scheme not in self._made:
-                self._made[scheme] = self._make(scheme)
+                if scheme not in self.factories:
+                    raise BadRequest(f"no object store serves {scheme}:// URIs")
+                self._made[scheme] = self.factories[scheme]()
             return self._made[scheme]
-
-    def _make(self, scheme: str) -> ObjectStore:
-        from modelhooks.adapters.object_store.local import LocalObjectStore
-
-        if scheme == "local" or self.settings.store.backend == "local":
-            return LocalObjectStore(self.settings.home / "store")
-        if scheme == "gs":
-            from modelhooks.adapters.object_store.gcs import GcsObjectStore
-
-            return GcsObjectStore()
-        from modelhooks.adapters.object_store.s3 import S3ObjectStore
-
-        return S3ObjectStore(endpoint_url=self.settings.store.s3_endpoint_url or None)

@@ -5,46 +5,40 @@ Knative Broker does with replies in the cluster."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from modelhooks.bootstrap import Deps
+from modelhooks.core.function import Function
 from modelhooks.core.logs import log
 from modelhooks.delivery.router import Trigger
-from modelhooks.delivery.runtime import Function, Outcome, run
+from modelhooks.delivery.runtime import Delivery, Outcome, run
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.handlers import load
 
 __all__ = ["Broker", "single"]
 
 
 class Broker:
-    def __init__(
-        self,
-        triggers: Sequence[Trigger],
-        deps: Deps,
-        functions: Callable[[str], Function] = load,
-    ) -> None:
+    def __init__(self, triggers: Sequence[Trigger], delivery: Delivery, max_depth: int) -> None:
         self.triggers = tuple(triggers)
-        self.deps = deps
-        self.functions = functions
+        self.delivery = delivery
+        self.max_depth = max_depth
 
     def functions_for(self, event: CanonicalEvent) -> list[Function]:
         names = dict.fromkeys(t.function for t in self.triggers if t.accepts(event))
-        return [self.functions(name) for name in names]
+        return [self.delivery.function(name) for name in names]
 
     def publish(self, event: CanonicalEvent, depth: int = 0) -> list[Outcome]:
         outcomes = []
         for fn in self.functions_for(event):
-            outcome = run(fn, event, self.deps)
+            outcome = run(fn, event, self.delivery)
             outcomes.append(outcome)
             for reply in outcome.replies:
-                if depth + 1 >= self.deps.settings.router.max_depth:
+                if depth + 1 >= self.max_depth:
                     log(logging.WARNING, "reply chain too deep; not routed", event_id=reply.id)
                     continue
                 outcomes.extend(self.publish(reply, depth + 1))
         return outcomes
 
 
-def single(fn: Function, deps: Deps, event: CanonicalEvent) -> list[Outcome]:
+def single(fn: Function, delivery: Delivery, event: CanonicalEvent) -> list[Outcome]:
     """A function endpoint: events of types it does not accept are acknowledged, unrun."""
-    return [run(fn, event, deps)] if event.type in fn.accepts else []
+    return [run(fn, event, delivery)] if event.type in fn.accepts else []

@@ -3,19 +3,23 @@ or every function behind the in-process broker (`modelhooks serve`)."""
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from typing import TYPE_CHECKING
 
-from modelhooks.bootstrap import Deps
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
-from modelhooks.delivery.runtime import Response, deliver, ingest, json_response, worst
-from modelhooks.handlers import NAMES, load
+from modelhooks.delivery.broker import Broker, single
+from modelhooks.delivery.runtime import (
+    Delivery,
+    Response,
+    deliver,
+    error_response,
+    ingest,
+    json_response,
+    worst,
+)
 
 if TYPE_CHECKING:
     import flask
-
-    from modelhooks.delivery.broker import Broker
 
 __all__ = ["call_function", "create_app", "to_flask"]
 
@@ -26,16 +30,14 @@ def to_flask(resp: Response) -> flask.Response:
     return flask.Response(resp.body, status=resp.status, headers=resp.headers)
 
 
-def call_function(name: str, request: flask.Request, deps: Deps) -> Response:
-    from modelhooks.delivery.broker import single
-
-    fn = load(name)
-    dispatch = partial(single, fn, deps)
+def call_function(name: str, request: flask.Request, delivery: Delivery) -> Response:
+    fn = delivery.function(name)
+    dispatch = partial(single, fn, delivery)
     try:
-        body = read_body(request, deps.settings.ingress.max_body_bytes)
+        body = read_body(request, delivery.max_body_bytes)
     except ModelhooksError as exc:
-        return json_response(exc.status, exc.as_json())
-    return deliver(dict(request.headers), body, deps, dispatch, request.path)
+        return error_response(exc)
+    return deliver(dict(request.headers), body, delivery, dispatch, request.path)
 
 
 def read_body(request: flask.Request, limit: int) -> bytes:
@@ -55,54 +57,50 @@ def read_body(request: flask.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def publish(request: flask.Request, deps: Deps, broker: Broker) -> Response:
+def publish(request: flask.Request, broker: Broker) -> Response:
     """`POST /` (or any path outside /functions/): the broker. Answers with every outcome
     of the chain. Paths let upstreams be told apart, e.g. for per-route authentication.
 
     With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
     instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
+    delivery = broker.delivery
     try:
-        body = read_body(request, deps.settings.ingress.max_body_bytes)
-        events = ingest(dict(request.headers), body, deps, request.path)
-        if deps.sink is not None:
+        body = read_body(request, delivery.max_body_bytes)
+        events = ingest(dict(request.headers), body, delivery, request.path)
+        if delivery.sink is not None:
             for event in events:
-                deps.sink(event)
+                delivery.sink(event)
             return json_response(202, {"forwarded": [e.id for e in events]})
     except ModelhooksError as exc:
-        return json_response(exc.status, exc.as_json())
+        return error_response(exc)
     outcomes = [o for event in events for o in broker.publish(event)]
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
     return json_response(200 if status < 300 else status, doc)
 
 
-def create_app(deps: Deps, broker: Broker | None = None) -> flask.Flask:
-    """The `modelhooks serve` app: /functions/<name>, / (broker), /healthz. The Triggers
-    are read once, here: a bad trigger directory stops start-up, not a request."""
+def create_app(broker: Broker) -> flask.Flask:
+    """The `modelhooks serve` app: /functions/<name>, / (broker), /healthz."""
     import flask
 
-    from modelhooks.delivery.broker import Broker
-    from modelhooks.delivery.router import load_triggers
-
-    broker = broker or Broker(load_triggers(deps.settings.router.triggers), deps)
+    delivery = broker.delivery
     app = flask.Flask("modelhooks")
 
     @app.post("/functions/<name>")
     def function(name: str) -> flask.Response:
-        if name not in NAMES:
-            err = NotFound(f"no function {name!r}", known=list(NAMES))
-            return flask.Response(json.dumps(err.as_json()), 404, mimetype="application/json")
-        return to_flask(call_function(name, flask.request, deps))
+        if name not in delivery.names:
+            err = NotFound(f"no function {name!r}", known=list(delivery.names))
+            return to_flask(error_response(err))
+        return to_flask(call_function(name, flask.request, delivery))
 
     @app.post("/", defaults={"path": ""})
     @app.post("/<path:path>")
     def route(path: str) -> flask.Response:
-        return to_flask(publish(flask.request, deps, broker))
+        return to_flask(publish(flask.request, broker))
 
     @app.get("/healthz")
     def healthz() -> flask.Response:
-        return flask.Response(
-            json.dumps({"status": "ok", "functions": list(NAMES)}), 200, mimetype="application/json"
-        )
+        doc = {"status": "ok", "functions": list(delivery.names)}
+        return to_flask(json_response(200, doc))
 
     return app

@@ -17,37 +17,31 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from threading import Lock
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from modelhooks.core.errors import ModelhooksError, PayloadTooLarge, Transient, Unavailable
+from modelhooks.core.function import Function
 from modelhooks.core.logs import log
+from modelhooks.delivery.routes import RouteAuth
+from modelhooks.delivery.statuses import status_of
+from modelhooks.delivery.tenancy import Tenancy
 from modelhooks.events.ingress import decode
+from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import translate
 
-if TYPE_CHECKING:
-    from modelhooks.bootstrap import Deps
-
 __all__ = [
     "Dedupe",
-    "Function",
+    "Delivery",
     "Outcome",
     "Response",
     "deliver",
     "encode_replies",
+    "error_response",
     "json_response",
 ]
 
-Handler = Callable[[CanonicalEvent, "Deps"], list[CanonicalEvent]]
-
-
-@dataclass(frozen=True)
-class Function:
-    """A named handler and the canonical event types it accepts."""
-
-    name: str
-    accepts: frozenset[str]
-    handle: Handler
+Sink = Callable[[CanonicalEvent], None]
 
 
 @dataclass(frozen=True)
@@ -101,42 +95,58 @@ class Dedupe:
                 self._seen.popitem(last=False)
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """What the delivery contract needs, built once by the composition root: the functions
+    (bound to their dependencies, loaded on first use), per-route authentication, tenancy,
+    dedupe, the ingress limits and translation options, and the reply sink (`K_SINK`)."""
+
+    function: Callable[[str], Function]
+    names: tuple[str, ...]
+    auth: RouteAuth
+    tenancy: Tenancy
+    dedupe: Dedupe
+    layout: ObjectLayout
+    max_body_bytes: int
+    registry_host: str | None = None
+    sink: Sink | None = None
+
+
 def ingest(
-    headers: Mapping[str, str], body: bytes, deps: Deps, path: str = "/"
+    headers: Mapping[str, str], body: bytes, delivery: Delivery, path: str = "/"
 ) -> list[CanonicalEvent]:
     """Size-check, authenticate, decode and translate one delivery (raises
     ModelhooksError). The size comes first: nothing is verified over an oversized body."""
-    limit = deps.settings.ingress.max_body_bytes
+    limit = delivery.max_body_bytes
     if len(body) > limit:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
-    deps.auth.check(path, headers, body)
+    delivery.auth.check(path, headers, body)
     inbounds = decode(headers, body, max_bytes=limit)
-    host = deps.settings.ingress.registry_host or None
     return [
         e
         for inbound in inbounds
-        for e in translate(inbound, layout=deps.layout, registry_host=host)
+        for e in translate(inbound, layout=delivery.layout, registry_host=delivery.registry_host)
     ]
 
 
-def run(fn: Function, event: CanonicalEvent, deps: Deps) -> Outcome:
+def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     """Run one function on one event, mapping errors to delivery semantics, and log it."""
     started = time.perf_counter()
     key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
     outcome_name = "ok"
     try:
-        cached = deps.dedupe.get(key)
+        cached = delivery.dedupe.get(key)
         if cached is not None:
             outcome_name = "duplicate"
             outcome = Outcome(fn.name, event.id, event.type, 200, cached)
         else:
-            admitted = deps.tenancy.admit(event)
-            replies = tuple(fn.handle(admitted, deps))
-            deps.dedupe.put(key, replies)
+            admitted = delivery.tenancy.admit(event)
+            replies = tuple(fn.handle(admitted))
+            delivery.dedupe.put(key, replies)
             outcome = Outcome(fn.name, event.id, event.type, 200, replies)
     except ModelhooksError as exc:
         outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
-        outcome = Outcome(fn.name, event.id, event.type, exc.status, error=exc.as_json())
+        outcome = Outcome(fn.name, event.id, event.type, status_of(exc), error=exc.as_json())
     except Exception as exc:  # a bug or an unwrapped library error: let the platform retry
         outcome_name = "error"
         log(logging.ERROR, f"{fn.name} failed", exc_info=exc, event_id=event.id)
@@ -162,32 +172,32 @@ def run(fn: Function, event: CanonicalEvent, deps: Deps) -> Outcome:
 def deliver(
     headers: Mapping[str, str],
     body: bytes,
-    deps: Deps,
+    delivery: Delivery,
     dispatch: Callable[[CanonicalEvent], list[Outcome]],
     path: str = "/",
 ) -> Response:
     """One HTTP delivery, end to end. `dispatch` runs the event through its function(s)."""
     try:
-        events = ingest(headers, body, deps, path)
+        events = ingest(headers, body, delivery, path)
     except ModelhooksError as exc:
         log(
             logging.WARNING,
             f"delivery rejected: {exc.message}",
-            status=exc.status,
+            status=status_of(exc),
             error=exc.as_json(),
         )
-        return json_response(exc.status, exc.as_json())
+        return error_response(exc)
     outcomes = [o for event in events for o in dispatch(event)]
     status = worst(o.status for o in outcomes) if outcomes else 204
     if status >= 300:
         return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
     replies = [r for o in outcomes for r in o.replies]
-    if deps.sink is not None and replies:
+    if delivery.sink is not None and replies:
         try:
             for reply in replies:
-                deps.sink(reply)
+                delivery.sink(reply)
         except ModelhooksError as exc:
-            return json_response(exc.status, exc.as_json())
+            return error_response(exc)
         return Response(204)
     return encode_replies(replies)
 
@@ -237,3 +247,8 @@ def _percent_encode(value: str) -> str:
 
 def json_response(status: int, doc: Mapping[str, Any]) -> Response:
     return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())
+
+
+def error_response(error: ModelhooksError) -> Response:
+    """The JSON answer to an error, with its status."""
+    return json_response(status_of(error), error.as_json())

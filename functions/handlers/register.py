@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from modelhooks.core.errors import Conflict, Forbidden
+from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
-from modelhooks.delivery.runtime import Function
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
-
-if TYPE_CHECKING:
-    from modelhooks.bootstrap import Deps
 
 __all__ = ["FUNCTION", "archive_model", "register_model"]
 
@@ -28,13 +25,14 @@ T = TypeVar("T")
 ARCHIVED_AT = "modelhooks.archived_at"
 
 
-def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
+def handle(
+    event: CanonicalEvent, *, registry: ModelRegistry, check_namespace: bool
+) -> list[CanonicalEvent]:
+    """`check_namespace`: tenancy is on, so only the registering namespace may archive."""
     if isinstance(event.data, ArtifactPushed):
-        return register_model(event, event.data, registry=deps.registry)
+        return register_model(event, event.data, registry=registry)
     if isinstance(event.data, ModelDeleted):
-        archive_model(
-            event, event.data, registry=deps.registry, check_namespace=bool(deps.tenancy.rules)
-        )
+        archive_model(event, event.data, registry=registry, check_namespace=check_namespace)
     return []
 
 

@@ -16,18 +16,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from modelhooks.adapters.oci.client import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import Conflict, Unavailable
+from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry, Signer
 from modelhooks.core.records import ModelVersion
 from modelhooks.core.stores import Stores
-from modelhooks.delivery.runtime import Function
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
-
-if TYPE_CHECKING:
-    from modelhooks.bootstrap import Deps
 
 __all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
 
@@ -41,18 +38,26 @@ SIGNATURE_PROPERTIES = (
 )
 
 
-def handle(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
-    signer = deps.signer  # None when signing is off (see SigningConfig.enabled)
+def handle(
+    event: CanonicalEvent,
+    *,
+    stores: Stores,
+    oci: OciClients,
+    registry: ModelRegistry,
+    signer: Signer | None,
+    hash_options: HashOptions,
+) -> list[CanonicalEvent]:
+    """`signer` is None when signing is off (see SigningConfig.enabled): then no reply."""
     if not isinstance(event.data, ArtifactPushed) or signer is None:
         return []
-    options = deps.signing or HashOptions()
     return sign_artifact(
         event,
         event.data,
-        stores=deps.stores,
-        registry=deps.registry,
+        stores=stores,
+        oci=oci,
+        registry=registry,
         signer=signer,
-        options=options,
+        options=hash_options,
     )
 
 
@@ -61,12 +66,13 @@ def sign_artifact(
     pushed: ArtifactPushed,
     *,
     stores: Stores,
+    oci: OciClients,
     registry: ModelRegistry,
     signer: Signer,
     options: HashOptions,
 ) -> list[CanonicalEvent]:
     from modelhooks.adapters.signing.model import sign_model
-    from modelhooks.adapters.signing.oci import client_for, sign_oci
+    from modelhooks.adapters.signing.oci import sign_oci
 
     if not pushed.uri.startswith(("gs://", "s3://", "file://", "oci://")):
         _log.info("sign: %s is not a model location this function signs", pushed.uri)
@@ -78,7 +84,7 @@ def sign_artifact(
 
     if pushed.uri.startswith("oci://"):
         stores.check_host(pushed.uri)
-        client, repo, ref = client_for(pushed.uri)
+        client, repo, ref = oci.for_uri(pushed.uri)
         signed = sign_oci(client, repo, ref, signer, options=options)
         host = pushed.uri.removeprefix("oci://").partition("/")[0]
         location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
@@ -133,4 +139,6 @@ def _reply(
     )
 
 
-FUNCTION = Function(name="sign", accepts=frozenset({ArtifactPushed.TYPE}), handle=handle)
+FUNCTION = Function(
+    name="sign", accepts=frozenset({ArtifactPushed.TYPE}), handle=handle, extras=("signing",)
+)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _close_registry() -> None:
     """Close the cached instance's HTTP session before forgetting it (no socket leaks)."""
-    close = getattr(bootstrap.build().registry, "close", None)
+    close = getattr(bootstrap.build().deps.registry, "close", None)
     if close is not None:
         close()
     bootstrap.reset()

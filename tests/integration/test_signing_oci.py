@@ -11,9 +11,10 @@ from typing import Any
 import model_signing
 import pytest
 
+from modelhooks.adapters.oci.client import OCI_MANIFEST, TITLE, OciClient, OciClients
 from modelhooks.adapters.signing import KeySigner, KeyVerifier
 from modelhooks.adapters.signing.bundle import MEDIA_TYPE
-from modelhooks.adapters.signing.oci import OCI_MANIFEST, TITLE, OciClient, sign_oci, verify_oci
+from modelhooks.adapters.signing.oci import sign_oci, verify_oci
 from modelhooks.core.errors import VerificationFailed
 from tests.unit.signing_material import KeyPair, make_key, write_model
 
@@ -105,15 +106,10 @@ def test_unsigned_other_and_wrong_key(registry: Any, tmp_path: Path, keys: KeyPa
 
 
 def test_cli_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
-    import argparse
-
-    from modelhooks.cli.signing import add_commands
+    from modelhooks.cli import main
 
     def run(*argv: str | Path) -> int:
-        parser = argparse.ArgumentParser()
-        add_commands(parser.add_subparsers(dest="command", required=True))
-        args = parser.parse_args([str(a) for a in argv])
-        return int(args.func(args))
+        return main([str(a) for a in argv])
 
     client = OciClient(registry.url)
     push_model(client, "models/t5", "v1", write_model(tmp_path / "t5"))
@@ -127,8 +123,8 @@ def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> N
     from datetime import UTC, datetime
 
     from modelhooks.adapters.signing import HashOptions
+    from modelhooks.bootstrap import build
     from modelhooks.core.settings import load_settings
-    from modelhooks.core.stores import Stores
     from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
     from modelhooks.handlers.register import register_model
     from modelhooks.handlers.sign import sign_artifact
@@ -148,7 +144,10 @@ def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> N
     registry_ = InMemoryModelRegistry()
     register_model(event, data, registry=registry_)
     kw: dict[str, Any] = {
-        "stores": Stores(load_settings(env={"MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS": "true"})),
+        "stores": build(
+            load_settings(env={"MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS": "true"})
+        ).deps.stores,
+        "oci": OciClients(),
         "registry": registry_,
         "signer": KeySigner.from_file(keys.private),
         "options": HashOptions(),

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from modelhooks.core.errors import ConfigError, Unauthenticated, Unavailable
+from modelhooks.delivery.statuses import status_of
 from modelhooks.events.auth import (
     AllowAll,
     BearerAuthenticator,
@@ -139,7 +140,7 @@ def bearer(value: str) -> dict[str, str]:
 def denied(auth: Any, headers: dict[str, str], body: bytes = b"{}") -> str:
     with pytest.raises(Unauthenticated) as caught:
         auth(headers, body)
-    assert caught.value.status == 401
+    assert status_of(caught.value) == 401
     return caught.value.message
 
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelhooks.bootstrap import Deps, build
+from modelhooks.bootstrap import build
+from modelhooks.core.function import Function
 from modelhooks.core.settings import load_settings
 from modelhooks.delivery.broker import Broker
 from modelhooks.delivery.router import Trigger
-from modelhooks.delivery.runtime import Function
+from modelhooks.delivery.runtime import Delivery
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelRegistered
 from tests.fakes.memory_registry import InMemoryModelRegistry
 
 PUSHED = ArtifactPushed(model="m", version="1", uri="gs://b/m/1/", digest="d", store="gcs")
 
 
-def echo_registered(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
+def echo_registered(event: CanonicalEvent) -> list[CanonicalEvent]:
     """Answers every event with a model.registered: a reply loop if routed to itself."""
     reply = ModelRegistered(
         model="m", version="1", uri="u", digest="d", registry="x",
@@ -27,9 +28,12 @@ def echo_registered(event: CanonicalEvent, deps: Deps) -> list[CanonicalEvent]:
 LOOP = Function("loop", frozenset({PUSHED.TYPE, ModelRegistered.TYPE}), echo_registered)
 
 
-def deps(tmp_path: Path, max_depth: int) -> Deps:
-    settings = load_settings({"home": str(tmp_path), "router.max_depth": str(max_depth)}, env={})
-    return build(settings, registry=InMemoryModelRegistry())
+def broker(tmp_path: Path, triggers: list[Trigger], max_depth: int) -> Broker:
+    """A broker whose every function is LOOP (the dependency swapped in one place)."""
+    settings = load_settings({"home": str(tmp_path)}, env={})
+    app = build(settings, registry=InMemoryModelRegistry(), function=lambda name: LOOP)
+    delivery: Delivery = app.delivery
+    return Broker(triggers, delivery, max_depth)
 
 
 def test_replies_are_routed_on_until_max_depth(tmp_path: Path) -> None:
@@ -37,15 +41,15 @@ def test_replies_are_routed_on_until_max_depth(tmp_path: Path) -> None:
         Trigger("on-pushed", "loop", {"type": PUSHED.TYPE}),
         Trigger("on-registered", "loop", {"type": ModelRegistered.TYPE}),
     ]
-    broker = Broker(triggers, deps(tmp_path, max_depth=4), functions=lambda name: LOOP)
-    outcomes = broker.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
+    broker_ = broker(tmp_path, triggers, max_depth=4)
+    outcomes = broker_.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
     assert [o.event_id for o in outcomes] == ["e", "e+", "e++", "e+++"]
 
 
 def test_an_event_no_trigger_matches_runs_nothing(tmp_path: Path) -> None:
     triggers = [Trigger("on-registered", "loop", {"type": ModelRegistered.TYPE})]
-    broker = Broker(triggers, deps(tmp_path, max_depth=8), functions=lambda name: LOOP)
-    assert broker.publish(CanonicalEvent.new(PUSHED, source="test")) == []
+    broker_ = broker(tmp_path, triggers, max_depth=8)
+    assert broker_.publish(CanonicalEvent.new(PUSHED, source="test")) == []
 
 
 def test_two_triggers_for_one_function_run_it_once(tmp_path: Path) -> None:
@@ -53,6 +57,6 @@ def test_two_triggers_for_one_function_run_it_once(tmp_path: Path) -> None:
         Trigger("a", "loop", {"type": PUSHED.TYPE}),
         Trigger("b", "loop", {"source": "test"}),
     ]
-    broker = Broker(triggers, deps(tmp_path, max_depth=1), functions=lambda name: LOOP)
-    outcomes = broker.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
+    broker_ = broker(tmp_path, triggers, max_depth=1)
+    outcomes = broker_.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
     assert [o.event_id for o in outcomes] == ["e"]

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from modelhooks.cli import settings_table
+from modelhooks.cli.settings import settings_table
 from modelhooks.events.schemas import DIRECTORY, generate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ def serve(home: Path) -> FlaskClient:
     from modelhooks.bootstrap import build
     from modelhooks.delivery.http import create_app
 
-    return create_app(build()).test_client()
+    return create_app(build().broker()).test_client()
 
 
 def registry(home: Path) -> SqliteModelRegistry:
@@ -335,7 +335,7 @@ def test_serve_with_a_sink_is_the_ingress(sink: list[dict[str, str]], home: Path
     from modelhooks.bootstrap import build
     from modelhooks.delivery.http import create_app
 
-    client = create_app(build()).test_client()
+    client = create_app(build().broker()).test_client()
     resp = client.post("/minio-events", json=samples.load("s3-minio-put-marker"))
     assert resp.status_code == 202, resp.get_data(as_text=True)
     assert [h["ce-type"] for h in sink] == ["dev.modelhooks.artifact.pushed"]

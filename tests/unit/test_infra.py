@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from modelhooks import main as targets
+from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.cli.replay import read_documents, to_events
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.settings import describe, load_settings
@@ -222,7 +223,8 @@ def test_sign_reads_its_key_from_the_one_secret_its_rbac_allows(
     relative = str(key_path.relative_to(mount["mountPath"]))
     assert relative in items, f"{key_path} is not an item of the Secret {SIGNING_KEY_SECRET}"
     # a key turns signing on (the enabling rule): the Service is not silently a no-op
-    config = load_settings(env={"MODELHOOKS_SIGNING_KEY": str(key_path)}).signing.config("_")
+    settings = load_settings(env={"MODELHOOKS_SIGNING_KEY": str(key_path)})
+    config = SigningConfig.from_settings(settings.signing, ready_marker="_")
     assert config.enabled(env={})[0]
     # RBAC: sign reads that Secret by name, in its namespace, and no other Secret
     rules = _rules_of(rbac, "modelhooks-sign")

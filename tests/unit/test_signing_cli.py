@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
-from modelhooks.cli.signing import add_commands
+from modelhooks.cli import main
 from tests.unit.signing_material import make_chain, make_key, write_model
 
 
 def run(*argv: str | Path) -> int:
-    parser = argparse.ArgumentParser(prog="modelhooks")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args([str(a) for a in argv])
-    return int(args.func(args))
+    return main([str(a) for a in argv])
 
 
 def test_key_sign_verify_and_tamper(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from modelhooks.adapters.oci.client import OciClients
 from modelhooks.adapters.signing import HashOptions, KeySigner, KeyVerifier, verify_model
 from modelhooks.adapters.signing.config import SigningConfig
+from modelhooks.bootstrap import build
 from modelhooks.core.errors import Unavailable
 from modelhooks.core.settings import load_settings
-from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
 from modelhooks.handlers.register import register_model
 from modelhooks.handlers.sign import sign_artifact
@@ -43,10 +44,16 @@ def run(
     """Sign with the local store rooted where pushed() put the model ($HOME/store)."""
     assert isinstance(event.data, ArtifactPushed)
     home = event.data.uri.removeprefix("file://").split("/store/")[0]
-    stores = Stores(load_settings(env={"MODELHOOKS_HOME": home}))
+    stores = build(load_settings(env={"MODELHOOKS_HOME": home})).deps.stores
     signer = KeySigner.from_file(keys.private)
     return sign_artifact(
-        event, event.data, stores=stores, registry=registry, signer=signer, options=HashOptions()
+        event,
+        event.data,
+        stores=stores,
+        oci=OciClients(),
+        registry=registry,
+        signer=signer,
+        options=HashOptions(),
     )
 
 

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from modelhooks.bootstrap import build
 from modelhooks.core.errors import Forbidden
 from modelhooks.core.settings import load_settings
 from modelhooks.core.stores import Stores
 
 
 def stores(home: Path, **env: str) -> Stores:
-    return Stores(load_settings(env={"MODELHOOKS_HOME": str(home), **env}))
+    return build(load_settings(env={"MODELHOOKS_HOME": str(home), **env})).deps.stores
 
 
 def test_file_uris_resolve_inside_the_local_store(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelhooks.adapters.signing.keyless import ENV_URLS, SigstoreTrust, sigstore_env_state
 from modelhooks.adapters.signing.manifest import HashType
@@ -25,6 +26,9 @@ from modelhooks.core.errors import ConfigError
 from modelhooks.core.ports import Signer, Verifier
 
 __all__ = ["SigningConfig"]
+
+if TYPE_CHECKING:
+    from modelhooks.core.settings import SigningSettings
 
 _log = logging.getLogger("modelhooks.signing")
 
@@ -47,6 +51,32 @@ class SigningConfig:
     ready_marker: str = "_SUCCESS"
     hash: HashType = "sha256"
     shard_size: int = 0  # 0 = one digest per file (model_signing's default)
+
+    @classmethod
+    def from_settings(cls, section: SigningSettings, *, ready_marker: str) -> SigningConfig:
+        """The `signing` settings section, as paths and flags."""
+
+        def path(value: str) -> Path | None:
+            return Path(value) if value else None
+
+        return cls(
+            enabled_flag={"": None, "true": True, "false": False}[section.enabled],
+            key=path(section.key),
+            password_file=path(section.password_file),
+            certificate=path(section.certificate),
+            certificate_chain=tuple(
+                Path(p.strip()) for p in section.certificate_chain.split(",") if p.strip()
+            ),
+            public_key=path(section.public_key),
+            identity_token=path(section.identity_token),
+            trust_config=path(section.trust_config),
+            identity=section.identity,
+            issuer=section.issuer,
+            signature_name=section.signature_name,
+            ready_marker=ready_marker,
+            hash=section.hash,
+            shard_size=section.shard_size,
+        )
 
     def enabled(self, env: Mapping[str, str] | None = None) -> tuple[bool, str]:
         """(on?, why) per the enabling rule; logs a warning for a partial Sigstore setup."""

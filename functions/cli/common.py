@@ -1,0 +1,80 @@
+"""What every command shares: settings as flags, and the two ways to send an event (into
+this process's broker, or POSTed to a URL)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from modelhooks.core.settings import Settings, describe, load_settings
+
+__all__ = ["http_sender", "local_sender", "settings", "settings_parser"]
+
+
+def settings_parser() -> argparse.ArgumentParser:
+    """A parent parser with every setting as a flag (`--<section>-<name>`)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("settings (flag > environment > config file > default)")
+    group.add_argument("--config", type=Path, help="YAML config file (env MODELHOOKS_CONFIG)")
+    for spec in describe():
+        group.add_argument(
+            spec.flag,
+            dest=f"setting:{spec.name}",
+            metavar=spec.path[-1].upper(),
+            help=f"{spec.description} (env {spec.env}; default {spec.default!r})",
+        )
+    return parent
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The settings: flags > environment > config file > defaults."""
+    flags = {k.split(":", 1)[1]: v for k, v in vars(args).items() if k.startswith("setting:")}
+    return load_settings(flags, config_file=args.config)
+
+
+def local_sender(settings: Settings) -> Any:
+    """Send into this process's broker; (ok, reason) per event."""
+    from modelhooks.bootstrap import build
+    from modelhooks.core.logs import configure
+
+    broker = build(settings).broker()
+    configure("WARNING")  # the progress bar and summary speak; per-event logs would drown them
+
+    def send(event: Any) -> tuple[bool, str]:
+        failed = [o for o in broker.publish(event) if o.status >= 300]
+        if not failed:
+            return True, ""
+        return (
+            False,
+            f"{failed[0].function}: {(failed[0].error or {}).get('message', failed[0].status)}",
+        )
+
+    return send
+
+
+def http_sender(url: str, mode: str) -> Any:
+    """POST to `url` in binary or structured mode; (ok, reason) per event."""
+    import requests
+
+    from modelhooks.delivery.runtime import binary, structured
+
+    session = requests.Session()
+
+    def send(event: Any) -> tuple[bool, str]:
+        if mode == "structured":
+            body = json.dumps(structured(event)).encode()
+            headers = {"Content-Type": "application/cloudevents+json"}
+        else:
+            msg = binary(event)
+            body, headers = msg.body, msg.headers
+        try:
+            resp = session.post(url, data=body, headers=headers, timeout=60)
+        except requests.RequestException as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        if resp.status_code < 300:
+            return True, ""
+        return False, f"HTTP {resp.status_code}: {resp.text[:200]}"
+
+    return send

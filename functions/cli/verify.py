@@ -1,0 +1,100 @@
+"""`modelhooks verify URI`: verify a model where it lies against its signature.
+
+    modelhooks verify ./bert --public-key key.pub
+    modelhooks verify s3://models/bert/1 --identity me@example.com --issuer https://accounts.example.com
+    modelhooks verify oci://127.0.0.1:5000/models/bert:v1 --public-key key.pub
+
+Exit status: 0 verified, 1 verification failed, 2 any other error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from modelhooks.cli import model_args
+from modelhooks.core.errors import ConfigError, VerificationFailed
+from modelhooks.core.ports import Verifier
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    verify = subparsers.add_parser("verify", help="verify a model against its signature")
+    model_args.add_model_arguments(verify)
+    verify.add_argument("--public-key", type=Path, metavar="PEM", help="trusted EC public key")
+    verify.add_argument(
+        "--certificate-chain",
+        type=Path,
+        action="append",
+        metavar="PEM",
+        help="trusted root/intermediate certificates (repeatable)",
+    )
+    verify.add_argument("--identity", help="Sigstore: the expected signer identity")
+    verify.add_argument("--issuer", help="Sigstore: the expected OIDC issuer")
+    verify.add_argument(
+        "--expected-digest", metavar="SHA256", help="reject a signature over another root digest"
+    )
+    verify.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from modelhooks.adapters.signing import verify_model
+
+    verifier = _verifier(args)
+    bar = model_args.Bar("verifying", args.quiet)
+    try:
+        if args.uri.startswith("oci://"):
+            from modelhooks.adapters.oci.client import OciClients
+            from modelhooks.adapters.signing.oci import verify_oci
+
+            client, repo, ref = OciClients().for_uri(args.uri)
+            options = model_args.hash_options(args, None)
+            expected = args.expected_digest
+            verified = verify_oci(
+                client, repo, ref, verifier, options=options, expected_digest=expected
+            )
+        else:
+            store, bucket, prefix, local = model_args.model_store(args.uri, args.allow_symlinks)
+            name, at = model_args.signature_location(args.signature, local)
+            verified = verify_model(
+                store,
+                bucket,
+                prefix,
+                verifier,
+                options=model_args.hash_options(args, name),
+                at=at,
+                expected_digest=args.expected_digest,
+                progress=bar,
+            )
+    except VerificationFailed as e:
+        bar.close()
+        print(f"verdict: FAILED\n{e.diagnostics()}")
+        return 1
+    finally:
+        bar.close()
+    print(f"signer: {verified.signer} (trusted: {verifier.identity()})")
+    print(f"root digest: sha256:{verified.root_digest}")
+    print(f"verdict: OK ({len(verified.manifest.resources)} resources match)")
+    return 0
+
+
+def _verifier(args: argparse.Namespace) -> Verifier:
+    from modelhooks.adapters.signing import (
+        CertificateVerifier,
+        KeyVerifier,
+        SigstoreTrust,
+        SigstoreVerifier,
+    )
+
+    if args.public_key:
+        return KeyVerifier(args.public_key)
+    if args.certificate_chain:
+        return CertificateVerifier(args.certificate_chain)
+    if args.identity and args.issuer:
+        trust = SigstoreTrust.from_env(trust_config=args.trust_config)
+        return SigstoreVerifier(trust, args.identity, args.issuer)
+    raise ConfigError(
+        "choose a method: --public-key, --certificate-chain, or --identity with --issuer"
+    )

@@ -1,0 +1,49 @@
+"""A function: a name, the canonical event types it accepts, and a plain handler.
+
+A handler is `handle(event, *, <dependencies>) -> list[reply]`; the names of its keyword-only
+parameters say which dependencies it needs, and the composition root passes exactly those
+(`Function.bind`). So a unit test calls a handler with fakes, by name, and nothing else.
+
+>>> def handle(event, *, registry): ...
+>>> Function("register", frozenset({"dev.modelhooks.artifact.pushed"}), handle).needs
+('registry',)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from modelhooks.core.errors import ConfigError
+from modelhooks.events.model import CanonicalEvent
+
+__all__ = ["Function", "Handler"]
+
+Handler = Callable[..., list[CanonicalEvent]]
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    accepts: frozenset[str]
+    handle: Handler
+    # The optional dependency groups (pyproject extras) its code paths import, beyond the
+    # object-store and registry clients every function may use: sign needs "signing".
+    extras: tuple[str, ...] = ()
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The dependencies the handler names (its keyword-only parameters)."""
+        params = inspect.signature(self.handle).parameters.values()
+        return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+
+    def bind(self, available: Mapping[str, Any]) -> Function:
+        """This function with its dependencies given: `handle(event)` is then enough."""
+        missing = [name for name in self.needs if name not in available]
+        if missing:
+            raise ConfigError(f"function {self.name!r} needs {', '.join(missing)}, not provided")
+        given = {name: available[name] for name in self.needs}
+        return Function(self.name, self.accepts, partial(self.handle, **given), self.extras)
