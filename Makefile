@@ -11,7 +11,10 @@ RUN_ARGS ?=
 # (tests/servers/recipes.py, KNOWN_BLOCKERS). zot: the Go module proxy refuses its module.
 export MODELHOOKS_TEST_UNAVAILABLE ?= zot
 
-.PHONY: help install run test unit servers lint fmt bench docs clean
+IMAGE  ?= modelhooks:dev
+CONTAINER ?= $(shell command -v podman || command -v docker)
+
+.PHONY: help install run test unit servers lint fmt bench docs image sources clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -53,5 +56,12 @@ docs: $(STAMP)  ## regenerate README's settings table and events/schemas
 bench: $(STAMP)  ## benchmarks, printed side by side with their anchors
 	$(PY) -m tests.bench
 
+image: $(STAMP)  ## build the container image (infra/image/Dockerfile) as $(IMAGE)
+	$(PY) -m tests.tools.image_context build/image
+	$(CONTAINER) build -f infra/image/Dockerfile -t $(IMAGE) build/image
+
+sources: $(STAMP)  ## Cloud Run functions source folders, one per function, in build/functions
+	$(PY) -m tests.tools.cloud_run_sources build/functions
+
 clean:  ## remove the venv and local state
-	rm -rf $(VENV) .modelhooks .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .modelhooks .pytest_cache .mypy_cache .ruff_cache build

@@ -140,5 +140,8 @@ def _reply(
 
 
 FUNCTION = Function(
-    name="sign", accepts=frozenset({ArtifactPushed.TYPE}), handle=handle, extras=("signing",)
+    name="sign",
+    accepts=frozenset({ArtifactPushed.TYPE}),
+    handle=handle,
+    extras=("gcp", "aws", "signing"),
 )

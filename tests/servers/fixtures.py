@@ -16,6 +16,7 @@ docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
 distribution3      registries.OciRegistry (same fields; distribution v3, tag DELETE)
 zot                registries.OciRegistry (same fields; CloudEvents to notify_url)
 model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
+podman             containers.Podman (podman + runc; base_image() made with mmdebstrap)
 =================  ===========================================================
 
 Notifications: each server that notifies posts to ``http://127.0.0.1:<notify_port>/...``,
@@ -33,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.servers._proc import Process, ServerFailed, log_tail
+from tests.servers.containers import Podman
 from tests.servers.kube import KubeApiServer, start_kube
 from tests.servers.model_registry import ModelRegistry, start_model_registry
 from tests.servers.objectstores import FakeGcs, Minio, start_fake_gcs, start_minio
@@ -140,6 +142,20 @@ def model_registry(
     """Kubeflow Model Registry REST server over a throw-away PostgreSQL 15."""
     needs = ("postgresql", "model-registry")
     yield from _serve(request, tmp_path_factory, needs, start_model_registry)
+
+
+@pytest.fixture(scope="session")
+def podman() -> Podman:
+    """podman with runc and this machine's containers.conf; the base image is made on first
+    use of `base_image()` (mmdebstrap, cached)."""
+    missing = [n for n in ("podman", "runc", "mmdebstrap") if not RECIPES[n].installed()]
+    if missing:
+        pytest.fail(
+            f"{missing} not installed: run `make servers` (python -m tests.servers install "
+            f"{' '.join(missing)}) and read its error",
+            pytrace=False,
+        )
+    return Podman.configured()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -267,6 +267,17 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
                 for tool in ("postgres", "initdb", "createdb", "pg_isready")
             },
         ),
+        # Containers (tests/servers/containers.py): the image build and run test.
+        AptPackage(
+            name="podman", package="podman", version="4.3", binaries={"podman": "/usr/bin/podman"}
+        ),
+        AptPackage(name="runc", package="runc", version="1.1", binaries={"runc": "/usr/sbin/runc"}),
+        AptPackage(
+            name="mmdebstrap",
+            package="mmdebstrap",
+            version="1.3",
+            binaries={"mmdebstrap": "/usr/bin/mmdebstrap"},
+        ),
         GoBuild(
             name="model-registry",
             module="github.com/kubeflow/model-registry",

@@ -1,0 +1,84 @@
+"""The container image (infra/image/Dockerfile) as the Knative Services run it: built with
+podman on the mmdebstrap base (the Dockerfile's BASE swapped, nothing else), offline from a
+staged wheelhouse, run with runc on the host network, and sent a CloudEvent."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.packaging import free_port, post, pushed_event
+from tests.servers.containers import Podman
+from tests.tools.cloud_run_sources import ROOT
+from tests.tools.image_context import stage
+
+pytestmark = pytest.mark.e2e
+
+DOCKERFILE = ROOT / "infra" / "image" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    context = stage(tmp_path_factory.mktemp("image") / "context", with_dependencies=True)
+    tag = f"localhost/modelhooks-test:{uuid.uuid4().hex[:8]}"
+    built = podman(
+        "build",
+        "--network=host",
+        "-f", str(DOCKERFILE),
+        "--build-arg", f"BASE={podman.base_image()}",
+        "--build-arg", "PIP_NO_INDEX=1",
+        "-t", tag,
+        str(context),
+        check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    try:
+        yield tag
+    finally:
+        podman("rmi", "-f", tag, check=False)
+
+
+def run_container(podman: Podman, image: str, port: int, *command: str) -> str:
+    started = podman(
+        "run", "-d", "--rm", "--network=host", "-e", f"PORT={port}", image, *command
+    )  # fmt: skip
+    return started.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("functions-framework", "--target", "register", "--signature-type", "http"),
+        (),  # the default command: modelhooks serve
+    ],
+    ids=["functions-framework-register", "modelhooks-serve"],
+)
+def test_the_image_answers_a_cloudevent(
+    podman: Podman, image: str, command: tuple[str, ...]
+) -> None:
+    port = free_port()
+    container = run_container(podman, image, port, *command)
+    try:
+        headers, body = pushed_event()
+        status, answer_headers, answer = post(f"http://127.0.0.1:{port}/", headers, body)
+        logs = podman("logs", container, check=False)
+        assert status == 200, (answer, logs.stdout[-2000:], logs.stderr[-2000:])
+        if command:  # one function: the reply is a binary-mode CloudEvent
+            assert answer_headers["ce-type"] == "dev.modelhooks.model.registered"
+        else:  # the broker: every outcome of the chain
+            assert "register" in {o["function"] for o in json.loads(answer)["outcomes"]}
+        user = podman("exec", container, "id", "-u")
+        assert user.stdout.strip() == "65532"  # not root
+    finally:
+        podman("rm", "-f", container, check=False)
+
+
+def test_the_image_build_swaps_only_the_base() -> None:
+    """Users build FROM a public Python base; the test passes BASE and PIP_NO_INDEX only."""
+    text = Path(DOCKERFILE).read_text()
+    assert "ARG BASE=python:3.11-slim" in text
+    assert text.count("FROM ${BASE}") == 2

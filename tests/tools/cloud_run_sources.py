@@ -1,0 +1,67 @@
+"""Cloud Run functions source folders, one per function, as `gcloud functions deploy
+--source DIR` and terraform/gcp take them: `main.py` (the function's functions-framework
+target), `requirements.txt` (the modelhooks wheel, with the extras that function imports:
+`Function.extras`) and the wheel itself.
+
+    python -m tests.tools.cloud_run_sources build/functions        (make sources)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from modelhooks.handlers import NAMES, load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MAIN = '''"""Cloud Run functions entry point of modelhooks' `{name}` function (target `{name}`)."""
+
+from modelhooks.main import {name}  # noqa: F401
+'''
+
+
+def build_wheel(out: Path) -> Path:
+    """The modelhooks wheel, built from this checkout into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp, str(ROOT)],
+            check=True,
+        )
+        (built,) = Path(tmp).glob("modelhooks-*.whl")
+        return Path(shutil.copy(built, out / built.name))
+
+
+def requirement(wheel: str, extras: tuple[str, ...]) -> str:
+    """The requirements.txt line: the wheel next to it, with these extras."""
+    return f"./{wheel}[{','.join(extras)}]" if extras else f"./{wheel}"
+
+
+def write_sources(wheel: Path, out: Path) -> dict[str, Path]:
+    """One source folder per function under `out`, by name."""
+    folders = {}
+    for name in NAMES:
+        folder = out / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        shutil.copy(wheel, folder / wheel.name)
+        (folder / "requirements.txt").write_text(requirement(wheel.name, load(name).extras) + "\n")
+        (folder / "main.py").write_text(MAIN.format(name=name))
+        folders[name] = folder
+    return folders
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0] if argv else "build/functions")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, folder in write_sources(build_wheel(Path(tmp)), out).items():
+            print(f"{name}: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
