@@ -6,6 +6,7 @@
     registry      inspect the model registry
     settings      the effective settings
     sign, verify  model-signing signatures where a model lies
+    dead-letter   keep dead-lettered events for replay
 
 Every setting is also a flag (`--<section>-<name>`), with an environment twin; see
 `modelhooks settings`.
@@ -22,7 +23,16 @@ from modelhooks.core.errors import ModelhooksError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = ("serve", "replay", "watch_models", "registry", "settings", "sign", "verify")
+COMMANDS = (
+    "serve",
+    "replay",
+    "watch_models",
+    "registry",
+    "settings",
+    "sign",
+    "verify",
+    "dead_letter",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

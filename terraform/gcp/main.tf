@@ -119,7 +119,23 @@ resource "google_pubsub_topic" "gcr" {
 }
 
 # ---------------------------------------------------------------------------------------
-# The functions: functions-framework target = the function's name (functions/main.py).
+# The functions: functions-framework target = the function's name (modelhooks.main), built
+# from its own source folder (`make sources`: main.py, requirements.txt with the extras that
+# function imports, the modelhooks wheel), zipped and uploaded under a content-derived name.
+
+data "archive_file" "source" {
+  for_each    = var.functions
+  type        = "zip"
+  source_dir  = "${var.sources_dir}/${each.key}"
+  output_path = "${path.module}/.terraform/sources/${each.key}.zip"
+}
+
+resource "google_storage_bucket_object" "source" {
+  for_each = var.functions
+  bucket   = var.source_bucket
+  name     = "${var.name_prefix}-${each.key}-${data.archive_file.source[each.key].output_md5}.zip"
+  source   = data.archive_file.source[each.key].output_path
+}
 
 resource "google_cloudfunctions2_function" "function" {
   for_each    = var.functions
@@ -133,7 +149,7 @@ resource "google_cloudfunctions2_function" "function" {
     source {
       storage_source {
         bucket = var.source_bucket
-        object = var.source_object
+        object = google_storage_bucket_object.source[each.key].name
       }
     }
   }

@@ -21,13 +21,14 @@ variable "name_prefix" {
 }
 
 variable "source_bucket" {
-  description = "GCS bucket holding the functions' source archive (see README.md: how to build it)."
+  description = "GCS bucket the functions' source archives are uploaded to (one per function, named by content: a change redeploys that function only)."
   type        = string
 }
 
-variable "source_object" {
-  description = "Object name of the source archive in source_bucket, e.g. modelhooks-0.1.0.zip. A new name redeploys every function."
+variable "sources_dir" {
+  description = "Directory holding one Cloud Run source folder per function (main.py, requirements.txt, the modelhooks wheel), as `make sources` writes them."
   type        = string
+  default     = "../../build/functions"
 }
 
 variable "models_bucket" {
@@ -43,7 +44,7 @@ variable "eventarc_location" {
 
 variable "functions" {
   description = <<-EOT
-    One Cloud Run function per entry, named like the functions in functions/catalog.py (the
+    One Cloud Run function per entry, named like the function modules in functions/handlers/ (the
     key is also the functions-framework target). Per function: memory, timeout_seconds,
     min_instances, max_instances, env (extra environment, over var.settings),
     models_bucket_roles (its roles on the models bucket) and project_roles (extra project

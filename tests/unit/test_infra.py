@@ -17,7 +17,8 @@ import yaml
 
 from modelhooks import main as targets
 from modelhooks.adapters.signing.config import SigningConfig
-from modelhooks.cli.replay import read_documents, to_events
+from modelhooks.cli import build_parser
+from modelhooks.cli.replay import to_events
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.settings import describe, load_settings
 from modelhooks.delivery.router import FUNCTION_LABEL, load_triggers
@@ -183,7 +184,7 @@ def test_every_catalog_function_has_a_service_that_runs_its_target(
         (container,) = _containers(service)
         argv = container["command"] + container.get("args", [])
         assert argv[:3] == ["functions-framework", "--target", name]
-        assert callable(getattr(targets, name)), f"functions/main.py has no target {name!r}"
+        assert callable(getattr(targets, name)), f"modelhooks.main has no target {name!r}"
         assert container["readinessProbe"], f"modelhooks-{name} has no readiness probe"
         assert name in reached, f"no Trigger delivers to {name}"
 
@@ -431,71 +432,19 @@ def test_least_privilege(
 # --- the dead-letter sink ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dead_letter(knative: list[dict[str, Any]]) -> dict[str, Any]:
-    """The dead-letter program shipped in its ConfigMap, loaded as a module namespace."""
-    source = _kind(knative, "ConfigMap")[DEAD_LETTER]["data"]["dead_letter.py"]
-    namespace: dict[str, Any] = {"__name__": "dead_letter"}
-    exec(compile(source, "infra/knative/dead-letter.yaml:dead_letter.py", "exec"), namespace)
-    return namespace
-
-
-def test_dead_letter_service_runs_the_shipped_program(
-    services: dict[str, dict[str, Any]],
+def test_dead_letter_service_runs_the_project_command(
+    services: dict[str, dict[str, Any]], knative: list[dict[str, Any]]
 ) -> None:
     service = services[DEAD_LETTER]
     (container,) = _containers(service)
-    assert container["command"] == ["python", "/opt/modelhooks/dead_letter.py"]
+    assert container["command"] == ["modelhooks", "dead-letter"]
+    assert not _kind(knative, "ConfigMap").get(DEAD_LETTER), "no program inside a ConfigMap"
     volumes = {v["name"]: v for v in service["spec"]["template"]["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    assert volumes[mounts["/opt/modelhooks"]]["configMap"]["name"] == DEAD_LETTER
     home = next(v["value"] for v in container["env"] if v["name"] == "MODELHOOKS_HOME")
     assert "persistentVolumeClaim" in volumes[mounts[home]]
-
-
-def test_dead_lettered_events_replay_as_the_same_canonical_event(
-    dead_letter: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    sample = json.loads(
-        (ROOT / "events" / "samples" / "canonical-artifact-pushed.json").read_text()
-    )
-    data = sample.pop("data")
-    headers = {f"Ce-{k}": str(v) for k, v in sample.items() if k != "datacontenttype"}
-    headers |= {
-        "Content-Type": "application/json",
-        "Ce-Knativeerrordest": "http://modelhooks-register.modelhooks.svc.cluster.local",
-        "Ce-Knativeerrorcode": "503",
-        "Ce-Knativeerrordata": "registry%20unavailable",
-    }
-    events = dead_letter["records"](headers, json.dumps(data).encode())
-    path = dead_letter["store"](events, tmp_path / "dead-letter")
-    assert path.suffix == ".jsonl"
-    (stored,) = [json.loads(line) for line in path.read_text().splitlines()]
-    assert stored["knativeerrorcode"] == "503"
-    assert stored["knativeerrordata"] == "registry unavailable"
-    assert capsys.readouterr().out.strip() == path.read_text().strip()  # the log copy
-
-    from modelhooks.events.layout import ObjectLayout
-
-    (replayed,) = to_events(read_documents(str(tmp_path / "dead-letter")), ObjectLayout())
-    assert not isinstance(replayed, Exception), replayed
-    assert (replayed.type, replayed.data.model, replayed.data.digest) == (
-        sample["type"],
-        data["model"],
-        data["digest"],
-    )
-
-
-def test_dead_letter_keeps_structured_and_batch_deliveries(dead_letter: dict[str, Any]) -> None:
-    records = dead_letter["records"]
-    event = {"specversion": "1.0", "id": "1", "source": "s", "type": "t", "data": {"a": 1}}
-    assert records({"content-type": "application/cloudevents+json"}, json.dumps(event)) == [event]
-    batch = json.dumps([event, {**event, "id": "2"}])
-    assert len(records({"Content-Type": "application/cloudevents-batch+json"}, batch)) == 2
-    binary = records({"ce-specversion": "1.0", "ce-id": "3", "content-type": "image/png"}, b"\x89")
-    assert binary[0]["data_base64"] == "iQ=="
-    with pytest.raises(ValueError, match="not a CloudEvent"):
-        records({"content-type": "application/json"}, b"{}")
+    args = build_parser().parse_args(container["command"][1:])
+    assert args.command == "dead-letter"
 
 
 # --- terraform/gcp -------------------------------------------------------------------------
@@ -534,6 +483,7 @@ def _resource(tf: dict[str, Any], rtype: str, name: str) -> dict[str, Any]:
 def test_terraform_pins_the_google_provider(terraform: dict[str, Any]) -> None:
     (providers,) = terraform["terraform"]["required_providers"]
     assert providers["google"] == {"source": "hashicorp/google", "version": "~> 6.0"}
+    assert providers["archive"] == {"source": "hashicorp/archive", "version": "~> 2.4"}
 
 
 def test_terraform_variables_are_documented(terraform: dict[str, Any]) -> None:
@@ -547,7 +497,7 @@ def test_every_catalog_function_has_a_function_account_and_dead_letter_topic(
     terraform: dict[str, Any],
 ) -> None:
     functions = terraform["variable"]["functions"]["default"]
-    assert set(NAMES) <= set(functions), "var.functions must list every catalog function"
+    assert set(functions) == set(NAMES), "var.functions must list exactly the functions"
     per_function = {
         ("google_cloudfunctions2_function", "function"),
         ("google_service_account", "function"),
@@ -566,6 +516,23 @@ def test_every_catalog_function_has_a_function_account_and_dead_letter_topic(
     )
     topic = _resource(terraform, "google_pubsub_topic", "dead_letter")
     assert "${each.key}" in topic["name"]
+
+
+def test_each_function_deploys_its_own_source_folder(terraform: dict[str, Any]) -> None:
+    """The archive of `make sources` for that function: its main.py, requirements.txt
+    (with its extras) and the wheel; named by content, so a change redeploys it alone."""
+    (archive,) = [terraform["data"]["archive_file"]["source"]]
+    assert archive["for_each"] == "${var.functions}"
+    assert archive["source_dir"] == "${var.sources_dir}/${each.key}"
+    upload = _resource(terraform, "google_storage_bucket_object", "source")
+    assert "output_md5" in upload["name"] and "${each.key}" in upload["name"]
+    function = _resource(terraform, "google_cloudfunctions2_function", "function")
+    (build,) = function["build_config"]
+    (source,) = build["source"]
+    (storage,) = source["storage_source"]
+    assert storage["object"] == "${google_storage_bucket_object.source[each.key].name}"
+    default = terraform["variable"]["sources_dir"]["default"]
+    assert (TERRAFORM / default).resolve() == (ROOT / "build" / "functions")
 
 
 def test_terraform_settings_are_real_settings_and_valid(terraform: dict[str, Any]) -> None:

@@ -1,0 +1,139 @@
+"""The dead-letter sink: where the Broker and every Trigger send an event they gave up on
+(retries exhausted, or a permanent 4xx). It keeps each one for `modelhooks replay`:
+
+- one structured CloudEvent per line, Knative's knativeerrordest / knativeerrorcode /
+  knativeerrordata extensions kept, appended (and fsynced) to
+  `$MODELHOOKS_HOME/dead-letter/<UTC date>.jsonl`, and
+- the same line on stdout, so the cluster's log pipeline has a copy.
+
+It answers 202 once the line is written (so the Broker stops), 401 without the configured
+credentials (`ingress.auth`), 413 over `ingress.max_body_bytes`, 400 with a JSON reason to a
+body it cannot read, and never has a dead-letter sink of its own. Replay after fixing the
+cause (canonical ids are stable, every effect is idempotent):
+
+    modelhooks replay ./dead-letter --to http://broker-ingress.knative-eventing.svc.cluster.local/modelhooks/modelhooks
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from threading import Lock
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.delivery.routes import RouteAuth
+from modelhooks.delivery.runtime import Response, error_response, json_response
+
+if TYPE_CHECKING:
+    import flask
+
+__all__ = ["DeadLetterStore", "create_app", "receive", "records"]
+
+_JSON_TYPES = ("application/json", "text/json")
+
+
+def records(headers: Mapping[str, str], body: bytes) -> list[dict[str, Any]]:
+    """The CloudEvents of one delivery, as structured-mode dicts (BadRequest if unreadable)."""
+    h = {k.lower(): v for k, v in headers.items()}
+    ctype = h.get("content-type", "")
+    try:
+        if ctype.startswith("application/cloudevents-batch+json"):
+            events = json.loads(body)
+            if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+                raise BadRequest("a CloudEvents batch must be a JSON array of objects")
+            return events
+        if ctype.startswith("application/cloudevents+json"):
+            event = json.loads(body)
+            if not isinstance(event, dict):
+                raise BadRequest("a structured CloudEvent must be a JSON object")
+            return [event]
+        event = {k[3:]: unquote(v) for k, v in h.items() if k.startswith("ce-")}
+        if "specversion" not in event:
+            raise BadRequest("not a CloudEvent: no ce-specversion header", field="ce-specversion")
+        if ctype:
+            event["datacontenttype"] = ctype
+        if body:
+            media = ctype.split(";")[0].strip()
+            if media in _JSON_TYPES or media.endswith("+json"):
+                event["data"] = json.loads(body)
+            else:
+                event["data_base64"] = base64.b64encode(body).decode()
+        return [event]
+    except (ValueError, RecursionError) as exc:  # JSON errors are ValueErrors
+        raise BadRequest(f"body is not valid JSON: {exc}", field="body") from None
+
+
+@dataclass
+class DeadLetterStore:
+    """Appends events to `<directory>/<UTC date>.jsonl` (fsynced) and echoes them to stdout."""
+
+    directory: Path
+    _lock: Lock = field(default_factory=Lock, repr=False)
+
+    def store(self, events: list[dict[str, Any]], now: datetime | None = None) -> Path:
+        now = now or datetime.now(UTC)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{now:%Y-%m-%d}.jsonl"
+        lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
+        with self._lock, path.open("a", encoding="utf-8") as out:
+            out.write(lines)
+            out.flush()
+            os.fsync(out.fileno())
+        sys.stdout.write(lines)
+        sys.stdout.flush()
+        return path
+
+
+def receive(
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    auth: RouteAuth,
+    store: DeadLetterStore,
+    path: str = "/",
+) -> Response:
+    """One delivery to the sink: authenticate, read, keep; 202 once written."""
+    try:
+        auth.check(path, headers, body)
+        events = records(headers, body)
+    except ModelhooksError as exc:
+        return error_response(exc)
+    store.store(events)
+    return json_response(202, {"stored": len(events)})
+
+
+def create_app(auth: RouteAuth, store: DeadLetterStore, max_body_bytes: int) -> flask.Flask:
+    """`POST /` (any path) keeps a delivery; `GET /` and `/healthz` answer readiness."""
+    import flask
+
+    from modelhooks.delivery.http import read_body, to_flask
+
+    app = flask.Flask("modelhooks-dead-letter")
+
+    @app.post("/", defaults={"path": ""})
+    @app.post("/<path:path>")
+    def keep(path: str) -> flask.Response:
+        try:
+            body = read_body(flask.request, max_body_bytes)
+        except ModelhooksError as exc:
+            return to_flask(error_response(exc))
+        return to_flask(
+            receive(
+                dict(flask.request.headers), body, auth=auth, store=store, path=flask.request.path
+            )
+        )
+
+    @app.get("/")
+    @app.get("/healthz")
+    def ready() -> flask.Response:
+        return to_flask(json_response(200, {"status": "ok"}))
+
+    return app
