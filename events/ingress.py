@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 from modelhooks.events.errors import BadRequest, PayloadTooLarge
 from modelhooks.events.inbound import Inbound
+from modelhooks.events.safe_json import check_text, loads, loads_or_raw
 
 __all__ = ["DEFAULT_MAX_BYTES", "decode"]
 
@@ -76,10 +77,7 @@ def decode(
 
 
 def _json(raw: bytes, what: str) -> Any:
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+    return loads(raw, what)
 
 
 def _check_attributes(attrs: Mapping[str, Any], where: str) -> None:
@@ -94,7 +92,11 @@ def _structured(doc: Any, where: str, headers: Mapping[str, str]) -> Inbound:
     if not isinstance(doc, dict):
         raise BadRequest(f"{where}: a structured CloudEvent must be a JSON object")
     _check_attributes(doc, where)
-    attrs = {k: _attr_str(v) for k, v in doc.items() if k not in ("data", "data_base64")}
+    attrs = {
+        k: check_text(_attr_str(v), f"{where}.{k}")
+        for k, v in doc.items()
+        if k not in ("data", "data_base64")
+    }
     if "data_base64" in doc:
         try:
             data: Any = base64.b64decode(doc["data_base64"], validate=True)
@@ -107,7 +109,7 @@ def _structured(doc: Any, where: str, headers: Mapping[str, str]) -> Inbound:
 
 
 def _binary(h: Mapping[str, str], body: bytes, ctype: str) -> Inbound:
-    attrs = {k[3:]: unquote(v) for k, v in h.items() if k.startswith("ce-")}
+    attrs = {k[3:]: check_text(unquote(v), k) for k, v in h.items() if k.startswith("ce-")}
     _check_attributes(attrs, "headers")
     if ctype:
         attrs["datacontenttype"] = h["content-type"]
@@ -140,7 +142,10 @@ def _pubsub_wrapped(doc: Mapping[str, Any], headers: Mapping[str, str]) -> Inbou
         kind="pubsub",
         id=msg_id,
         data=_lenient_json(payload),
-        attributes={str(k): str(v) for k, v in attrs.items()},
+        attributes={
+            check_text(str(k), "message.attributes"): check_text(str(v), f"message.attributes.{k}")
+            for k, v in attrs.items()
+        },
         headers=headers,
         time=publish_time if isinstance(publish_time, str) else None,
     )
@@ -167,12 +172,7 @@ def _pubsub_unwrapped(h: Mapping[str, str], body: bytes) -> Inbound:
 
 
 def _lenient_json(raw: bytes) -> Any:
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return raw
+    return loads_or_raw(raw, "message data") if raw else None
 
 
 def _attr_str(value: Any) -> str:

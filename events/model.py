@@ -37,7 +37,25 @@ __all__ = [
 
 SCHEMA_BASE = "https://modelhooks.dev/schemas"
 StoreKind = Literal["local", "gcs", "s3", "oci"]
-Name = Annotated[str, Meta(min_length=1, max_length=253)]
+# One grammar for model and version names, whatever the upstream: path segments (an OCI
+# repository has several) of letters, digits, '.', '_', '-' and inner spaces, each starting
+# with a letter, digit or '_' (so never '.' or '..'); no control characters, no empty
+# segments, no leading or trailing space.
+_SEGMENT = r"[A-Za-z0-9_](?:[A-Za-z0-9._ -]*[A-Za-z0-9._-])?"
+NAME_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
+VERSION_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$"
+Name = Annotated[
+    str,
+    Meta(min_length=1, max_length=253, pattern=NAME_PATTERN, description="a model name"),
+]
+VersionName = Annotated[
+    str,
+    Meta(min_length=1, max_length=128, pattern=VERSION_PATTERN, description="a version name"),
+]
+# A Kubernetes namespace (DNS label): the tenant.
+Namespace = Annotated[
+    str, Meta(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+]
 D = TypeVar("D", bound="EventData")
 
 
@@ -90,7 +108,7 @@ class ArtifactPushed(EventData, frozen=True, kw_only=True):
 
     TYPE = "dev.modelhooks.artifact.pushed"
     model: Name
-    version: Name
+    version: VersionName
     uri: Annotated[str, _doc("gs://b/prefix/, s3://b/prefix/, file://…, oci://host/repo@sha256:…")]
     digest: Annotated[
         str,
@@ -102,7 +120,7 @@ class ArtifactPushed(EventData, frozen=True, kw_only=True):
     ]
     store: StoreKind
     namespace: Annotated[
-        str | None,
+        Namespace | None,
         _doc("the tenant the event belongs to; unset: the tenant that owns the location"),
     ] = None
     tag: Annotated[str | None, _doc("the tag pushed, for OCI")] = None
@@ -117,16 +135,16 @@ class ArtifactDeleted(EventData, frozen=True, kw_only=True):
     uri: str
     store: StoreKind
     digest: str | None = None
-    model: str | None = None
-    version: str | None = None
+    model: Name | None = None
+    version: VersionName | None = None
     tag: str | None = None
-    namespace: str | None = None
+    namespace: Namespace | None = None
 
 
 class _ModelLifecycle(EventData, frozen=True, kw_only=True):
     name: Name
-    namespace: str = "default"
-    version: str | None = None
+    namespace: Namespace = "default"
+    version: VersionName | None = None
     uid: str | None = None
     resource_version: str | None = None
     spec: dict[str, Any] = field(default_factory=dict)

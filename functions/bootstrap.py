@@ -111,13 +111,16 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     delivery = Delivery(
         function=function,
         names=NAMES,
-        auth=RouteAuth.from_settings(settings.ingress.auth, settings.ingress.route_auth),
+        auth=RouteAuth.from_settings(
+            settings.ingress.auth, settings.ingress.route_auth, settings.ingress.route_kinds
+        ),
         tenancy=Tenancy.parse(settings.tenancy.tenants),
         dedupe=Dedupe(settings.ingress.dedupe_size),
         layout=settings.layout.object_layout(),
         max_body_bytes=settings.ingress.max_body_bytes,
         registry_host=settings.ingress.registry_host or None,
         sink=_http_sink(settings.router.sink) if settings.router.sink else None,
+        max_future_skew=settings.ingress.max_future_skew,
     )
     delivery = dataclasses.replace(
         delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}

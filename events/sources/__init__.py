@@ -42,7 +42,10 @@ from modelhooks.events.sources import (
 )
 from modelhooks.events.sources._common import json_value, unwrap_pubsub
 
-__all__ = ["PUBSUB_MESSAGE_PUBLISHED", "translate"]
+__all__ = ["KINDS", "PUBSUB_MESSAGE_PUBLISHED", "kind_of", "translate"]
+
+# The upstream kinds a delivery can be (a route accepts some of them: trust is bound to it).
+KINDS = ("canonical", "gcs", "s3", "oci", "zot", "artifact-registry", "kubernetes")
 
 PUBSUB_MESSAGE_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 _CE_PREFIX = "ce-"  # the CloudEvents Pub/Sub protocol binding's attribute prefix
@@ -63,6 +66,47 @@ def translate(
     if inbound.kind == "webhook":
         return _webhook(inbound, layout)
     raise BadRequest(f"unknown delivery kind {inbound.kind!r}", field="kind")
+
+
+def kind_of(inbound: Inbound) -> str | None:
+    """Which upstream a delivery is (one of KINDS), by the same rules `translate` follows;
+    None when no translator would take it (translate then says why)."""
+    if inbound.kind == "cloudevent":
+        event_type = inbound.attributes.get("type") or ""
+        for prefix, kind in (
+            (canonical.TYPE_PREFIX, "canonical"),
+            (gcs.EVENTARC_TYPE_PREFIX, "gcs"),
+            (kubernetes.APISERVER_TYPE_PREFIX, "kubernetes"),
+            (oci_distribution.ZOT_TYPE_PREFIX, "zot"),
+        ):
+            if event_type.startswith(prefix):
+                return kind
+        if event_type == PUBSUB_MESSAGE_PUBLISHED:
+            try:
+                data = json_value(inbound.data, "cloudevent")
+                return kind_of(unwrap_pubsub(data, "cloudevent data"))
+            except BadRequest:
+                return None
+        return None
+    if inbound.kind == "pubsub":
+        attrs = inbound.attributes
+        if f"{_CE_PREFIX}type" in attrs:
+            carried = {"type": attrs[f"{_CE_PREFIX}type"]}
+            return kind_of(Inbound(kind="cloudevent", id=inbound.id, data=None, attributes=carried))
+        if "eventType" in attrs and "bucketId" in attrs:
+            return "gcs"
+        try:
+            data = json_value(inbound.data, "pubsub message")
+        except BadRequest:
+            return None
+        return "artifact-registry" if artifact_registry.is_gar_message(data) else None
+    if inbound.kind == "webhook":
+        body = inbound.data
+        if s3.is_s3_notification(body):
+            return "s3"
+        if oci_distribution.is_distribution_notification(body):
+            return "oci"
+    return None
 
 
 def _cloudevent(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent, EventData, parse
+from modelhooks.events.safe_json import loads, loads_or_raw
 
 __all__ = [
     "as_object",
@@ -93,23 +93,24 @@ def text(obj: Mapping[str, Any], path: str, where: str) -> str:
 
 
 def parse_time(value: str | None, where: str, path: str) -> datetime | None:
-    """An RFC 3339 timestamp (nanoseconds and a trailing Z allowed) as an aware datetime."""
+    """An RFC 3339 timestamp (nanoseconds and a trailing Z allowed) as an aware UTC datetime,
+    between 1970 and 9998 (so every time compares, and converts, without surprises)."""
     if value is None:
         return None
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise _fail(where, path, f"is not an RFC 3339 timestamp: {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if not 1970 <= parsed.year <= 9998:
+        raise _fail(where, path, f"is outside 1970-9998: {value!r}")
+    return parsed
 
 
 def json_value(data: Any, where: str) -> Any:
     """Decoded JSON data: ingress hands over bytes when the body did not parse."""
     if isinstance(data, bytes | bytearray):
-        try:
-            return json.loads(data)
-        except ValueError:
-            raise _fail(where, "data", "is not JSON") from None
+        return loads(bytes(data), f"{where}: data")
     return data
 
 
@@ -160,10 +161,7 @@ def unwrap_pubsub(envelope: Any, where: str = "pubsub push") -> Inbound:
         raise _fail(where, "message.data", "is not base64") from None
     data: Any = None  # as ingress decodes an empty push: no data
     if decoded:
-        try:
-            data = json.loads(decoded)
-        except ValueError:
-            data = decoded
+        data = loads_or_raw(decoded, f"{where}: message.data")
     publish_time = optional_text(body, "message.publishTime", where)
     return Inbound(
         kind="pubsub", id=message_id, data=data, attributes=dict(attrs), time=publish_time

@@ -200,6 +200,6 @@ def _is_referrer(data: Mapping[str, Any]) -> bool:
         return False
     try:
         parsed = json.loads(manifest)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(parsed, Mapping) and "subject" in parsed

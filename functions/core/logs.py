@@ -47,5 +47,10 @@ def configure(level: str = "INFO") -> None:
     _LOGGER.setLevel(level)
 
 
-def log(level: int, message: str, **fields: Any) -> None:
-    _LOGGER.log(level, message, extra=fields)
+def log(
+    level: int, message: str, /, *, exc_info: BaseException | None = None, **fields: Any
+) -> None:
+    """One JSON line: `message` plus `fields` (a field named like a LogRecord attribute gets
+    a trailing underscore instead of breaking the record); `exc_info` adds the traceback."""
+    extra = {f"{k}_" if k in _RESERVED else k: v for k, v in fields.items()}
+    _LOGGER.log(level, message, exc_info=exc_info, extra=extra)

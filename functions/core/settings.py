@@ -112,6 +112,17 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
     route_auth: Annotated[
         str, doc("per-path overrides of ingress.auth: /path=spec;/other=spec", secret=True)
     ] = ""
+    route_kinds: Annotated[
+        str,
+        doc(
+            "upstream kinds each path accepts: /path=kind,kind;… (canonical, gcs, s3, oci, zot, "
+            "artifact-registry, kubernetes, *); unlisted: everything on an unauthenticated "
+            "path, every kind but canonical on an authenticated one"
+        ),
+    ] = ""
+    max_future_skew: Annotated[
+        float, doc("seconds an event's time may lie in the future before it is refused", ge=0)
+    ] = 300.0
     registry_host: Annotated[
         str, doc("the OCI registry host zot's events come from (zot does not name it)")
     ] = ""

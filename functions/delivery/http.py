@@ -14,6 +14,7 @@ from modelhooks.delivery.runtime import (
     deliver,
     error_response,
     ingest,
+    internal_error,
     json_response,
     worst,
 )
@@ -31,13 +32,16 @@ def to_flask(resp: Response) -> flask.Response:
 
 
 def call_function(name: str, request: flask.Request, delivery: Delivery) -> Response:
-    fn = delivery.function(name)
-    dispatch = partial(single, fn, delivery)
+    """One delivery to one function; never an unexplained 500 (see `internal_error`)."""
     try:
+        fn = delivery.function(name)
+        dispatch = partial(single, fn, delivery)
         body = read_body(request, delivery.max_body_bytes)
+        return deliver(dict(request.headers), body, delivery, dispatch, request.path)
     except ModelhooksError as exc:
         return error_response(exc)
-    return deliver(dict(request.headers), body, delivery, dispatch, request.path)
+    except Exception as exc:
+        return internal_error(exc, f"function {name}")
 
 
 def read_body(request: flask.Request, limit: int) -> bytes:
@@ -85,6 +89,15 @@ def create_app(broker: Broker) -> flask.Flask:
 
     delivery = broker.delivery
     app = flask.Flask("modelhooks")
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> flask.Response:
+        from werkzeug.exceptions import HTTPException
+
+        if isinstance(exc, HTTPException):  # 404, 405, …: answered in JSON too
+            doc = {"error": exc.name.lower().replace(" ", "_"), "message": exc.description}
+            return to_flask(json_response(exc.code or 500, doc))
+        return to_flask(internal_error(exc, "modelhooks serve"))
 
     @app.post("/functions/<name>")
     def function(name: str) -> flask.Response:

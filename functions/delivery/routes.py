@@ -1,4 +1,6 @@
-"""Delivery authentication per route.
+"""Trust per route: who may send on a path (authentication) and what they may send there
+(upstream kinds). A credential proves who sent a delivery; the route says what that sender
+may send: a MinIO webhook route accepts S3 notifications, not canonical events.
 
 `ingress.auth` guards every path; `ingress.route_auth` overrides it for some paths, so one
 `modelhooks serve` can take MinIO webhooks with a bearer token on `/minio-events` and
@@ -6,46 +8,73 @@ Pub/Sub pushes with OIDC on `/pubsub`:
 
     /minio-events=bearer:token=env:MINIO_TOKEN;/pubsub=oidc:aud=https://hooks.example.com
 
+`ingress.route_kinds` says which upstream kinds (modelhooks.events.sources.KINDS, or `*`)
+each path accepts:
+
+    /minio-events=s3;/pubsub=gcs,artifact-registry;/replay=canonical
+
+A path no kind route names accepts everything when it is unauthenticated (there is no
+trust to bind: the local default), and every kind but `canonical` when it is authenticated:
+canonical `dev.modelhooks.*` events come only through routes configured for them.
+
 A route covers its path and everything below it (`/pubsub` guards `/pubsub/x`); the
-longest route wins. Routes with an open default (`ingress.auth=none`) are refused at
+longest route wins. Auth routes with an open default (`ingress.auth=none`) are refused at
 start-up: every path no route names, `/functions/*` included, would stay open. Each spec
-follows the grammar of `events.auth`.
+follows the grammar of `modelhooks.events.auth`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
-from modelhooks.core.errors import ConfigError
+from modelhooks.core.errors import ConfigError, Forbidden
 from modelhooks.events.auth import Authenticator, Principal, from_spec
+from modelhooks.events.sources import KINDS
 
 __all__ = ["RouteAuth"]
+
+T = TypeVar("T")
+_NATIVE = frozenset(KINDS) - {"canonical"}
 
 
 @dataclass(frozen=True)
 class RouteAuth:
     default: Authenticator
     routes: Mapping[str, Authenticator]
+    kinds: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    open_paths: frozenset[str] = frozenset()  # auth routes (and "" for the default) of `none`
 
     @classmethod
-    def from_settings(cls, default: str, routes: str) -> RouteAuth:
+    def from_settings(cls, default: str, routes: str, kinds: str = "") -> RouteAuth:
         table: dict[str, Authenticator] = {}
-        for part in filter(None, (p.strip() for p in routes.split(";"))):
-            path, sep, spec = part.partition("=")
-            if not sep or not path.startswith("/") or not spec:
-                raise ConfigError(
-                    f"MODELHOOKS_INGRESS_ROUTE_AUTH: {path or part!r} is not '/path=spec'"
-                )
-            table[path.rstrip("/") or "/"] = from_spec(
-                spec, origin=f"MODELHOOKS_INGRESS_ROUTE_AUTH ({path})"
-            )
+        open_paths = {""} if default.strip() == "none" else set()
+        for path, spec in _pairs(routes, "MODELHOOKS_INGRESS_ROUTE_AUTH", "/path=spec"):
+            table[path] = from_spec(spec, origin=f"MODELHOOKS_INGRESS_ROUTE_AUTH ({path})")
+            if spec.strip() == "none":
+                open_paths.add(path)
         if table and default.strip() == "none":
             raise ConfigError(
                 "MODELHOOKS_INGRESS_ROUTE_AUTH guards some paths while MODELHOOKS_INGRESS_AUTH="
                 "none leaves every other path open (/functions/* too): set both"
             )
-        return cls(from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"), table)
+        kind_table: dict[str, frozenset[str]] = {}
+        for path, names in _pairs(kinds, "MODELHOOKS_INGRESS_ROUTE_KINDS", "/path=kind,kind"):
+            wanted = {n.strip() for n in names.split(",") if n.strip()}
+            unknown = wanted - set(KINDS) - {"*"}
+            if unknown:
+                raise ConfigError(
+                    f"MODELHOOKS_INGRESS_ROUTE_KINDS ({path}): unknown kind(s) "
+                    f"{', '.join(sorted(unknown))}; known: {', '.join(KINDS)}, *"
+                )
+            kind_table[path] = frozenset(KINDS) if "*" in wanted else frozenset(wanted)
+        return cls(
+            from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"),
+            table,
+            kind_table,
+            frozenset(open_paths),
+        )
 
     def check(self, path: str, headers: Mapping[str, str], body: bytes) -> Principal:
         """Who sent this delivery; Unauthenticated when nobody we trust did."""
@@ -53,10 +82,49 @@ class RouteAuth:
 
     def for_path(self, path: str) -> Authenticator:
         """The authenticator of the longest route that is `path` or a parent of it."""
-        path = path.rstrip("/") or "/"
-        while True:
-            if path in self.routes:
-                return self.routes[path]
-            if path == "/" or "/" not in path:
-                return self.default
-            path = path.rsplit("/", 1)[0] or "/"
+        found = _longest(self.routes, path)
+        return self.default if found is None else self.routes[found]
+
+    def kinds_for(self, path: str) -> frozenset[str]:
+        """The upstream kinds `path` accepts."""
+        found = _longest(self.kinds, path)
+        if found is not None:
+            return self.kinds[found]
+        auth_route = _longest(self.routes, path)
+        is_open = (auth_route or "") in self.open_paths
+        return frozenset(KINDS) if is_open else _NATIVE
+
+    def admit_kind(self, path: str, kind: str | None) -> None:
+        """Forbidden when a delivery of this upstream kind may not come through `path`."""
+        if kind is None:
+            return  # not a known upstream: translation refuses it with the reason
+        allowed = self.kinds_for(path)
+        if kind not in allowed:
+            raise Forbidden(
+                f"{kind} deliveries are not accepted on {path or '/'} "
+                f"(this route accepts: {', '.join(sorted(allowed)) or 'nothing'}; "
+                "see ingress.route_kinds)",
+                kind=kind,
+                path=path or "/",
+            )
+
+
+def _pairs(spec: str, setting: str, shape: str) -> list[tuple[str, str]]:
+    pairs = []
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        path, sep, value = part.partition("=")
+        if not sep or not path.startswith("/") or not value:
+            raise ConfigError(f"{setting}: {path or part!r} is not '{shape}'")
+        pairs.append((path.rstrip("/") or "/", value))
+    return pairs
+
+
+def _longest(table: Mapping[str, T], path: str) -> str | None:
+    """The longest key of `table` that is `path` or a parent of it."""
+    path = path.rstrip("/") or "/"
+    while True:
+        if path in table:
+            return path
+        if path == "/" or "/" not in path:
+            return None
+        path = path.rsplit("/", 1)[0] or "/"

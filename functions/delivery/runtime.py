@@ -9,17 +9,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from threading import Lock
 from typing import Any
 
-from modelhooks.core.errors import ModelhooksError, PayloadTooLarge, Transient, Unavailable
+from modelhooks.core.errors import (
+    BadRequest,
+    Conflict,
+    ModelhooksError,
+    PayloadTooLarge,
+    Transient,
+    Unavailable,
+)
 from modelhooks.core.function import Function
 from modelhooks.core.logs import log
 from modelhooks.delivery.routes import RouteAuth
@@ -28,7 +38,7 @@ from modelhooks.delivery.tenancy import Tenancy
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources import translate
+from modelhooks.events.sources import kind_of, translate
 
 __all__ = [
     "Dedupe",
@@ -38,6 +48,7 @@ __all__ = [
     "deliver",
     "encode_replies",
     "error_response",
+    "internal_error",
     "json_response",
 ]
 
@@ -74,25 +85,48 @@ class Response:
 
 
 class Dedupe:
-    """A bounded memory of (function, event source, event id) → replies already produced."""
+    """A bounded memory of (function, event source, event id) → (payload digest, replies).
+
+    A key seen again with the same payload answers the first delivery's replies; with
+    another payload it is a Conflict (an id reused for other content is never trusted)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._seen: OrderedDict[tuple[str, ...], tuple[CanonicalEvent, ...]] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, ...], tuple[str, tuple[CanonicalEvent, ...]]] = (
+            OrderedDict()
+        )
         self._lock = Lock()
 
-    def get(self, key: tuple[str, ...]) -> tuple[CanonicalEvent, ...] | None:
+    def get(self, key: tuple[str, ...], digest: str) -> tuple[CanonicalEvent, ...] | None:
         with self._lock:
-            return self._seen.get(key)
+            seen = self._seen.get(key)
+        if seen is None:
+            return None
+        if seen[0] != digest:
+            raise Conflict(
+                f"event id {key[-1]!r} from {key[-2]!r} was delivered before with other content",
+                source=key[-2],
+                id=key[-1],
+            )
+        return seen[1]
 
-    def put(self, key: tuple[str, ...], replies: tuple[CanonicalEvent, ...]) -> None:
+    def put(self, key: tuple[str, ...], digest: str, replies: tuple[CanonicalEvent, ...]) -> None:
         if self.size <= 0:
             return
         with self._lock:
-            self._seen[key] = replies
+            self._seen[key] = (digest, replies)
             self._seen.move_to_end(key)
             while len(self._seen) > self.size:
                 self._seen.popitem(last=False)
+
+
+def payload_digest(event: CanonicalEvent) -> str:
+    """What a redelivery must repeat: the type, subject, time and data."""
+    h = hashlib.sha256()
+    for part in (event.type, event.subject or "", event.time.isoformat() if event.time else ""):
+        h.update(part.encode() + b"\0")
+    h.update(event.data.to_json())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -110,6 +144,7 @@ class Delivery:
     max_body_bytes: int
     registry_host: str | None = None
     sink: Sink | None = None
+    max_future_skew: float = 300.0
 
 
 def ingest(
@@ -122,27 +157,39 @@ def ingest(
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
     delivery.auth.check(path, headers, body)
     inbounds = decode(headers, body, max_bytes=limit)
-    return [
+    for inbound in inbounds:  # trust is bound to the route: what may come through it
+        delivery.auth.admit_kind(path, kind_of(inbound))
+    events = [
         e
         for inbound in inbounds
         for e in translate(inbound, layout=delivery.layout, registry_host=delivery.registry_host)
     ]
+    horizon = datetime.now(UTC) + timedelta(seconds=delivery.max_future_skew)
+    for event in events:
+        if event.time is not None and event.time > horizon:
+            raise BadRequest(
+                f"event {event.id!r} is dated {event.time.isoformat()}, beyond "
+                f"{delivery.max_future_skew:g} s in the future (ingress.max_future_skew)",
+                field="time",
+            )
+    return events
 
 
 def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     """Run one function on one event, mapping errors to delivery semantics, and log it."""
     started = time.perf_counter()
     key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
+    digest = payload_digest(event)
     outcome_name = "ok"
     try:
-        cached = delivery.dedupe.get(key)
+        cached = delivery.dedupe.get(key, digest)
         if cached is not None:
             outcome_name = "duplicate"
             outcome = Outcome(fn.name, event.id, event.type, 200, cached)
         else:
             admitted = delivery.tenancy.admit(event)
             replies = tuple(fn.handle(admitted))
-            delivery.dedupe.put(key, replies)
+            delivery.dedupe.put(key, digest, replies)
             outcome = Outcome(fn.name, event.id, event.type, 200, replies)
     except ModelhooksError as exc:
         outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
@@ -252,3 +299,12 @@ def json_response(status: int, doc: Mapping[str, Any]) -> Response:
 def error_response(error: ModelhooksError) -> Response:
     """The JSON answer to an error, with its status."""
     return json_response(status_of(error), error.as_json())
+
+
+def internal_error(exc: BaseException, where: str) -> Response:
+    """An unexpected exception: one JSON log line with the traceback, and a JSON 500 that
+    says nothing of the internals (the platform redelivers; the log has the details)."""
+    incident = uuid.uuid4().hex[:12]
+    log(logging.ERROR, f"unexpected error in {where}", exc_info=exc, incident=incident)
+    body = {"error": "internal", "message": f"internal error; see the logs (incident {incident})"}
+    return json_response(500, body)

@@ -231,7 +231,9 @@ def test_body_over_the_limit_is_413(
 def test_bearer_auth(
     client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
-    configure({"MODELHOOKS_INGRESS_AUTH": "bearer:token=s3cret"})
+    configure(
+        {"MODELHOOKS_INGRESS_AUTH": "bearer:token=s3cret", "MODELHOOKS_INGRESS_ROUTE_KINDS": "/=*"}
+    )
     doc = json.dumps(structured("canonical-artifact-pushed"))
     ctype = "application/cloudevents+json"
     assert client.post("/", data=doc, content_type=ctype).status_code == 401

@@ -63,7 +63,7 @@ def test_a_translated_event_survives_a_round_trip_through_its_own_attributes() -
         ({**PUSHED.to_dict(), "store": "ftp"}, "store: Invalid enum value 'ftp'"),
         ({**PUSHED.to_dict(), "colour": "blue"}, "colour: Object contains unknown field `colour`"),
         (["sentiment"], "canonical event: data must be a JSON object"),
-        (b"\x00\x01", "canonical event: data is not JSON"),
+        (b"\x00\x01", "canonical event: data is not valid JSON"),
     ],
 )
 def test_invalid_data_is_a_bad_request_naming_the_field(data: object, message: str) -> None:

@@ -152,7 +152,12 @@ def test_unknown_types_and_shapes_are_bad_requests(inbound: Inbound, message: st
 
 
 def test_the_package_exports_only_the_facade() -> None:
-    assert modelhooks.events.sources.__all__ == ["PUBSUB_MESSAGE_PUBLISHED", "translate"]
+    assert modelhooks.events.sources.__all__ == [
+        "KINDS",
+        "PUBSUB_MESSAGE_PUBLISHED",
+        "kind_of",
+        "translate",
+    ]
     for name in modelhooks.events.sources.__all__:
         assert hasattr(modelhooks.events.sources, name)
 
