@@ -202,17 +202,17 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
         ).as_json()
         outcome = Outcome(fn.name, event.id, event.type, 500, error=error)
     level = logging.WARNING if outcome.status >= 400 else logging.INFO
-    log(
-        level,
-        f"{fn.name} {outcome_name} {event.type}",
-        event_id=event.id,
-        type=event.type,
-        function=fn.name,
-        outcome=outcome_name,
-        status=outcome.status,
-        duration_ms=round((time.perf_counter() - started) * 1000, 2),
-        **({"error": outcome.error} if outcome.error else {}),
-    )
+    fields: dict[str, Any] = {
+        "event_id": event.id,
+        "type": event.type,
+        "function": fn.name,
+        "outcome": outcome_name,
+        "status": outcome.status,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+    }
+    if outcome.error:
+        fields["error"] = outcome.error
+    log(level, f"{fn.name} {outcome_name} {event.type}", **fields)
     return outcome
 
 
