@@ -60,16 +60,39 @@ class Stores:
         filesystem."""
         scheme, bucket, key = split_uri(uri)
         if scheme == "file":
-            root = self.local_root.resolve()
-            path = Path(urlsplit(uri).path).resolve()
-            if not path.is_relative_to(root):
-                raise Forbidden(f"{uri} is outside the local store {root}", uri=uri)
-            rel = path.relative_to(root).as_posix()
-            bucket, _, key = rel.partition("/")
-            if uri.endswith("/") and key:
-                key += "/"
+            bucket, key = self._local_key(uri)
             return self.for_scheme("file"), bucket, key
         return self.for_scheme(scheme), bucket, key
+
+    def _local_key(self, uri: str) -> tuple[str, str]:
+        """(bucket, key) of a file:// URI, which must lie inside the local store."""
+        root = self.local_root.resolve()
+        try:
+            path = Path(urlsplit(uri).path).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:  # symlink loops, NUL
+            raise BadRequest(f"{uri!r} cannot be resolved: {exc}", uri=uri) from None
+        if not path.is_relative_to(root):
+            raise Forbidden(f"{uri} is outside the local store {root}", uri=uri)
+        bucket, _, key = path.relative_to(root).as_posix().partition("/")
+        if uri.endswith("/") and key:
+            key += "/"
+        return bucket, key
+
+    def check_location(self, uri: str) -> None:
+        """A location taken from an event that a function may record or act on: gs://, s3://,
+        oci:// (not a local or metadata host) or file:// inside the local store; Forbidden or
+        BadRequest otherwise. Nothing is built or read."""
+        scheme = urlsplit(uri).scheme
+        if scheme == "oci":
+            self.check_host(uri)
+            return
+        if scheme not in ("gs", "s3", "file"):
+            raise BadRequest(
+                f"unsupported location {uri!r} (use gs://, s3://, oci:// or file://)", uri=uri
+            )
+        split_uri(uri)
+        if scheme == "file":
+            self._local_key(uri)
 
     def check_host(self, uri: str) -> None:
         """Refuse a URI from an event that names this machine or the cloud metadata

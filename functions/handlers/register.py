@@ -3,33 +3,57 @@
 Find-or-create RegisteredModel → ModelVersion → ModelArtifact, keyed by the natural
 identity (model name, version name, artifact digest). The same event twice yields one
 version; the same version name with another digest is a Conflict, never an overwrite.
-A delete that arrives before the push it follows leaves an archived tombstone, so the late
-push is recognised as stale instead of resurrecting the model.
+
+The registry's state is a function of the SET of events, not of their order: deliveries
+are duplicated, reordered and concurrent. Each write keeps the facts that decide the state
+and derives the state from them, inside one registry transaction:
+
+- a version keeps the time of the latest push that made it (`modelhooks.pushed_at`);
+- a model keeps the time of its latest deletion (`modelhooks.deleted_at`) and of its
+  latest push (`modelhooks.pushed_at`);
+- a version is LIVE iff its push is newer than the model's deletion; a model likewise.
+
+So a deletion older than a push never archives it, whenever it arrives, and a push older
+than a deletion is recorded ARCHIVED. An event without a time counts as newer than any
+time (never silently dropped). One exception to order independence is inherent: two pushes
+of one version with different digests. The first registered wins and the other is a
+Conflict (a stale one, older than the model's deletion, is moot and ignored).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import TypeVar
 
 from modelhooks.core.errors import Conflict, Forbidden
 from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
-from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
+from modelhooks.core.records import (
+    ArtifactState,
+    ModelArtifact,
+    ModelState,
+    ModelVersion,
+    RegisteredModel,
+)
+from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
 
-__all__ = ["FUNCTION", "archive_model", "register_model"]
+__all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_model"]
 
 T = TypeVar("T")
-ARCHIVED_AT = "modelhooks.archived_at"
+PUSHED_AT = "modelhooks.pushed_at"
+DELETED_AT = "modelhooks.deleted_at"
+_UNKNOWN = "9999-12-31T23:59:59.999999Z"  # an event without a time: newer than any time
 
 
 def handle(
-    event: CanonicalEvent, *, registry: ModelRegistry, check_namespace: bool
+    event: CanonicalEvent, *, registry: ModelRegistry, stores: Stores, check_namespace: bool
 ) -> list[CanonicalEvent]:
     """`check_namespace`: tenancy is on, so only the registering namespace may archive."""
     if isinstance(event.data, ArtifactPushed):
+        stores.check_location(event.data.uri)  # record only locations a function may act on
         return register_model(event, event.data, registry=registry)
     if isinstance(event.data, ModelDeleted):
         archive_model(event, event.data, registry=registry, check_namespace=check_namespace)
@@ -46,43 +70,38 @@ def register_model(
 def _register(
     event: CanonicalEvent, pushed: ArtifactPushed, registry: ModelRegistry
 ) -> list[CanonicalEvent]:
-    created = False
-    model = registry.get_model(pushed.model)
-    if model is None:
-        new_model, created = _find_or_create(
-            lambda: registry.create_model(
-                pushed.model, properties={"namespace": pushed.namespace or "default"}
-            ),
-            lambda: registry.get_model(pushed.model),
-        )
-        model = new_model
-    elif model.state == ModelState.ARCHIVED:
-        archived_at = model.custom_properties.get(ARCHIVED_AT, "")
-        stamp = _stamp(event)
-        if archived_at and stamp and stamp <= archived_at:
-            return []  # a push older than the deletion that archived the model: stale
-        model = registry.update_model(_replace(model, state=ModelState.LIVE))
-
-    new_version, model_id = False, model.id
-    version = registry.get_version(model_id, pushed.version)
-    if version is None:
-        props = {"digest": pushed.digest, "uri": pushed.uri, "store": pushed.store}
-        made, new_version = _find_or_create(
-            lambda: registry.create_version(model_id, pushed.version, properties=props),
-            lambda: registry.get_version(model_id, pushed.version),
-        )
-        version = made
-        created = created or new_version
+    at = stamp(event)
+    namespace = pushed.namespace or "default"
+    model, created = _find_or_create(
+        lambda: registry.create_model(
+            pushed.model,
+            properties={"namespace": namespace, PUSHED_AT: at, DELETED_AT: ""},
+        ),
+        lambda: registry.get_model(pushed.model),
+    )
+    deleted_at = model.custom_properties.get(DELETED_AT, "")
+    props = {"digest": pushed.digest, "uri": pushed.uri, "store": pushed.store, PUSHED_AT: at}
+    version, new_version = _find_or_create(
+        lambda: registry.create_version(model.id, pushed.version, properties=props),
+        lambda: registry.get_version(model.id, pushed.version),
+    )
     if version.custom_properties.get("digest") != pushed.digest:
+        if not _live(at, deleted_at):
+            return []  # another digest, but older than the model's deletion: moot
         raise Conflict(
             f"model {pushed.model!r} version {pushed.version!r} is already registered with "
             "another digest",
             registered=version.custom_properties.get("digest"),
             received=pushed.digest,
         )
-    if version.state == ModelState.ARCHIVED:  # pushed again after the model's deletion
-        version = registry.update_version(_replace(version, state=ModelState.LIVE))
-        created = True
+    version_at = max(version.custom_properties.get(PUSHED_AT, ""), at)
+    live = _live(version_at, deleted_at)
+    created = created or new_version or (live and version.state != ModelState.LIVE)
+    version = _update(registry.update_version, version, {PUSHED_AT: version_at}, live)
+    model_at = max(model.custom_properties.get(PUSHED_AT, ""), at)
+    model = _update(
+        registry.update_model, model, {PUSHED_AT: model_at}, _live(model_at, deleted_at)
+    )
 
     # A version this delivery created has no artifact yet: skip the lookup on the hot path.
     artifacts = [] if new_version else registry.list_artifacts(version.id)
@@ -100,7 +119,8 @@ def _register(
             )
         )
         created = True
-
+    if not live:
+        return []  # a push older than the model's deletion: recorded, archived, no reply
     reply = ModelRegistered(
         model=pushed.model,
         version=pushed.version,
@@ -110,7 +130,7 @@ def _register(
         registered_model_id=model.id,
         model_version_id=version.id,
         model_artifact_id=artifact.id,
-        namespace=pushed.namespace or "default",
+        namespace=namespace,
         created=created,
     )
     return [
@@ -127,8 +147,8 @@ def archive_model(
     registry: ModelRegistry,
     check_namespace: bool = False,
 ) -> None:
-    """Archive the model and its versions. With tenancy on, only the namespace that
-    registered the model may archive it."""
+    """Record the deletion and archive what it is newer than. With tenancy on, only the
+    namespace that registered the model may archive it."""
     with registry.transaction():
         _archive(event, deleted, registry, check_namespace)
 
@@ -136,15 +156,14 @@ def archive_model(
 def _archive(
     event: CanonicalEvent, deleted: ModelDeleted, registry: ModelRegistry, check_namespace: bool
 ) -> None:
-    stamp = _stamp(event)
-    model = registry.get_model(deleted.name)
-    if model is None:
-        model = _find_or_create(
-            lambda: registry.create_model(
-                deleted.name, properties={"namespace": deleted.namespace}
-            ),
-            lambda: registry.get_model(deleted.name),
-        )[0]
+    at = stamp(event)
+    model, _ = _find_or_create(
+        lambda: registry.create_model(
+            deleted.name,
+            properties={"namespace": deleted.namespace, PUSHED_AT: "", DELETED_AT: at},
+        ),
+        lambda: registry.get_model(deleted.name),
+    )
     owner = model.custom_properties.get("namespace", "default")
     if check_namespace and owner != deleted.namespace:
         raise Forbidden(
@@ -152,24 +171,44 @@ def _archive(
             namespace=deleted.namespace,
             owner=owner,
         )
-    if model.state == ModelState.ARCHIVED and model.custom_properties.get(ARCHIVED_AT, "") >= stamp:
-        return
-    props = {**model.custom_properties, ARCHIVED_AT: stamp}
-    registry.update_model(_replace(model, state=ModelState.ARCHIVED, custom_properties=props))
+    deleted_at = max(model.custom_properties.get(DELETED_AT, ""), at)
+    pushed_at = model.custom_properties.get(PUSHED_AT, "")
+    _update(registry.update_model, model, {DELETED_AT: deleted_at}, _live(pushed_at, deleted_at))
     for version in registry.list_versions(model.id):
-        if version.state != ModelState.ARCHIVED:
-            registry.update_version(_replace(version, state=ModelState.ARCHIVED))
+        live = _live(version.custom_properties.get(PUSHED_AT, ""), deleted_at)
+        _update(registry.update_version, version, {}, live)
 
 
-def _stamp(event: CanonicalEvent) -> str:
-    """The event's time as a sortable UTC string ("" when the upstream gave no time: such
-    a push is taken as newer than any deletion, so it is never silently dropped)."""
-    return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if event.time else ""
+def stamp(event: CanonicalEvent) -> str:
+    """The event's time as a sortable UTC string (ingress keeps times within 1970-9998, so
+    the year has four digits and strings compare as times)."""
+    if event.time is None:
+        return _UNKNOWN
+    return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _live(pushed_at: str, deleted_at: str) -> bool:
+    return pushed_at > deleted_at
+
+
+R = TypeVar("R", RegisteredModel, ModelVersion)
+
+
+def _update(write: Callable[[R], R], record: R, facts: Mapping[str, str], live: bool) -> R:
+    """Write `record` with these facts and the state they imply, unless nothing changes."""
+    props = {**record.custom_properties, **facts}
+    state = ModelState.LIVE if live else ModelState.ARCHIVED
+    if props == record.custom_properties and state == record.state:
+        return record
+    return write(dataclasses.replace(record, custom_properties=props, state=state))
 
 
 def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tuple[T, bool]:
-    """(the thing, created by this call); when a concurrent delivery won the race to
-    create it, what that delivery created."""
+    """(the thing, created by this call): found first; when a concurrent delivery won the
+    race to create it, what that delivery created."""
+    found = find()
+    if found is not None:
+        return found, False
     try:
         return create(), True
     except Conflict:
@@ -177,12 +216,6 @@ def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tu
         if found is None:
             raise
         return found, False
-
-
-def _replace(obj: T, **changes: object) -> T:
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
 
 
 FUNCTION = Function(

@@ -92,14 +92,18 @@ def sign_artifact(
         store, bucket, prefix = stores.resolve(pushed.uri)
         signed = sign_model(store, bucket, prefix, signer, options=options)
         location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
-    props = {
-        **props,
+    signature = {
         "signature.uri": location,
         "signature.root_digest": f"sha256:{signed.root_digest}",
         "signature.signer": signed.signer,
         "signature.artifact_digest": pushed.digest,
     }
-    registry.update_version(dataclasses.replace(version, custom_properties=props))
+    # Hashing took a while: write only the signature properties onto the version as it is
+    # now (a deletion or a newer push meanwhile keeps its state), in one transaction.
+    with registry.transaction():
+        current = _registered_version(registry, pushed)
+        props = {**current.custom_properties, **signature}
+        registry.update_version(dataclasses.replace(current, custom_properties=props))
     return [_reply(event, pushed, props)]
 
 

@@ -122,7 +122,7 @@ def test_lost_race_on_create_uses_the_winner() -> None:
     reg = Racy()
     (reply,) = register(pushed(), reg)
     assert len(reg.models) == 1
-    assert reg.models["1"].custom_properties == {"winner": "other"}
+    assert reg.models["1"].custom_properties["winner"] == "other"
     assert isinstance(reply.data, ModelRegistered) and reply.data.registered_model_id == "1"
 
 
@@ -139,10 +139,10 @@ def test_delete_archives_model_and_versions() -> None:
 def test_delete_before_create_leaves_a_tombstone_that_stale_pushes_respect() -> None:
     reg = InMemoryModelRegistry()
     archive(deleted(T0 + timedelta(minutes=5)), reg)  # arrives first, happened later
-    assert register(pushed(at=T0), reg) == []  # the older push is stale
+    assert register(pushed(at=T0), reg) == []  # the older push is stale: recorded, archived
     model = reg.get_model("bert")
     assert model is not None and model.state == ModelState.ARCHIVED
-    assert reg.versions == {}
+    assert [(v.name, v.state) for v in reg.list_versions(model.id)] == [("1", ModelState.ARCHIVED)]
     # a push after the deletion brings the model back
     (reply,) = register(pushed(at=T0 + timedelta(minutes=10), id="e3"), reg)
     model = reg.get_model("bert")

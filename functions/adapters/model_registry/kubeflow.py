@@ -25,7 +25,8 @@ in hand-written SQL; v0.3.8 quotes them):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.errors import (
@@ -110,6 +111,7 @@ class KubeflowModelRegistry:
 
             session = requests.Session()
         self._session = session
+        self._serial = threading.RLock()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def close(self) -> None:
@@ -118,9 +120,11 @@ class KubeflowModelRegistry:
             self._session.close()
 
     def transaction(self) -> AbstractContextManager[None]:
-        """A no-op: REST has no transactions, each write stands alone (handlers are
-        idempotent, so a redelivery completes what a failure interrupted)."""
-        return nullcontext()
+        """REST has no transactions: each write stands alone (handlers are idempotent, so a
+        redelivery completes what a failure interrupted). Within this process, transactions
+        run one at a time, so a handler's read-then-write is not interleaved with another's;
+        across processes the Model Registry offers no conditional write to do the same."""
+        return self._serial
 
     # registered models
     def get_model(self, name: str) -> RegisteredModel | None:

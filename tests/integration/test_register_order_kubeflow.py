@@ -1,0 +1,62 @@
+"""Order independence of `register` on the real Kubeflow Model Registry: permutations,
+duplicates and concurrent interleavings (in one process) end in the state of applying the
+events in time order, as on SQLite (tests/contract/register_order.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+from tests.contract.register_order import (
+    Scenario,
+    apply_all,
+    in_time_order,
+    scenarios,
+    snapshot,
+)
+from tests.fakes.memory_registry import InMemoryModelRegistry
+from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
+
+pytestmark = pytest.mark.integration
+
+SLOW = settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def expected(scenario: Scenario) -> dict[str, object]:
+    reference = InMemoryModelRegistry()
+    apply_all(reference, in_time_order(scenario.events))
+    return snapshot(reference, scenario.names())
+
+
+@SLOW
+@given(scenario=scenarios(max_events=16), data=st.data())
+def test_any_order_ends_in_the_time_ordered_state(
+    model_registry: ModelRegistryServer, scenario: Scenario, data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(scenario.events), label="order")
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        apply_all(registry, order)
+        assert snapshot(registry, scenario.names()) == expected(scenario)
+    finally:
+        registry.close()
+
+
+@SLOW
+@given(scenario=scenarios(max_events=16), data=st.data())
+def test_concurrent_interleavings_end_in_the_time_ordered_state(
+    model_registry: ModelRegistryServer, scenario: Scenario, data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(scenario.events), label="order")
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        apply_all(registry, order, workers=4)
+        assert snapshot(registry, scenario.names()) == expected(scenario)
+    finally:
+        registry.close()
