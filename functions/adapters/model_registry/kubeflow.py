@@ -24,8 +24,8 @@ in hand-written SQL; v0.3.8 quotes them):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
