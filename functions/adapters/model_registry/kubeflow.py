@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.errors import (
@@ -124,7 +124,12 @@ class KubeflowModelRegistry:
         redelivery completes what a failure interrupted). Within this process, transactions
         run one at a time, so a handler's read-then-write is not interleaved with another's;
         across processes the Model Registry offers no conditional write to do the same."""
-        return self._serial
+        return self._serialized()
+
+    @contextmanager
+    def _serialized(self) -> Iterator[None]:
+        with self._serial:
+            yield
 
     # registered models
     def get_model(self, name: str) -> RegisteredModel | None:
