@@ -24,25 +24,27 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from werkzeug.serving import make_server
-
-    from modelhooks.bootstrap import build
-    from modelhooks.delivery.dead_letter import DeadLetterStore, create_app
+    from modelhooks import bootstrap
+    from modelhooks.cli.serve import limits
+    from modelhooks.delivery.dead_letter import DeadLetterStore, routes
+    from modelhooks.delivery.server import run as serve
 
     settings = common.settings(args)
     store = DeadLetterStore(settings.home / "dead-letter")
-    app = create_app(build(settings).delivery.auth, store, settings.ingress.max_body_bytes)
-    server = make_server(settings.serve.host, settings.serve.port, app, threaded=True)
-    host, port = str(server.server_address[0]), int(server.server_address[1])
-    print(
-        f"modelhooks dead-letter on http://{host}:{port}/ keeping events in {store.directory}",
-        file=sys.stderr,
-        flush=True,
+    auth = bootstrap.build(settings).delivery.auth
+
+    def ready(host: str, port: int) -> None:
+        print(
+            f"modelhooks dead-letter on http://{host}:{port}/ keeping events in {store.directory}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    serve(
+        routes(auth, store),
+        host=settings.serve.host,
+        port=settings.serve.port,
+        limits=limits(settings),
+        on_ready=ready,
     )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
     return 0

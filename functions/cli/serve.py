@@ -9,6 +9,8 @@ from typing import Any
 
 from modelhooks.cli.common import settings as load_args_settings
 from modelhooks.core.settings import Settings
+from modelhooks.delivery.http import Handler
+from modelhooks.delivery.server import Limits
 
 __all__ = ["add_parser"]
 
@@ -19,41 +21,49 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from werkzeug.serving import make_server
-
-    from modelhooks.adapters.object_store.watch import LocalStoreWatcher
-    from modelhooks.bootstrap import build
-    from modelhooks.delivery.http import create_app
-    from modelhooks.events.model import CanonicalEvent
+    from modelhooks.delivery.server import run as serve
 
     settings = load_args_settings(args)
+    handler = build_handler(settings)  # a bad setting or trigger file stops start-up here
+    store = (settings.home / "store").resolve()
+
+    def ready(host: str, port: int) -> None:
+        print(_banner(host, port, store, settings), file=sys.stderr, flush=True)
+
+    serve(
+        handler,
+        host=settings.serve.host,
+        port=settings.serve.port,
+        limits=limits(settings),
+        on_ready=ready,
+    )
+    return 0
+
+
+def limits(settings: Settings) -> Limits:
+    s = settings.serve
+    return Limits(
+        threads=s.threads,
+        read_timeout=s.read_timeout,
+        keepalive=s.keepalive,
+        max_body_bytes=settings.ingress.max_body_bytes,
+    )
+
+
+def build_handler(settings: Settings) -> Handler:
+    """The routes of `serve`, with the local store watcher running."""
+    from modelhooks.adapters.object_store.watch import LocalStoreWatcher
+    from modelhooks.bootstrap import build
+    from modelhooks.delivery.http import routes
+
     app = build(settings)
     broker = app.broker()
-    server = make_server(
-        settings.serve.host, settings.serve.port, create_app(broker), threaded=True
-    )
-    host, port = server.server_address[:2]
-    store = (settings.home / "store").resolve()
-    print(_banner(str(host), int(port), store, settings), file=sys.stderr, flush=True)
-
-    def publish(event: CanonicalEvent) -> None:
-        broker.publish(event)
-
-    watcher = None
     if settings.store.backend == "local" and settings.serve.watch_interval > 0:
-        watcher = LocalStoreWatcher(
-            store, app.delivery.layout, publish, settings.serve.watch_interval
-        )
-        watcher.start()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if watcher:
-            watcher.stop()
-        server.server_close()
-    return 0
+        store = (settings.home / "store").resolve()
+        LocalStoreWatcher(
+            store, app.delivery.layout, broker.publish, settings.serve.watch_interval
+        ).start()
+    return routes(broker)
 
 
 def _banner(host: str, port: int, store: Path, settings: Settings) -> str:

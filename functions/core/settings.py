@@ -153,6 +153,15 @@ class ServeSettings(_Section, frozen=True, kw_only=True):
         float,
         doc("seconds between scans of the local store for ready markers (0 = off)", ge=0),
     ] = 1.0
+    threads: Annotated[
+        int, doc("deliveries handled at once (more connections wait, bounded)", ge=1, le=256)
+    ] = 8
+    read_timeout: Annotated[
+        float, doc("seconds a client may stay silent mid-request before it is cut off", gt=0)
+    ] = 30.0
+    keepalive: Annotated[
+        int, doc("seconds an idle keep-alive connection stays open (0 = close)", ge=0)
+    ] = 5
 
 
 class SigningSettings(_Section, frozen=True, kw_only=True):

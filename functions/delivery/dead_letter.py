@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.delivery.http import Handler, flask_app, guarded
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.runtime import Response, error_response, json_response
 
 if TYPE_CHECKING:
     import flask
 
-__all__ = ["DeadLetterStore", "create_app", "receive", "records"]
+__all__ = ["DeadLetterStore", "create_app", "receive", "records", "routes"]
 
 _JSON_TYPES = ("application/json", "text/json")
 
@@ -110,30 +111,17 @@ def receive(
     return json_response(202, {"stored": len(events)})
 
 
+def routes(auth: RouteAuth, store: DeadLetterStore) -> Handler:
+    """`POST` (any path) keeps a delivery; `GET` answers readiness."""
+
+    def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        if method == "GET":
+            return json_response(200, {"status": "ok"})
+        return receive(headers, body, auth=auth, store=store, path=path)
+
+    return guarded(handle, "modelhooks dead-letter")
+
+
 def create_app(auth: RouteAuth, store: DeadLetterStore, max_body_bytes: int) -> flask.Flask:
-    """`POST /` (any path) keeps a delivery; `GET /` and `/healthz` answer readiness."""
-    import flask
-
-    from modelhooks.delivery.http import read_body, to_flask
-
-    app = flask.Flask("modelhooks-dead-letter")
-
-    @app.post("/", defaults={"path": ""})
-    @app.post("/<path:path>")
-    def keep(path: str) -> flask.Response:
-        try:
-            body = read_body(flask.request, max_body_bytes)
-        except ModelhooksError as exc:
-            return to_flask(error_response(exc))
-        return to_flask(
-            receive(
-                dict(flask.request.headers), body, auth=auth, store=store, path=flask.request.path
-            )
-        )
-
-    @app.get("/")
-    @app.get("/healthz")
-    def ready() -> flask.Response:
-        return to_flask(json_response(200, {"status": "ok"}))
-
-    return app
+    """The sink as a Flask app (tests)."""
+    return flask_app(routes(auth, store), max_body_bytes)

@@ -1,8 +1,17 @@
-"""HTTP entry points on Flask (what functions-framework runs): one function per target,
-or every function behind the in-process broker (`modelhooks serve`)."""
+"""The HTTP surface, framework-free: a request is (method, path, headers, body) and the
+answer a `Response`. Two thin adapters carry it: Flask (what functions-framework runs: one
+function per target, and the test client) and ASGI (`modelhooks serve`, on uvicorn:
+modelhooks.delivery.server).
+
+`modelhooks serve` answers:
+    POST /functions/<name>   one function
+    POST /<any other path>   the broker: every function whose Trigger matches, replies routed on
+    GET  /healthz            readiness
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -22,26 +31,92 @@ from modelhooks.delivery.runtime import (
 if TYPE_CHECKING:
     import flask
 
-__all__ = ["call_function", "create_app", "to_flask"]
+__all__ = [
+    "Handler",
+    "call_function",
+    "create_app",
+    "flask_app",
+    "guarded",
+    "read_body",
+    "routes",
+    "to_flask",
+]
+
+# (method, path, headers, body) -> Response
+Handler = Callable[[str, str, Mapping[str, str], bytes], Response]
+
+
+def guarded(handler: Handler, where: str) -> Handler:
+    """`handler`, never raising: errors of the tree answer their JSON status, anything else
+    a JSON 500 without internals and one log line with the traceback."""
+
+    def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        try:
+            return handler(method, path, headers, body)
+        except ModelhooksError as exc:
+            return error_response(exc)
+        except Exception as exc:
+            return internal_error(exc, where)
+
+    return handle
+
+
+def function_delivery(name: str, delivery: Delivery) -> Handler:
+    """One function's endpoint: events of types it does not accept are acknowledged."""
+
+    def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        fn = delivery.function(name)
+        return deliver(headers, body, delivery, partial(single, fn, delivery), path)
+
+    return guarded(handle, f"function {name}")
+
+
+def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) -> Response:
+    """The broker. Answers with every outcome of the chain. Paths let upstreams be told
+    apart (per-route authentication and accepted kinds).
+
+    With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
+    instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
+    delivery = broker.delivery
+    events = ingest(headers, body, delivery, path)
+    if delivery.sink is not None:
+        for event in events:
+            delivery.sink(event)
+        return json_response(202, {"forwarded": [e.id for e in events]})
+    outcomes = [o for event in events for o in broker.publish(event)]
+    doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
+    status = worst([o.status for o in outcomes]) if outcomes else 200
+    return json_response(200 if status < 300 else status, doc)
+
+
+def routes(broker: Broker) -> Handler:
+    """Every route of `modelhooks serve`."""
+    delivery = broker.delivery
+    functions = {name: function_delivery(name, delivery) for name in delivery.names}
+
+    def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        if path == "/healthz":
+            return json_response(200, {"status": "ok", "functions": list(delivery.names)})
+        if method != "POST":
+            doc = {"error": "method_not_allowed", "message": f"{method} {path}: use POST"}
+            return json_response(405, doc)
+        if path.startswith("/functions/"):
+            name = path.removeprefix("/functions/").rstrip("/")
+            if name not in functions:
+                raise NotFound(f"no function {name!r}", known=list(delivery.names))
+            return functions[name](method, path, headers, body)
+        return publish(broker, headers, body, path)
+
+    return guarded(handle, "modelhooks serve")
+
+
+# --- Flask (functions-framework targets, and the test client) ------------------------------
 
 
 def to_flask(resp: Response) -> flask.Response:
     import flask
 
     return flask.Response(resp.body, status=resp.status, headers=resp.headers)
-
-
-def call_function(name: str, request: flask.Request, delivery: Delivery) -> Response:
-    """One delivery to one function; never an unexplained 500 (see `internal_error`)."""
-    try:
-        fn = delivery.function(name)
-        dispatch = partial(single, fn, delivery)
-        body = read_body(request, delivery.max_body_bytes)
-        return deliver(dict(request.headers), body, delivery, dispatch, request.path)
-    except ModelhooksError as exc:
-        return error_response(exc)
-    except Exception as exc:
-        return internal_error(exc, f"function {name}")
 
 
 def read_body(request: flask.Request, limit: int) -> bytes:
@@ -61,59 +136,44 @@ def read_body(request: flask.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def publish(request: flask.Request, broker: Broker) -> Response:
-    """`POST /` (or any path outside /functions/): the broker. Answers with every outcome
-    of the chain. Paths let upstreams be told apart, e.g. for per-route authentication.
+def flask_view(handler: Handler, limit: int) -> Callable[[], flask.Response]:
+    """A Flask view answering every request with `handler`."""
 
-    With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
-    instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
-    delivery = broker.delivery
+    def view() -> flask.Response:
+        import flask
+
+        request = flask.request
+        try:
+            body = read_body(request, limit)
+        except ModelhooksError as exc:
+            return to_flask(error_response(exc))
+        return to_flask(handler(request.method, request.path, dict(request.headers), body))
+
+    return view
+
+
+def call_function(name: str, request: flask.Request, delivery: Delivery) -> Response:
+    """A functions-framework target: one delivery to one function."""
     try:
         body = read_body(request, delivery.max_body_bytes)
-        events = ingest(dict(request.headers), body, delivery, request.path)
-        if delivery.sink is not None:
-            for event in events:
-                delivery.sink(event)
-            return json_response(202, {"forwarded": [e.id for e in events]})
     except ModelhooksError as exc:
         return error_response(exc)
-    outcomes = [o for event in events for o in broker.publish(event)]
-    doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
-    status = worst([o.status for o in outcomes]) if outcomes else 200
-    return json_response(200 if status < 300 else status, doc)
+    handler = function_delivery(name, delivery)
+    return handler(request.method, request.path, dict(request.headers), body)
 
 
 def create_app(broker: Broker) -> flask.Flask:
-    """The `modelhooks serve` app: /functions/<name>, / (broker), /healthz."""
+    """`modelhooks serve`'s routes as a Flask app (tests, embedding in a WSGI server)."""
+    return flask_app(routes(broker), broker.delivery.max_body_bytes)
+
+
+def flask_app(handler: Handler, max_body_bytes: int) -> flask.Flask:
+    """A Flask app answering every path and method with `handler`."""
     import flask
 
-    delivery = broker.delivery
     app = flask.Flask("modelhooks")
-
-    @app.errorhandler(Exception)
-    def unexpected(exc: Exception) -> flask.Response:
-        from werkzeug.exceptions import HTTPException
-
-        if isinstance(exc, HTTPException):  # 404, 405, …: answered in JSON too
-            doc = {"error": exc.name.lower().replace(" ", "_"), "message": exc.description}
-            return to_flask(json_response(exc.code or 500, doc))
-        return to_flask(internal_error(exc, "modelhooks serve"))
-
-    @app.post("/functions/<name>")
-    def function(name: str) -> flask.Response:
-        if name not in delivery.names:
-            err = NotFound(f"no function {name!r}", known=list(delivery.names))
-            return to_flask(error_response(err))
-        return to_flask(call_function(name, flask.request, delivery))
-
-    @app.post("/", defaults={"path": ""})
-    @app.post("/<path:path>")
-    def route(path: str) -> flask.Response:
-        return to_flask(publish(flask.request, broker))
-
-    @app.get("/healthz")
-    def healthz() -> flask.Response:
-        doc = {"status": "ok", "functions": list(delivery.names)}
-        return to_flask(json_response(200, doc))
-
+    view = flask_view(handler, max_body_bytes)
+    methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"]
+    app.add_url_rule("/", "root", view, methods=methods)
+    app.add_url_rule("/<path:rest>", "any", lambda rest: view(), methods=methods)
     return app

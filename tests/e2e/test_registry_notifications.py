@@ -34,6 +34,10 @@ def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
         "bearer:token=only-for-the-routes-above",
         "--ingress-registry-host",
         registry.host,
+        "--ingress-route-kinds",
+        f"{path}=oci,zot",  # the registry's route takes registry notifications only
+        "--store-allow-local-targets",
+        "true",  # the registry listens on loopback here
     )
     repo = f"e2e/{uuid.uuid4().hex[:8]}"
     with requests.Session() as http:

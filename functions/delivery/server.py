@@ -1,0 +1,137 @@
+"""The HTTP server of `modelhooks serve` and `modelhooks dead-letter`: uvicorn (asyncio)
+reads requests, and a bounded pool of threads runs the handlers.
+
+Bounded by construction: a stalled or slow client costs a coroutine, never a thread; at
+most `max_connections` connections and requests are in flight (more get 503); a body must
+arrive within `read_timeout` (else 408) and stops being read past `max_body_bytes` (413);
+idle keep-alive connections close after `keepalive` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from modelhooks.core.errors import ModelhooksError, PayloadTooLarge
+from modelhooks.delivery.http import Handler
+from modelhooks.delivery.runtime import Response, error_response, json_response
+
+__all__ = ["Asgi", "Limits", "run"]
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Limits:
+    threads: int = 8  # deliveries handled at once
+    read_timeout: float = 30.0  # seconds for a request's body to arrive
+    keepalive: int = 5  # seconds an idle kept-alive connection stays open
+    max_connections: int = 1000  # connections and requests in flight; more get 503
+    max_body_bytes: int = 1 << 20
+
+
+class Asgi:
+    """An ASGI app around a framework-free `Handler` (modelhooks.delivery.http)."""
+
+    def __init__(self, handler: Handler, limits: Limits) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.pool = ThreadPoolExecutor(limits.threads, thread_name_prefix="delivery")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        try:
+            body = await asyncio.wait_for(self._body(headers, receive), self.limits.read_timeout)
+        except TimeoutError:
+            doc = {"error": "request_timeout", "message": "the request body did not arrive in time"}
+            response = json_response(408, doc)
+        except ModelhooksError as exc:
+            response = error_response(exc)
+        else:
+            loop = asyncio.get_running_loop()
+            response = await loop.run_in_executor(
+                self.pool, self.handler, scope["method"], scope["path"], headers, body
+            )
+        await _send(send, response)
+
+    async def _body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
+        limit = self.limits.max_body_bytes
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit}")
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"body over the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        return b"".join(chunks)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _send(send: Send, response: Response) -> None:
+    headers = [
+        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
+    ]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+def run(
+    handler: Handler,
+    *,
+    host: str,
+    port: int,
+    limits: Limits = Limits(),
+    on_ready: Callable[[str, int], None] | None = None,
+) -> None:
+    """Serve until interrupted. `on_ready(host, port)` runs once the socket is bound (the
+    port is the real one when 0 was asked for)."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    if on_ready is not None:
+        on_ready(host, int(sock.getsockname()[1]))
+    config = uvicorn.Config(
+        Asgi(handler, limits),
+        lifespan="on",
+        timeout_keep_alive=limits.keepalive,
+        limit_concurrency=limits.max_connections,
+        log_level="warning",
+        access_log=False,
+        h11_max_incomplete_event_size=64 * 1024,
+    )
+    uvicorn.Server(config).run(sockets=[sock])
