@@ -6,6 +6,10 @@ The body is the S3 event notification JSON: `Records[]`, each with `eventName`
 URL-encoded (a space arrives as `+`). MinIO webhook targets send the same record in an
 envelope that adds `EventName` and `Key` (bucket/decoded key) at the top level.
 
+Metadata-only changes are not pushes: MinIO's `s3:ObjectCreated:PutTagging`,
+`DeleteTagging`, `PutRetention` and `PutLegalHold` (S3 files tagging, ACL and restore under
+other event names, which are ignored too).
+
 A ready marker created → ArtifactPushed named `s3-version:<versionId>` on a versioned
 bucket, else `s3-etag:<etag>`. The marker or any file under a model prefix removed →
 ArtifactDeleted for that prefix. Several records → several events.
@@ -65,8 +69,21 @@ def from_s3_notification(inbound: Inbound, *, layout: ObjectLayout) -> list[Cano
     return events
 
 
+# MinIO files these metadata-only changes under s3:ObjectCreated:*; they are not pushes.
+METADATA_ONLY = frozenset(
+    {
+        "ObjectCreated:PutTagging",
+        "ObjectCreated:DeleteTagging",
+        "ObjectCreated:PutRetention",
+        "ObjectCreated:PutLegalHold",
+    }
+)
+
+
 def _change(event_name: str) -> Literal["created", "removed"] | None:
     name = event_name.removeprefix("s3:")
+    if name in METADATA_ONLY:
+        return None
     if name.startswith("ObjectCreated:"):
         return "created"
     if name == "ObjectRemoved:NoOP":  # MinIO: a delete of a key that did not exist

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -185,3 +186,17 @@ def test_a_put_and_a_delete_sharing_a_sequencer_keep_distinct_ids() -> None:
     removed = copy.deepcopy(put)
     removed["Records"][0]["eventName"] = "s3:ObjectRemoved:Delete"
     assert _translate(put)[0].id != _translate(removed)[0].id
+
+
+@pytest.mark.parametrize(
+    "event_name",
+    ["s3:ObjectCreated:PutTagging", "s3:ObjectCreated:DeleteTagging",
+     "s3:ObjectCreated:PutRetention", "s3:ObjectCreated:PutLegalHold"],
+)  # fmt: skip
+def test_minio_metadata_only_changes_of_the_marker_are_not_pushes(event_name: str) -> None:
+    inbound = samples.inbound("s3-minio-put-marker")
+    body = copy.deepcopy(inbound.data)
+    body["EventName"] = event_name
+    for record in body["Records"]:
+        record["eventName"] = event_name
+    assert translate(dataclasses.replace(inbound, data=body), layout=LAYOUT) == []

@@ -3,11 +3,19 @@
 Real-shaped GCS and S3 notifications (bucket + object name) work against local files: a
 bucket `models` is the directory `<root>/models`. A file's generation is its modification
 time in nanoseconds and size, which changes whenever the file is rewritten.
+
+Only regular files are objects. Names taken from events never leave the root: a symbolic
+link anywhere on the way (bucket, model or version directory, or the file itself), a FIFO,
+a socket or a device is refused with BadRequest, so nothing outside the root is read or
+written and nothing blocks. `allow_symlinks=True` (the `sign`/`verify` commands' explicit
+option for a local directory) follows links to regular files.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,49 +27,86 @@ __all__ = ["LocalObjectStore"]
 
 
 class LocalObjectStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, allow_symlinks: bool = False) -> None:
         self.root = Path(root)
+        self.allow_symlinks = allow_symlinks
 
     def path(self, bucket: str, key: str = "") -> Path:
-        """The local path of an object, refusing names that escape the bucket."""
-        if not bucket or "/" in bucket or bucket in (".", ".."):
+        """The local path of an object, refusing names that escape the bucket and, unless
+        symlinks are allowed, any symbolic link on the way."""
+        if not bucket or "/" in bucket or bucket in (".", "..") or "\0" in bucket:
             raise BadRequest(f"invalid bucket name {bucket!r}")
         parts = [p for p in key.split("/") if p]
-        if any(p in (".", "..") for p in parts):
+        if any(p in (".", "..") or "\0" in p for p in parts):
             raise BadRequest(f"invalid object name {key!r}")
-        return self.root.joinpath(bucket, *parts)
+        path = self.root.joinpath(bucket, *parts)
+        if not self.allow_symlinks:
+            here = self.root
+            for part in (bucket, *parts):
+                here = here / part
+                if here.is_symlink():
+                    raise BadRequest(f"{bucket}/{key}: {here} is a symbolic link", key=key)
+        return path
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
         p = self.path(bucket, key)
-        if not p.is_file():
+        try:
+            st = p.stat() if self.allow_symlinks else p.lstat()
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        return self._info(bucket, key, p)
+        except OSError as exc:  # a name too long, a loop
+            raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        self._regular(st, bucket, key)
+        return self._info(bucket, key, st)
 
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
-        base = self.path(bucket)
-        if not base.is_dir():
+        """Every object under `prefix`: only the prefix's own directory is walked."""
+        head, _, _ = prefix.rpartition("/")
+        start = self.path(bucket, head)
+        if not start.is_dir() or (start.is_symlink() and not self.allow_symlinks):
             return
-        keys = []
-        for dirpath, _dirs, files in os.walk(base):
+        base = self.path(bucket)
+        found = []
+        for dirpath, dirs, files in os.walk(start, followlinks=self.allow_symlinks):
             rel = Path(dirpath).relative_to(base).as_posix()
-            for f in files:
-                key = f if rel == "." else f"{rel}/{f}"
+            for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(dirpath, d)))]:
+                key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix):
-                    keys.append(key)
-        for key in sorted(keys):
-            yield self._info(bucket, key, base / key)
+                    found.append(key)
+        for key in sorted(found):
+            info = self.stat(bucket, key)
+            if info is not None:
+                yield info
 
     def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+        with self.open(bucket, key) as f:
+            f.seek(start)
+            return f.read(length)
+
+    def open(self, bucket: str, key: str) -> io.FileIO:
+        """The object's file, unbuffered, once it is known to be a regular file (opened
+        without blocking, so a FIFO cannot hang the caller, and without following a link)."""
+        flags = os.O_RDONLY | os.O_NONBLOCK | (0 if self.allow_symlinks else os.O_NOFOLLOW)
         try:
-            with self.path(bucket, key).open("rb") as f:
-                f.seek(start)
-                return f.read(length)
+            fd = os.open(self.path(bucket, key), flags)
         except FileNotFoundError:
             raise NotFound(f"no object {key!r} in bucket {bucket!r}") from None
+        except OSError as exc:  # ELOOP: a symbolic link; ENAMETOOLONG; EISDIR
+            raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
+        try:
+            self._regular(os.fstat(fd), bucket, key)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return io.FileIO(fd, "rb")
 
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
         p = self.path(bucket, key)
         p.parent.mkdir(parents=True, exist_ok=True)
+        self.path(bucket, key)  # nothing on the way became a link meanwhile
         fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         tmp = Path(name)
         with os.fdopen(fd, "wb") as f:
@@ -75,14 +120,20 @@ class LocalObjectStore:
                 tmp.unlink()
         else:
             os.replace(tmp, p)
-        return self._info(bucket, key, p)
+        return self._info(bucket, key, p.lstat())
 
     def delete(self, bucket: str, key: str) -> None:
         self.path(bucket, key).unlink(missing_ok=True)
 
     @staticmethod
-    def _info(bucket: str, key: str, p: Path) -> ObjectInfo:
-        st = p.stat()
+    def _regular(st: os.stat_result, bucket: str, key: str) -> None:
+        if stat.S_ISLNK(st.st_mode):
+            raise BadRequest(f"{bucket}/{key} is a symbolic link", key=key)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadRequest(f"{bucket}/{key} is not a regular file", key=key)
+
+    @staticmethod
+    def _info(bucket: str, key: str, st: os.stat_result) -> ObjectInfo:
         return ObjectInfo(
             bucket=bucket, key=key, size=st.st_size, generation=f"{st.st_mtime_ns}-{st.st_size}"
         )

@@ -37,4 +37,4 @@ def local_model(path: Path, *, allow_symlinks: bool = False) -> tuple[LocalObjec
             f"{path} contains symbolic links (allow them explicitly to follow them)",
             symlinks=links,
         )
-    return LocalObjectStore(root.parent), root.name, ""
+    return LocalObjectStore(root.parent, allow_symlinks=allow_symlinks), root.name, ""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from modelhooks.adapters.signing.bundle import signer_of, unverified_payload
 from modelhooks.adapters.signing.manifest import Manifest
 from modelhooks.adapters.signing.streaming import HashOptions, Progress, hash_model, read_object
-from modelhooks.core.errors import Conflict, NotFound, VerificationFailed
+from modelhooks.core.errors import BadRequest, Conflict, NotFound, VerificationFailed
 from modelhooks.core.ports import ObjectStore, Signer, Verifier
 
 __all__ = [
@@ -102,6 +102,10 @@ def sign_model(
     manifest = hash_model(
         store, bucket, prefix, opts.serialization(), options=opts, progress=progress
     )
+    if not manifest.resources:  # a signature over nothing would "verify" forever
+        raise BadRequest(
+            f"no model files under {bucket}/{prefix}: nothing to sign", bucket=bucket, prefix=prefix
+        )
 
     def settled(bundle: bytes) -> Signed | None:
         claimed = _claimed_digest(bundle)

@@ -113,6 +113,8 @@ def sign_oci(
     (other signers' referrers are left alone: a model may carry several signatures)."""
     opts = options or HashOptions()
     manifest, digest, size = _hash(client, repo, ref, opts.serialization(), opts)
+    if not manifest.resources:  # a signature over nothing would "verify" forever
+        raise BadRequest(f"{repo}:{ref} has no titled layers: nothing to sign", repo=repo)
     for referrer, old in _bundles(client, repo, digest):
         try:
             claimed = Manifest.from_statement(unverified_payload(old)[1]).root_digest

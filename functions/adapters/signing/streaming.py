@@ -172,7 +172,7 @@ def _local_chunks(
     chunk, which is what the page-cache copy of a local disk costs most. Each view is
     valid until the next one is taken."""
     buffer = memoryview(bytearray(chunk))
-    with store.path(bucket, key).open("rb", buffering=0) as f:
+    with store.open(bucket, key) as f:
         f.seek(start)
         offset = start
         while offset < end:
