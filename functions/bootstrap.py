@@ -184,14 +184,25 @@ def _stores(settings: Settings) -> Stores:
         {"file": lambda: object_store("local", settings), "gs": factory("gs"), "s3": factory("s3")},
         local_root=settings.home / "store",
         allow_local_targets=settings.store.allow_local_targets,
+        allowed_hosts=_allowed_hosts(settings),
+    )
+
+
+def _allowed_hosts(settings: Settings) -> frozenset[str]:
+    return frozenset(
+        h.strip().lower() for h in settings.store.allowed_hosts.split(",") if h.strip()
     )
 
 
 def _oci(settings: Settings) -> OciClients:
+    """Registries named by events: only public addresses unless store.allow_local_targets."""
     user, password = settings.oci.username, settings.oci.password
-    if not user:
-        return OciClients()
-    return OciClients(auth=(user, resolve_value(password, "MODELHOOKS_OCI_PASSWORD")))
+    auth = (user, resolve_value(password, "MODELHOOKS_OCI_PASSWORD")) if user else None
+    return OciClients(
+        auth,
+        allow_local=settings.store.allow_local_targets,
+        allowed_hosts=_allowed_hosts(settings),
+    )
 
 
 def _http_sink(url: str) -> Sink:

@@ -78,10 +78,17 @@ class StoreSettings(_Section, frozen=True, kw_only=True):
     allow_local_targets: Annotated[
         bool,
         doc(
-            "let URIs taken from events name loopback, link-local or metadata hosts "
-            "(a registry on this machine, tests); off in production"
+            "let URIs taken from events name any host, loopback, private and metadata "
+            "addresses included (a registry on this machine, tests); off in production"
         ),
     ] = False
+    allowed_hosts: Annotated[
+        str,
+        doc(
+            "hosts (host or host:port, comma-separated) events may name even though they are "
+            "private, e.g. an in-cluster registry: registry.ml.svc:5000,10.0.0.7:5000"
+        ),
+    ] = ""
 
 
 class LayoutSettings(_Section, frozen=True, kw_only=True):

@@ -9,18 +9,16 @@ stay unimported until a function needs them. `Stores` validates what events name
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from threading import Lock
 from urllib.parse import urlsplit
 
+from modelhooks.core.addresses import refusal
 from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.ports import ObjectStore
 
 __all__ = ["Stores", "split_uri"]
-
-_LOCAL_NAMES = {"localhost", "metadata", "metadata.google.internal", "instance-data"}
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:
@@ -47,10 +45,12 @@ class Stores:
         *,
         local_root: Path,
         allow_local_targets: bool = False,
+        allowed_hosts: frozenset[str] = frozenset(),
     ) -> None:
         self.factories = dict(factories)
         self.local_root = local_root
         self.allow_local_targets = allow_local_targets
+        self.allowed_hosts = allowed_hosts
         self._made: dict[str, ObjectStore] = {}
         self._lock = Lock()
 
@@ -95,20 +95,21 @@ class Stores:
             self._local_key(uri)
 
     def check_host(self, uri: str) -> None:
-        """Refuse a URI from an event that names this machine or the cloud metadata
-        service (unless store.allow_local_targets): a function must not be steered at them.
-        Host names are judged as written; they are not resolved."""
-        host = (urlsplit(uri).hostname or "").lower()
-        if self.allow_local_targets or not host:
+        """Refuse a URI from an event that names this machine, a private network or the
+        cloud metadata service, in any notation (unless store.allow_local_targets): a
+        function must not be steered at them. Judged as written; the connection itself
+        checks what the name resolves to (modelhooks.adapters.net)."""
+        netloc = urlsplit(uri).netloc.rpartition("@")[2]
+        host = netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
+        if self.allow_local_targets or netloc.lower() in self.allowed_hosts:
             return
-        if host in _LOCAL_NAMES or host.endswith((".localhost", ".internal")):
-            raise Forbidden(f"{uri} names a local or metadata host", host=host)
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
+        if host.lower() in self.allowed_hosts:
             return
-        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
-            raise Forbidden(f"{uri} names a loopback or link-local address", host=host)
+        if not host:
+            raise BadRequest(f"{uri} names no host", uri=uri)
+        reason = refusal(host.split("]")[0] + "]" if host.startswith("[") else host)
+        if reason:
+            raise Forbidden(f"{uri} names a {reason}", host=host)
 
     def for_scheme(self, scheme: str) -> ObjectStore:
         with self._lock:

@@ -47,6 +47,11 @@ def test_local_and_metadata_hosts_are_refused(tmp_path: Path, uri: str) -> None:
 
 def test_remote_hosts_pass_and_local_ones_can_be_allowed(tmp_path: Path) -> None:
     stores(tmp_path).check_host("oci://europe-docker.pkg.dev/p/r/m@sha256:00")
-    stores(tmp_path).check_host("oci://10.0.0.7:5000/m:v1")  # in-cluster registries are fine
+    with pytest.raises(Forbidden, match="non-public"):
+        stores(tmp_path).check_host("oci://10.0.0.7:5000/m:v1")  # private: not by default
+    allowed = stores(tmp_path, MODELHOOKS_STORE_ALLOWED_HOSTS="10.0.0.7:5000")
+    allowed.check_host("oci://10.0.0.7:5000/m:v1")  # an in-cluster registry, named
+    with pytest.raises(Forbidden):
+        allowed.check_host("oci://10.0.0.8:5000/m:v1")
     allowed = stores(tmp_path, MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS="true")
     allowed.check_host("oci://127.0.0.1:5000/m:v1")

@@ -49,8 +49,15 @@ def digest_of(data: bytes) -> str:
 class OciClient:
     """Just enough of the OCI distribution API, over HTTP(S) with optional basic auth."""
 
-    def __init__(self, base_url: str, *, auth: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        auth: tuple[str, str] | None = None,
+        opener: urllib.request.OpenerDirector | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._open = (opener or urllib.request.build_opener()).open
         self._headers = {}
         if auth:
             import base64
@@ -66,7 +73,7 @@ class OciClient:
         for k, v in {**self._headers, **headers}.items():
             req.add_header(k.replace("_", "-"), v)
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with self._open(req, timeout=60) as resp:
                 return resp.status, dict(resp.headers.items()), resp.read()
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers.items()), e.read()
@@ -152,14 +159,25 @@ def parse_uri(uri: str) -> tuple[str, str, str]:
 
 
 class OciClients:
-    """One client per registry host, all with the same credentials (none by default):
-    plain HTTP for loopback registries, HTTPS otherwise."""
+    """Clients for the registries events name, all with the same credentials (none by
+    default): plain HTTP for loopback registries, HTTPS otherwise. Connections go only to
+    public addresses unless `allow_local` (modelhooks.adapters.net)."""
 
-    def __init__(self, auth: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        auth: tuple[str, str] | None = None,
+        *,
+        allow_local: bool = True,
+        allowed_hosts: frozenset[str] = frozenset(),
+    ) -> None:
+        from modelhooks.adapters.net import guarded_opener
+
         self.auth = auth
+        self._opener = guarded_opener(allow_local=allow_local, allowed_hosts=allowed_hosts)
 
     def for_uri(self, uri: str) -> tuple[OciClient, str, str]:
         """(client, repository, tag or digest) for an `oci://` URI."""
         host, repo, ref = parse_uri(uri)
         loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
-        return OciClient(f"{'http' if loopback else 'https'}://{host}", auth=self.auth), repo, ref
+        base = f"{'http' if loopback else 'https'}://{host}"
+        return OciClient(base, auth=self.auth, opener=self._opener), repo, ref
