@@ -21,6 +21,7 @@ from typing import Any
 from modelhooks.adapters.oci.client import OciClients
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.adapters.signing.streaming import HashOptions
+from modelhooks.core.content import ContentResolver
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
 from modelhooks.core.ports import ModelRegistry, ObjectStore, Signer
@@ -121,6 +122,10 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         registry_host=settings.ingress.registry_host or None,
         sink=_http_sink(settings.router.sink) if settings.router.sink else None,
         max_future_skew=settings.ingress.max_future_skew,
+        resolve=ContentResolver(
+            deps.stores,
+            frozenset({settings.layout.marker, settings.signing.signature_name}),
+        ),
     )
     delivery = dataclasses.replace(
         delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}

@@ -70,10 +70,12 @@ class ModelArtifact:
 @dataclass(frozen=True)
 class ObjectInfo:
     """One object in a store. `generation` is the store's immutable revision id
-    (GCS generation, S3 versionId or ETag, a local file's content hash)."""
+    (GCS generation, S3 versionId or ETag, a local file's modification time and size);
+    `checksum` the store's own content checksum where it has one (GCS md5/crc32c, S3 ETag)."""
 
     bucket: str
     key: str
     size: int
     generation: str
     etag: str = ""
+    checksum: str = ""

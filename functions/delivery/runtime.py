@@ -145,6 +145,8 @@ class Delivery:
     registry_host: str | None = None
     sink: Sink | None = None
     max_future_skew: float = 300.0
+    # An upstream push → the same push named by its content (modelhooks.core.content).
+    resolve: Callable[[CanonicalEvent], CanonicalEvent] | None = None
 
 
 def ingest(
@@ -157,13 +159,17 @@ def ingest(
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
     delivery.auth.check(path, headers, body)
     inbounds = decode(headers, body, max_bytes=limit)
-    for inbound in inbounds:  # trust is bound to the route: what may come through it
-        delivery.auth.admit_kind(path, kind_of(inbound))
-    events = [
-        e
-        for inbound in inbounds
-        for e in translate(inbound, layout=delivery.layout, registry_host=delivery.registry_host)
-    ]
+    kinds = [kind_of(inbound) for inbound in inbounds]
+    for kind in kinds:  # trust is bound to the route: what may come through it
+        delivery.auth.admit_kind(path, kind)
+    events = []
+    for inbound, kind in zip(inbounds, kinds, strict=True):
+        translated = translate(
+            inbound, layout=delivery.layout, registry_host=delivery.registry_host
+        )
+        if kind != "canonical" and delivery.resolve is not None:  # canonical: resolved already
+            translated = [delivery.resolve(e) for e in translated]
+        events.extend(translated)
     horizon = datetime.now(UTC) + timedelta(seconds=delivery.max_future_skew)
     for event in events:
         if event.time is not None and event.time > horizon:

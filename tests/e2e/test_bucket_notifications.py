@@ -15,12 +15,24 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 def test_a_model_landing_in_minio_gets_registered_once(
     minio: Minio, serve: Callable[..., Served]
 ) -> None:
+    env = {
+        "AWS_ACCESS_KEY_ID": minio.access_key,
+        "AWS_SECRET_ACCESS_KEY": minio.secret_key,
+        "AWS_DEFAULT_REGION": minio.region,
+    }
     served = serve(
         minio.notify_port,
         "--ingress-route-auth",
         f"/minio-events=bearer:token={minio.notify_token}",
         "--ingress-auth",
         "bearer:token=not-for-minio",
+        "--ingress-route-kinds",
+        "/minio-events=s3",
+        "--store-backend",
+        "cloud",  # the ingress lists the version in MinIO to name it by its content
+        "--store-s3-endpoint-url",
+        minio.endpoint_url,
+        env=env,
     )
     with minio.s3_client() as s3:
         s3.create_bucket(Bucket="e2e-models")
@@ -42,11 +54,12 @@ def test_a_model_landing_in_minio_gets_registered_once(
         (row,) = rows
         assert (row["model"], row["version"]) == ("sentiment v2", "1")
         assert row["uri"] == "s3://e2e-models/models/sentiment v2/1/"
-        assert row["digest"] == "s3-etag:" + marker["ETag"].strip('"')
+        assert row["digest"].startswith("content-sha256:")  # named by what it holds
+        assert marker["ETag"]
         assert row["artifact_state"] == "LIVE"
 
-        # The same marker again (same content, same ETag): a redelivery in effect.
-        s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"")
+        # The version marked ready again, content unchanged: nothing new.
+        s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"again")
         served.wait_for(
             "the second delivery to be handled",
             lambda: served.logs().count("register ok dev.modelhooks.artifact.pushed") >= 2,
@@ -54,6 +67,7 @@ def test_a_model_landing_in_minio_gets_registered_once(
         assert served.registrations() == rows
 
         # Other content under the same version: refused as a conflict, nothing overwritten.
-        s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"changed")
+        s3.put_object(Bucket="e2e-models", Key=prefix + "weights.bin", Body=b"x" * 4096)
+        s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"")
         served.wait_for("the conflict", lambda: '"status": 409' in served.logs())
         assert served.registrations() == rows

@@ -71,6 +71,7 @@ class GcsObjectStore:
             size=int(blob.size or 0),
             generation=str(blob.generation or ""),
             etag=str(blob.etag or ""),
+            checksum=f"md5:{blob.md5_hash}" if blob.md5_hash else f"crc32c:{blob.crc32c or ''}",
         )
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:

@@ -103,7 +103,8 @@ class S3ObjectStore:
                 return None
             raise s3_error(e, bucket, key) from e
         generation, etag = self._generation(meta)
-        return ObjectInfo(bucket, key, int(meta.get("ContentLength", 0)), generation, etag)
+        size = int(meta.get("ContentLength", 0))
+        return ObjectInfo(bucket, key, size, generation, etag, checksum=f"etag:{etag}")
 
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         try:
@@ -113,7 +114,8 @@ class S3ObjectStore:
             for page in pages:
                 for item in page.get("Contents", []):
                     generation, etag = self._generation(item)
-                    yield ObjectInfo(bucket, item["Key"], int(item["Size"]), generation, etag)
+                    size = int(item["Size"])
+                    yield ObjectInfo(bucket, item["Key"], size, generation, etag, f"etag:{etag}")
         except Exception as e:
             raise s3_error(e, bucket, prefix) from e
 

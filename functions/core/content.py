@@ -1,0 +1,62 @@
+"""The content digest of an object-store model: what a version IS, whatever marks it ready.
+
+    sha256 over the lines  "<relative path>\\t<size>\\t<checksum>\\n"  of every object under
+    the version's prefix, sorted by path, except the ready marker and the signature;
+
+where the checksum is the store's own content checksum (GCS md5 or crc32c, S3 ETag) and, on
+the embedded local store (which keeps none), the file's modification time and size. So
+re-marking unchanged content (a second `_SUCCESS`, a re-upload of the marker) gives the
+same digest and registers nothing new, while changed content gives another digest (a
+Conflict for a version already registered). It is computed once, at ingress, from one
+listing, and carried by the event: every function sees the same value.
+
+>>> from modelhooks.core.records import ObjectInfo
+>>> content_digest([ObjectInfo("b", "m/1/w.bin", 3, "g1", checksum="md5:x")], "m/1/", set())
+'content-sha256:...'
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from modelhooks.core.records import ObjectInfo
+from modelhooks.core.stores import Stores
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent
+
+__all__ = ["MARKER_LABEL", "PREFIX", "ContentResolver", "content_digest"]
+
+PREFIX = "content-sha256:"
+MARKER_LABEL = "modelhooks.dev/marker"  # the ready marker's own identity, kept for tracing
+
+
+def content_digest(objects: Iterable[ObjectInfo], prefix: str, exclude: set[str]) -> str:
+    """The digest of the objects under `prefix`, leaving out the names in `exclude`
+    (relative to the prefix: the ready marker, the signature)."""
+    lines = []
+    for info in objects:
+        rel = info.key[len(prefix) :] if info.key.startswith(prefix) else info.key
+        if rel in exclude:
+            continue
+        lines.append(f"{rel}\t{info.size}\t{info.checksum or info.generation}\n")
+    h = hashlib.sha256("".join(sorted(lines)).encode("utf-8", "surrogateescape"))
+    return PREFIX + h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ContentResolver:
+    """Gives an object-store push its content digest (an OCI push is named by its manifest
+    digest already). `exclude`: the ready marker's and the signature's names."""
+
+    stores: Stores
+    exclude: frozenset[str]
+
+    def __call__(self, event: CanonicalEvent) -> CanonicalEvent:
+        data = event.data
+        if not isinstance(data, ArtifactPushed) or data.store == "oci":
+            return event
+        store, bucket, prefix = self.stores.resolve(data.uri)
+        digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
+        labels = {**data.labels, MARKER_LABEL: data.digest}
+        return event.replace(data=data.replace(digest=digest, labels=labels))
