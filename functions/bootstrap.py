@@ -122,6 +122,8 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         registry_host=settings.ingress.registry_host or None,
         sink=_http_sink(settings.router.sink) if settings.router.sink else None,
         max_future_skew=settings.ingress.max_future_skew,
+        max_events=settings.ingress.max_events,
+        deadline=settings.ingress.deadline,
         resolve=ContentResolver(
             deps.stores,
             frozenset({settings.layout.marker, settings.signing.signature_name}),

@@ -127,6 +127,13 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
             "path, every kind but canonical on an authenticated one"
         ),
     ] = ""
+    max_events: Annotated[
+        int, doc("events one delivery may carry (a batch, S3 records); more get 413", ge=1)
+    ] = 100
+    deadline: Annotated[
+        float,
+        doc("seconds one delivery may work; events left then answer 503 (redelivered)", gt=0),
+    ] = 60.0
     max_future_skew: Annotated[
         float, doc("seconds an event's time may lie in the future before it is refused", ge=0)
     ] = 300.0

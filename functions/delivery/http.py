@@ -25,6 +25,7 @@ from modelhooks.delivery.runtime import (
     ingest,
     internal_error,
     json_response,
+    run_all,
     worst,
 )
 
@@ -83,7 +84,7 @@ def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) 
         for event in events:
             delivery.sink(event)
         return json_response(202, {"forwarded": [e.id for e in events]})
-    outcomes = [o for event in events for o in broker.publish(event)]
+    outcomes = run_all(events, broker.publish, delivery.deadline)
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
     return json_response(200 if status < 300 else status, doc)

@@ -145,6 +145,8 @@ class Delivery:
     registry_host: str | None = None
     sink: Sink | None = None
     max_future_skew: float = 300.0
+    max_events: int = 100
+    deadline: float = 60.0
     # An upstream push → the same push named by its content (modelhooks.core.content).
     resolve: Callable[[CanonicalEvent], CanonicalEvent] | None = None
 
@@ -159,6 +161,7 @@ def ingest(
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
     delivery.auth.check(path, headers, body)
     inbounds = decode(headers, body, max_bytes=limit)
+    _check_count(len(inbounds), delivery.max_events)
     kinds = [kind_of(inbound) for inbound in inbounds]
     for kind in kinds:  # trust is bound to the route: what may come through it
         delivery.auth.admit_kind(path, kind)
@@ -170,6 +173,7 @@ def ingest(
         if kind != "canonical" and delivery.resolve is not None:  # canonical: resolved already
             translated = [delivery.resolve(e) for e in translated]
         events.extend(translated)
+        _check_count(len(events), delivery.max_events)
     horizon = datetime.now(UTC) + timedelta(seconds=delivery.max_future_skew)
     for event in events:
         if event.time is not None and event.time > horizon:
@@ -179,6 +183,33 @@ def ingest(
                 field="time",
             )
     return events
+
+
+def _check_count(count: int, limit: int) -> None:
+    if count > limit:
+        raise PayloadTooLarge(
+            f"a delivery of {count} events is over the limit of {limit} (ingress.max_events)"
+        )
+
+
+def run_all(
+    events: Sequence[CanonicalEvent],
+    dispatch: Callable[[CanonicalEvent], list[Outcome]],
+    deadline: float,
+) -> list[Outcome]:
+    """Dispatch each event until the delivery's deadline; the events left then answer 503,
+    so the platform redelivers them (every effect is idempotent)."""
+    stop = time.monotonic() + deadline
+    outcomes: list[Outcome] = []
+    for event in events:
+        if time.monotonic() > stop:
+            error = Unavailable(
+                f"the delivery's deadline of {deadline:g} s passed before event {event.id}"
+            )
+            outcomes.append(Outcome("-", event.id, event.type, 503, error=error.as_json()))
+            continue
+        outcomes.extend(dispatch(event))
+    return outcomes
 
 
 def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
@@ -240,7 +271,7 @@ def deliver(
             error=exc.as_json(),
         )
         return error_response(exc)
-    outcomes = [o for event in events for o in dispatch(event)]
+    outcomes = run_all(events, dispatch, delivery.deadline)
     status = worst(o.status for o in outcomes) if outcomes else 204
     if status >= 300:
         return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})

@@ -22,7 +22,7 @@ from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import Conflict, Unavailable
 from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry, Signer
-from modelhooks.core.records import ModelVersion
+from modelhooks.core.records import ModelState, ModelVersion
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
 
@@ -78,6 +78,8 @@ def sign_artifact(
         _log.info("sign: %s is not a model location this function signs", pushed.uri)
         return []
     version = _registered_version(registry, pushed)
+    if version.state != ModelState.LIVE:
+        return []  # a push older than the model's deletion: nothing to sign
     props = version.custom_properties
     if props.get("signature.artifact_digest") == pushed.digest:
         return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing

@@ -19,6 +19,7 @@ from modelhooks.core.logs import configure as configure_logs
 from modelhooks.core.logs import log
 from modelhooks.delivery.http import create_app
 from modelhooks.events import samples
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent
 
 MINIO = {"Authorization": "Bearer minio-token"}
 ROUTES = {
@@ -144,3 +145,32 @@ def test_an_unexpected_exception_is_a_json_500_without_internals(home: Path) -> 
     resp = client.post("/functions/register", json=canonical())
     assert resp.status_code == 500 and resp.is_json
     assert "secret internals" not in resp.get_data(as_text=True)
+
+
+def test_a_delivery_carries_a_bounded_number_of_events(
+    serve: Callable[[dict[str, str]], FlaskClient], home: Path
+) -> None:
+    client = serve({"MODELHOOKS_INGRESS_MAX_EVENTS": "3"})
+    batch = [canonical(id=f"b{i}") for i in range(4)]
+    resp = client.post("/", json=batch, content_type="application/cloudevents-batch+json")
+    assert (
+        resp.status_code == 413 and resp.json is not None and "max_events" in resp.json["message"]
+    )
+    assert models(home) == []
+    ok = client.post("/", json=batch[:3], content_type="application/cloudevents-batch+json")
+    assert ok.status_code == 200
+
+
+def test_events_past_the_delivery_deadline_answer_503_and_are_redelivered(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import modelhooks.delivery.runtime as runtime
+
+    clock = iter([0.0, 0.0, 100.0, 100.0, 100.0, 100.0])
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: next(clock, 100.0))
+    outcomes = runtime.run_all(
+        [CanonicalEvent.new(ArtifactPushed(**canonical()["data"]), source="s", id=i) for i in "ab"],
+        lambda e: [runtime.Outcome("f", e.id, e.type, 200)],
+        deadline=60,
+    )
+    assert [(o.event_id, o.status) for o in outcomes] == [("a", 200), ("b", 503)]
