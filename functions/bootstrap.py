@@ -16,11 +16,10 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from threading import Lock
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelhooks.adapters.oci.client import OciClients
 from modelhooks.adapters.signing.config import SigningConfig
-from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
@@ -36,6 +35,9 @@ from modelhooks.events.auth import resolve_value
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.handlers import NAMES, load
 
+if TYPE_CHECKING:
+    from modelhooks.adapters.signing.streaming import HashOptions
+
 __all__ = ["App", "Deps", "build", "model_registry", "object_store", "reset"]
 
 
@@ -47,7 +49,7 @@ class Deps:
     stores: Stores
     oci: OciClients
     signer: Signer | None  # None when signing is off (SigningConfig.enabled)
-    hash_options: HashOptions
+    hash_options: HashOptions | None  # None when signing is off
     check_namespace: bool  # tenancy is on: only the owning namespace may act on a model
 
 
@@ -140,12 +142,13 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         return overrides[name] if name in overrides else make()
 
     signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
+    signer = made("signer", signing.signer)
     return Deps(
         registry=made("registry", lambda: model_registry(settings)),
         stores=made("stores", lambda: _stores(settings)),
         oci=made("oci", lambda: _oci(settings)),
-        signer=made("signer", signing.signer),
-        hash_options=made("hash_options", signing.options),
+        signer=signer,
+        hash_options=made("hash_options", lambda: signing.options() if signer else None),
         check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
     )
 

@@ -45,7 +45,7 @@ def handle(
     oci: OciClients,
     registry: ModelRegistry,
     signer: Signer | None,
-    hash_options: HashOptions,
+    hash_options: HashOptions | None,
 ) -> list[CanonicalEvent]:
     """`signer` is None when signing is off (see SigningConfig.enabled): then no reply."""
     if not isinstance(event.data, ArtifactPushed) or signer is None:
@@ -57,7 +57,7 @@ def handle(
         oci=oci,
         registry=registry,
         signer=signer,
-        options=hash_options,
+        options=hash_options or HashOptions(),
     )
 
 

@@ -267,6 +267,8 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
                 for tool in ("postgres", "initdb", "createdb", "pg_isready")
             },
         ),
+        # The load generator of the throughput benchmark (tests/bench): C, not the bottleneck.
+        AptPackage(name="wrk", package="wrk", version="4.1", binaries={"wrk": "/usr/bin/wrk"}),
         # Containers (tests/servers/containers.py): the image build and run test.
         AptPackage(
             name="podman", package="podman", version="4.3", binaries={"podman": "/usr/bin/podman"}

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelhooks.adapters.signing.keyless import ENV_URLS, SigstoreTrust, sigstore_env_state
-from modelhooks.adapters.signing.manifest import HashType
-from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.ports import Signer, Verifier
 
 __all__ = ["SigningConfig"]
 
 if TYPE_CHECKING:
+    from modelhooks.adapters.signing.manifest import HashType
+    from modelhooks.adapters.signing.streaming import HashOptions
     from modelhooks.core.settings import SigningSettings
 
 _log = logging.getLogger("modelhooks.signing")
@@ -98,6 +98,8 @@ class SigningConfig:
         return False, "no signing method configured"
 
     def options(self) -> HashOptions:
+        from modelhooks.adapters.signing.streaming import HashOptions  # on first use: threads
+
         return HashOptions(
             hash_type=self.hash,
             method="shards" if self.shard_size else "files",
@@ -108,11 +110,11 @@ class SigningConfig:
 
     def signer(self, env: Mapping[str, str] | None = None) -> Signer | None:
         """The configured signer, or None when signing is off."""
+        if not self.enabled(env)[0]:
+            return None
         from modelhooks.adapters.signing.keyless import SigstoreSigner
         from modelhooks.adapters.signing.keys import CertificateSigner, KeySigner
 
-        if not self.enabled(env)[0]:
-            return None
         password = _read_secret(self.password_file, "MODELHOOKS_SIGNING_PASSWORD_FILE")
         if self.certificate:
             if not self.key:

@@ -1,0 +1,20 @@
+-- Every request a unique artifact.pushed (binary CloudEvent): a new version each time.
+local counter = 0
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+function request()
+  counter = counter + 1
+  local n = tid * 100000000 + counter
+  local body = string.format('{"model":"bench","version":"%d","uri":"gs://models/models/bench/%d/","digest":"gcs-generation:%d","store":"gcs"}', n, n, n)
+  local headers = {
+    ["Content-Type"] = "application/json",
+    ["ce-specversion"] = "1.0",
+    ["ce-id"] = "bench-" .. n,
+    ["ce-source"] = "/bench",
+    ["ce-type"] = "dev.modelhooks.artifact.pushed",
+  }
+  return wrk.format("POST", "/", headers, body)
+end
