@@ -23,7 +23,7 @@ from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
-from modelhooks.core.ports import ModelRegistry, ObjectStore, Signer
+from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Signer
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
 from modelhooks.delivery.broker import Broker
@@ -118,7 +118,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
             settings.ingress.auth, settings.ingress.route_auth, settings.ingress.route_kinds
         ),
         tenancy=Tenancy.parse(settings.tenancy.tenants),
-        dedupe=Dedupe(settings.ingress.dedupe_size),
+        dedupe=Dedupe(settings.ingress.dedupe_size, _delivery_log(settings)),
         layout=settings.layout.object_layout(),
         max_body_bytes=settings.ingress.max_body_bytes,
         registry_host=settings.ingress.registry_host or None,
@@ -151,6 +151,15 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         hash_options=made("hash_options", lambda: signing.options() if signer else None),
         check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
     )
+
+
+def _delivery_log(settings: Settings) -> DeliveryLog | None:
+    """Where the registry is durable on this machine (SQLite), so is dedupe."""
+    if settings.registry.backend != "sqlite" or settings.ingress.dedupe_size <= 0:
+        return None
+    from modelhooks.adapters.idempotency.sqlite import SqliteDeliveryLog
+
+    return SqliteDeliveryLog(settings.home / "deliveries.db", settings.ingress.dedupe_size)
 
 
 def model_registry(settings: Settings) -> ModelRegistry:
@@ -243,6 +252,7 @@ def reset() -> None:
 
 
 def _close(app: App) -> None:
-    close = getattr(app.deps.registry, "close", None)
-    if callable(close):
-        close()
+    for resource in (app.deps.registry, app.delivery.dedupe.log):
+        close = getattr(resource, "close", None)
+        if callable(close):
+            close()

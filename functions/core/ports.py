@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from modelhooks.core.records import ModelArtifact, ModelVersion, ObjectInfo, RegisteredModel
 
-__all__ = ["ModelRegistry", "ObjectStore", "Signer", "Verifier"]
+__all__ = ["DeliveryLog", "ModelRegistry", "ObjectStore", "Signer", "Verifier"]
 
 
 @runtime_checkable
@@ -119,4 +119,19 @@ class Verifier(Protocol):
     def verify(self, bundle: bytes) -> bytes:
         """The signed Statement bytes, once the signature and its trust are checked;
         VerificationFailed (with details) otherwise. Does not look at the model."""
+        ...
+
+
+@runtime_checkable
+class DeliveryLog(Protocol):
+    """Deliveries already handled, by (function, event source, event id): the payload
+    digest and the replies (structured CloudEvents, JSON), so dedupe survives a restart.
+
+    >>> log.put(("register", "s", "e1"), "ab12…", b"[]")  # doctest: +SKIP
+    """
+
+    def get(self, key: tuple[str, str, str]) -> tuple[str, bytes] | None: ...
+
+    def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
+        """Record a delivery; a key recorded already keeps its first record."""
         ...

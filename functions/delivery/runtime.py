@@ -32,13 +32,16 @@ from modelhooks.core.errors import (
 )
 from modelhooks.core.function import Function
 from modelhooks.core.logs import log
+from modelhooks.core.ports import DeliveryLog
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.statuses import status_of
 from modelhooks.delivery.tenancy import Tenancy
+from modelhooks.events.inbound import Inbound
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import kind_of, translate
+from modelhooks.events.sources.canonical import from_canonical_cloudevent
 
 __all__ = [
     "Dedupe",
@@ -85,21 +88,27 @@ class Response:
 
 
 class Dedupe:
-    """A bounded memory of (function, event source, event id) → (payload digest, replies).
+    """A memory of (function, event source, event id) → (payload digest, replies): the
+    recent ones in process (bounded), all of them in `log` when there is one (durable).
 
     A key seen again with the same payload answers the first delivery's replies; with
     another payload it is a Conflict (an id reused for other content is never trusted)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, log: DeliveryLog | None = None) -> None:
         self.size = size
+        self.log = log
         self._seen: OrderedDict[tuple[str, ...], tuple[str, tuple[CanonicalEvent, ...]]] = (
             OrderedDict()
         )
         self._lock = Lock()
 
-    def get(self, key: tuple[str, ...], digest: str) -> tuple[CanonicalEvent, ...] | None:
+    def get(self, key: tuple[str, str, str], digest: str) -> tuple[CanonicalEvent, ...] | None:
         with self._lock:
             seen = self._seen.get(key)
+        if seen is None and self.log is not None and self.size > 0:
+            logged = self.log.get(key)
+            if logged is not None:
+                seen = (logged[0], _replies(logged[1]))
         if seen is None:
             return None
         if seen[0] != digest:
@@ -110,7 +119,9 @@ class Dedupe:
             )
         return seen[1]
 
-    def put(self, key: tuple[str, ...], digest: str, replies: tuple[CanonicalEvent, ...]) -> None:
+    def put(
+        self, key: tuple[str, str, str], digest: str, replies: tuple[CanonicalEvent, ...]
+    ) -> None:
         if self.size <= 0:
             return
         with self._lock:
@@ -118,6 +129,18 @@ class Dedupe:
             self._seen.move_to_end(key)
             while len(self._seen) > self.size:
                 self._seen.popitem(last=False)
+        if self.log is not None:
+            self.log.put(key, digest, json.dumps([structured(r) for r in replies]).encode())
+
+
+def _replies(raw: bytes) -> tuple[CanonicalEvent, ...]:
+    """Replies as the log keeps them (structured CloudEvents) → canonical events."""
+    out: list[CanonicalEvent] = []
+    for doc in json.loads(raw):
+        attrs = {k: v for k, v in doc.items() if k != "data"}
+        inbound = Inbound(kind="cloudevent", id=doc["id"], data=doc["data"], attributes=attrs)
+        out.extend(from_canonical_cloudevent(inbound))
+    return tuple(out)
 
 
 def payload_digest(event: CanonicalEvent) -> str:

@@ -143,19 +143,34 @@ def test_duplicate_delivery_returns_the_same_reply_and_changes_nothing(
     )  # type: ignore[union-attr]
 
 
-def test_redelivery_after_restart_is_idempotent(home: Path) -> None:
-    """The dedupe memory is per process; idempotent effects make a fresh process safe too."""
+def test_redelivery_after_restart_answers_the_first_reply(
+    home: Path, configure: Callable[[dict[str, str]], None]
+) -> None:
+    """With the SQLite registry, dedupe is durable: a redelivery to a fresh process answers
+    the first delivery's reply, and an id reused with other content is still a 409. With
+    dedupe off, idempotent effects make a fresh process safe all the same."""
     from functions_framework import create_app
 
     from modelhooks import bootstrap
 
     headers, body = as_binary(structured("canonical-artifact-pushed"))
+    replies = []
     for _ in range(2):
         bootstrap.reset()
         app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
         resp = app.test_client().post("/", headers=headers, data=body)
         assert resp.status_code == 200
-    assert resp.json is not None and resp.json["created"] is False
+        replies.append((resp.headers["ce-id"], resp.json))
+    assert replies[0] == replies[1] and replies[0][1]["created"] is True
+    bootstrap.reset()
+    app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+    other = json.dumps({**json.loads(body), "version": "2"}).encode()
+    assert app.test_client().post("/", headers=headers, data=other).status_code == 409
+
+    configure({"MODELHOOKS_INGRESS_DEDUPE_SIZE": "0"})
+    app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+    resp = app.test_client().post("/", headers=headers, data=body)
+    assert resp.status_code == 200 and resp.json is not None and resp.json["created"] is False
     assert versions(home, "sentiment") == ["1"]
 
 
