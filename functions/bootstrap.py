@@ -27,9 +27,10 @@ from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Signe
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
 from modelhooks.delivery.broker import Broker
+from modelhooks.delivery.dedupe import Dedupe
 from modelhooks.delivery.router import load_triggers
 from modelhooks.delivery.routes import RouteAuth
-from modelhooks.delivery.runtime import Dedupe, Delivery, Sink
+from modelhooks.delivery.runtime import Delivery, Sink
 from modelhooks.delivery.tenancy import Tenancy
 from modelhooks.events.auth import resolve_value
 from modelhooks.events.model import CanonicalEvent
@@ -230,7 +231,7 @@ def _http_sink(url: str) -> Sink:
         import urllib.request
 
         from modelhooks.core.errors import Unavailable
-        from modelhooks.delivery.runtime import binary
+        from modelhooks.delivery.encoding import binary
 
         msg = binary(event)
         req = urllib.request.Request(url, data=msg.body, headers=msg.headers, method="POST")

@@ -58,7 +58,7 @@ def http_sender(url: str, mode: str) -> Any:
     """POST to `url` in binary or structured mode; (ok, reason) per event."""
     import requests
 
-    from modelhooks.delivery.runtime import binary, structured
+    from modelhooks.delivery.encoding import binary, structured
 
     session = requests.Session()
 

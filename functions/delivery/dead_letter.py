@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.delivery.encoding import Response, error_response, json_response
 from modelhooks.delivery.http import Handler, flask_app, guarded
 from modelhooks.delivery.routes import RouteAuth
-from modelhooks.delivery.runtime import Response, error_response, json_response
 
 if TYPE_CHECKING:
     import flask

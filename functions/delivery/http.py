@@ -17,17 +17,8 @@ from typing import TYPE_CHECKING
 
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
 from modelhooks.delivery.broker import Broker, single
-from modelhooks.delivery.runtime import (
-    Delivery,
-    Response,
-    deliver,
-    error_response,
-    ingest,
-    internal_error,
-    json_response,
-    run_all,
-    worst,
-)
+from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
+from modelhooks.delivery.runtime import Delivery, deliver, ingest, run_all, worst
 
 if TYPE_CHECKING:
     import flask

@@ -9,22 +9,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import re
 import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from threading import Lock
 from typing import Any
 
 from modelhooks.core.errors import (
     BadRequest,
-    Conflict,
     ModelhooksError,
     PayloadTooLarge,
     Transient,
@@ -32,28 +25,22 @@ from modelhooks.core.errors import (
 )
 from modelhooks.core.function import Function
 from modelhooks.core.logs import log
-from modelhooks.core.ports import DeliveryLog
+from modelhooks.delivery.dedupe import Dedupe, payload_digest
+from modelhooks.delivery.encoding import (
+    Response,
+    encode_replies,
+    error_response,
+    json_response,
+)
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.statuses import status_of
 from modelhooks.delivery.tenancy import Tenancy
-from modelhooks.events.inbound import Inbound
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import kind_of, translate
-from modelhooks.events.sources.canonical import from_canonical_cloudevent
 
-__all__ = [
-    "Dedupe",
-    "Delivery",
-    "Outcome",
-    "Response",
-    "deliver",
-    "encode_replies",
-    "error_response",
-    "internal_error",
-    "json_response",
-]
+__all__ = ["Delivery", "Outcome", "deliver", "ingest", "run", "run_all", "worst"]
 
 Sink = Callable[[CanonicalEvent], None]
 
@@ -78,78 +65,6 @@ class Outcome:
         if self.error:
             doc["error"] = self.error
         return doc
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-
-class Dedupe:
-    """A memory of (function, event source, event id) → (payload digest, replies): the
-    recent ones in process (bounded), all of them in `log` when there is one (durable).
-
-    A key seen again with the same payload answers the first delivery's replies; with
-    another payload it is a Conflict (an id reused for other content is never trusted)."""
-
-    def __init__(self, size: int, log: DeliveryLog | None = None) -> None:
-        self.size = size
-        self.log = log
-        self._seen: OrderedDict[tuple[str, ...], tuple[str, tuple[CanonicalEvent, ...]]] = (
-            OrderedDict()
-        )
-        self._lock = Lock()
-
-    def get(self, key: tuple[str, str, str], digest: str) -> tuple[CanonicalEvent, ...] | None:
-        with self._lock:
-            seen = self._seen.get(key)
-        if seen is None and self.log is not None and self.size > 0:
-            logged = self.log.get(key)
-            if logged is not None:
-                seen = (logged[0], _replies(logged[1]))
-        if seen is None:
-            return None
-        if seen[0] != digest:
-            raise Conflict(
-                f"event id {key[-1]!r} from {key[-2]!r} was delivered before with other content",
-                source=key[-2],
-                id=key[-1],
-            )
-        return seen[1]
-
-    def put(
-        self, key: tuple[str, str, str], digest: str, replies: tuple[CanonicalEvent, ...]
-    ) -> None:
-        if self.size <= 0:
-            return
-        with self._lock:
-            self._seen[key] = (digest, replies)
-            self._seen.move_to_end(key)
-            while len(self._seen) > self.size:
-                self._seen.popitem(last=False)
-        if self.log is not None:
-            self.log.put(key, digest, json.dumps([structured(r) for r in replies]).encode())
-
-
-def _replies(raw: bytes) -> tuple[CanonicalEvent, ...]:
-    """Replies as the log keeps them (structured CloudEvents) → canonical events."""
-    out: list[CanonicalEvent] = []
-    for doc in json.loads(raw):
-        attrs = {k: v for k, v in doc.items() if k != "data"}
-        inbound = Inbound(kind="cloudevent", id=doc["id"], data=doc["data"], attributes=attrs)
-        out.extend(from_canonical_cloudevent(inbound))
-    return tuple(out)
-
-
-def payload_digest(event: CanonicalEvent) -> str:
-    """What a redelivery must repeat: the type, subject, time and data."""
-    h = hashlib.sha256()
-    for part in (event.type, event.subject or "", event.time.isoformat() if event.time else ""):
-        h.update(part.encode() + b"\0")
-    h.update(event.data.to_json())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -314,57 +229,3 @@ def worst(statuses: Sequence[int] | Any) -> int:
     which is safe because every effect is idempotent."""
     ranked = sorted(statuses, key=lambda s: (s >= 500 or s == 429, s >= 400, s))
     return ranked[-1] if ranked else 204
-
-
-def encode_replies(replies: Sequence[CanonicalEvent]) -> Response:
-    if not replies:
-        return Response(204)
-    if len(replies) == 1:
-        return binary(replies[0], 200)
-    batch = [structured(r) for r in replies]
-    return Response(
-        200, {"Content-Type": "application/cloudevents-batch+json"}, json.dumps(batch).encode()
-    )
-
-
-def binary(event: CanonicalEvent, status: int = 200) -> Response:
-    """A CloudEvent in binary mode: attributes in ce-* headers, data as the body."""
-    headers = {"Content-Type": "application/json"}
-    for name, value in event.attributes().items():
-        if name != "datacontenttype":
-            headers[f"ce-{name}"] = _percent_encode(value)
-    return Response(status, headers, event.data.to_json())
-
-
-def structured(event: CanonicalEvent) -> dict[str, Any]:
-    doc: dict[str, Any] = dict(event.attributes())
-    doc["data"] = event.data.to_dict()
-    return doc
-
-
-_NEEDS_ENCODING = re.compile(r'[^\x21-\x7e]|["%]')
-
-
-def _percent_encode(value: str) -> str:
-    """The HTTP binding's rule: space, '"', '%' and non-printable-ASCII are %-encoded."""
-    if not _NEEDS_ENCODING.search(value):
-        return value
-    return _NEEDS_ENCODING.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), value)
-
-
-def json_response(status: int, doc: Mapping[str, Any]) -> Response:
-    return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())
-
-
-def error_response(error: ModelhooksError) -> Response:
-    """The JSON answer to an error, with its status."""
-    return json_response(status_of(error), error.as_json())
-
-
-def internal_error(exc: BaseException, where: str) -> Response:
-    """An unexpected exception: one JSON log line with the traceback, and a JSON 500 that
-    says nothing of the internals (the platform redelivers; the log has the details)."""
-    incident = uuid.uuid4().hex[:12]
-    log(logging.ERROR, f"unexpected error in {where}", exc_info=exc, incident=incident)
-    body = {"error": "internal", "message": f"internal error; see the logs (incident {incident})"}
-    return json_response(500, body)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelhooks.core.errors import ModelhooksError, PayloadTooLarge
+from modelhooks.delivery.encoding import Response, error_response, json_response
 from modelhooks.delivery.http import Handler
-from modelhooks.delivery.runtime import Response, error_response, json_response
 
 __all__ = ["Asgi", "Limits", "run"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
-from modelhooks.delivery.runtime import structured
+from modelhooks.delivery.encoding import structured
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
 from tests.contract.register_order import T0, apply_all, in_time_order, snapshot
 from tests.e2e.conftest import Served

@@ -1,0 +1,83 @@
+"""Dedupe: a delivery seen before answers its first replies; the same id with another
+payload is a Conflict (like Powertools' IdempotencyValidationError)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from threading import Lock
+
+from modelhooks.core.errors import Conflict
+from modelhooks.core.ports import DeliveryLog
+from modelhooks.delivery.encoding import structured
+from modelhooks.events.inbound import Inbound
+from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.sources.canonical import from_canonical_cloudevent
+
+__all__ = ["Dedupe", "payload_digest"]
+
+
+class Dedupe:
+    """A memory of (function, event source, event id) → (payload digest, replies): the
+    recent ones in process (bounded), all of them in `log` when there is one (durable).
+
+    A key seen again with the same payload answers the first delivery's replies; with
+    another payload it is a Conflict (an id reused for other content is never trusted)."""
+
+    def __init__(self, size: int, log: DeliveryLog | None = None) -> None:
+        self.size = size
+        self.log = log
+        self._seen: OrderedDict[tuple[str, ...], tuple[str, tuple[CanonicalEvent, ...]]] = (
+            OrderedDict()
+        )
+        self._lock = Lock()
+
+    def get(self, key: tuple[str, str, str], digest: str) -> tuple[CanonicalEvent, ...] | None:
+        with self._lock:
+            seen = self._seen.get(key)
+        if seen is None and self.log is not None and self.size > 0:
+            logged = self.log.get(key)
+            if logged is not None:
+                seen = (logged[0], _replies(logged[1]))
+        if seen is None:
+            return None
+        if seen[0] != digest:
+            raise Conflict(
+                f"event id {key[-1]!r} from {key[-2]!r} was delivered before with other content",
+                source=key[-2],
+                id=key[-1],
+            )
+        return seen[1]
+
+    def put(
+        self, key: tuple[str, str, str], digest: str, replies: tuple[CanonicalEvent, ...]
+    ) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._seen[key] = (digest, replies)
+            self._seen.move_to_end(key)
+            while len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+        if self.log is not None:
+            self.log.put(key, digest, json.dumps([structured(r) for r in replies]).encode())
+
+
+def _replies(raw: bytes) -> tuple[CanonicalEvent, ...]:
+    """Replies as the log keeps them (structured CloudEvents) → canonical events."""
+    out: list[CanonicalEvent] = []
+    for doc in json.loads(raw):
+        attrs = {k: v for k, v in doc.items() if k != "data"}
+        inbound = Inbound(kind="cloudevent", id=doc["id"], data=doc["data"], attributes=attrs)
+        out.extend(from_canonical_cloudevent(inbound))
+    return tuple(out)
+
+
+def payload_digest(event: CanonicalEvent) -> str:
+    """What a redelivery must repeat: the type, subject, time and data."""
+    h = hashlib.sha256()
+    for part in (event.type, event.subject or "", event.time.isoformat() if event.time else ""):
+        h.update(part.encode() + b"\0")
+    h.update(event.data.to_json())
+    return h.hexdigest()

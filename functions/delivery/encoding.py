@@ -1,0 +1,88 @@
+"""CloudEvents and JSON on the wire: the answers the delivery layer gives (a reply in binary
+mode, several as a batch, an error as JSON with its status)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelhooks.core.errors import ModelhooksError
+from modelhooks.core.logs import log
+from modelhooks.delivery.statuses import status_of
+from modelhooks.events.model import CanonicalEvent
+
+__all__ = [
+    "Response",
+    "binary",
+    "encode_replies",
+    "error_response",
+    "internal_error",
+    "json_response",
+    "structured",
+]
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+def encode_replies(replies: Sequence[CanonicalEvent]) -> Response:
+    if not replies:
+        return Response(204)
+    if len(replies) == 1:
+        return binary(replies[0], 200)
+    batch = [structured(r) for r in replies]
+    return Response(
+        200, {"Content-Type": "application/cloudevents-batch+json"}, json.dumps(batch).encode()
+    )
+
+
+def binary(event: CanonicalEvent, status: int = 200) -> Response:
+    """A CloudEvent in binary mode: attributes in ce-* headers, data as the body."""
+    headers = {"Content-Type": "application/json"}
+    for name, value in event.attributes().items():
+        if name != "datacontenttype":
+            headers[f"ce-{name}"] = _percent_encode(value)
+    return Response(status, headers, event.data.to_json())
+
+
+def structured(event: CanonicalEvent) -> dict[str, Any]:
+    doc: dict[str, Any] = dict(event.attributes())
+    doc["data"] = event.data.to_dict()
+    return doc
+
+
+_NEEDS_ENCODING = re.compile(r'[^\x21-\x7e]|["%]')
+
+
+def _percent_encode(value: str) -> str:
+    """The HTTP binding's rule: space, '"', '%' and non-printable-ASCII are %-encoded."""
+    if not _NEEDS_ENCODING.search(value):
+        return value
+    return _NEEDS_ENCODING.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode()), value)
+
+
+def json_response(status: int, doc: Mapping[str, Any]) -> Response:
+    return Response(status, {"Content-Type": "application/json"}, json.dumps(doc).encode())
+
+
+def error_response(error: ModelhooksError) -> Response:
+    """The JSON answer to an error, with its status."""
+    return json_response(status_of(error), error.as_json())
+
+
+def internal_error(exc: BaseException, where: str) -> Response:
+    """An unexpected exception: one JSON log line with the traceback, and a JSON 500 that
+    says nothing of the internals (the platform redelivers; the log has the details)."""
+    incident = uuid.uuid4().hex[:12]
+    log(logging.ERROR, f"unexpected error in {where}", exc_info=exc, incident=incident)
+    body = {"error": "internal", "message": f"internal error; see the logs (incident {incident})"}
+    return json_response(500, body)
