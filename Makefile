@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+HASH   := $(shell cksum pyproject.toml | cut -d' ' -f1)
+RUNTIME := $(VENV)/.runtime-$(HASH)
+STAMP  := $(VENV)/.installed-$(HASH)
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
@@ -19,15 +21,20 @@ CONTAINER ?= $(shell command -v podman || command -v docker)
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
-$(STAMP): pyproject.toml
+# `make run` needs modelhooks alone; everything else also installs the dev tools.
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	rm -f $(VENV)/.runtime-* && touch $@
+
+$(STAMP): $(RUNTIME)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)  ## create .venv with modelhooks and its dev tools
 
-run: $(STAMP)  ## serve every function on embedded defaults (state in ./.modelhooks)
+run: $(RUNTIME)  ## serve every function on embedded defaults (state in ./.modelhooks)
 	$(VENV)/bin/modelhooks serve --host $(HOST) --port $(PORT) $(RUN_ARGS)
 
 servers: $(STAMP)  ## obtain, build and cache every real test server

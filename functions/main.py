@@ -11,12 +11,15 @@ answering 500 to every delivery; heavy SDKs still load only when an adapter need
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import functions_framework
 
 from modelhooks.bootstrap import build
+from modelhooks.core.logs import log
+from modelhooks.delivery.encoding import json_response
 from modelhooks.delivery.http import call_function, to_flask
 from modelhooks.handlers import NAMES
 
@@ -29,6 +32,8 @@ __all__ = list(NAMES)  # one target per function module (modelhooks.handlers)
 
 def _target(name: str) -> Callable[[flask.Request], flask.typing.ResponseReturnValue]:
     def target(request: flask.Request) -> flask.Response:
+        if request.method == "GET" and request.path == "/healthz":  # as `modelhooks serve`
+            return to_flask(json_response(200, {"status": "ok", "function": name}))
         return to_flask(call_function(name, request, build().delivery))
 
     target.__name__ = target.__qualname__ = name
@@ -38,4 +43,12 @@ def _target(name: str) -> Callable[[flask.Request], flask.typing.ResponseReturnV
 for _name in NAMES:
     globals()[_name] = _target(_name)
 
-build()
+_app = build()
+log(
+    logging.INFO,
+    "modelhooks functions-framework targets ready",
+    functions=list(NAMES),
+    registry=_app.settings.registry.backend,
+    store=_app.settings.store.backend,
+    signing="on" if _app.deps.signer else "off",
+)

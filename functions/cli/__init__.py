@@ -10,6 +10,9 @@
 
 Every setting is also a flag (`--<section>-<name>`), with an environment twin; see
 `modelhooks settings`.
+
+Exit status: 0 ok, 1 verification failed, 2 usage, configuration or bad input,
+3 transient (a backend did not answer: retry), 4 conflict (other content already there).
 """
 
 from __future__ import annotations
@@ -19,9 +22,17 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from modelhooks.core.errors import ModelhooksError
+from modelhooks.core.errors import Conflict, ModelhooksError, Transient, VerificationFailed
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT", "build_parser", "main"]
+
+# Exit status by error class (the first that matches): see the module docstring.
+EXIT: tuple[tuple[type[ModelhooksError], int], ...] = (
+    (VerificationFailed, 1),
+    (Transient, 3),
+    (Conflict, 4),
+    (ModelhooksError, 2),
+)
 
 COMMANDS = (
     "serve",
@@ -43,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"modelhooks {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     common = settings_parser()
     for name in COMMANDS:
@@ -56,7 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ModelhooksError as exc:
         print(exc.diagnostics(), file=sys.stderr)
-        return 2
+        return next(code for cls, code in EXIT if isinstance(exc, cls))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelhooks")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 if __name__ == "__main__":

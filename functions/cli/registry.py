@@ -21,8 +21,16 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from modelhooks.bootstrap import model_registry
+    from modelhooks.core.errors import ConfigError
 
-    registry = model_registry(common.settings(args))
+    settings = common.settings(args)
+    db = settings.home / "registry.db"
+    if settings.registry.backend == "sqlite" and not db.is_file():
+        raise ConfigError(
+            f"no registry at {db.resolve()} (nothing registered there yet?); "
+            "--home or MODELHOOKS_HOME names the state directory `modelhooks serve` uses"
+        )
+    registry = model_registry(settings)
     rows: list[dict[str, str]] = []
     for model in registry.list_models():
         row = {"model": model.name, "model_state": model.state.value}

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -152,19 +152,44 @@ def replay(
     return summary
 
 
+def utc_time(text: str) -> datetime:
+    """An ISO 8601 time; without a zone it is UTC."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def canonical_type(text: str) -> str:
+    """A canonical type, full (`dev.modelhooks.artifact.pushed`) or short (`artifact.pushed`)."""
+    from modelhooks.events.model import EVENT_TYPES
+
+    full = text if text.startswith("dev.modelhooks.") else f"dev.modelhooks.{text}"
+    if full not in EVENT_TYPES:
+        known = ", ".join(sorted(t.removeprefix("dev.modelhooks.") for t in EVENT_TYPES))
+        raise argparse.ArgumentTypeError(f"unknown type {text!r}; known: {known}")
+    return full
+
+
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     rp = sub.add_parser("replay", parents=[common_flags], help="send stored events again")
     rp.add_argument("source", help="a file (JSON or JSON Lines), a directory, or - for stdin")
     rp.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
     rp.add_argument("--mode", choices=["binary", "structured"], default="binary")
     rp.add_argument(
-        "--type", action="append", metavar="TYPE", help="only this canonical type (repeatable)"
+        "--type",
+        action="append",
+        metavar="TYPE",
+        type=canonical_type,
+        help="only this canonical type, e.g. artifact.pushed or dev.modelhooks.model.deleted "
+        "(repeatable)",
     )
     rp.add_argument(
-        "--since", type=datetime.fromisoformat, help="only events at or after (ISO 8601)"
+        "--since", type=utc_time, help="only events at or after (ISO 8601; no zone: UTC)"
     )
     rp.add_argument(
-        "--until", type=datetime.fromisoformat, help="only events at or before (ISO 8601)"
+        "--until", type=utc_time, help="only events at or before (ISO 8601; no zone: UTC)"
     )
     rp.add_argument("--rate", type=float, default=0.0, help="events per second (0 = no limit)")
     rp.add_argument("--dry-run", action="store_true", help="print what would be sent")
@@ -193,7 +218,16 @@ def run(args: argparse.Namespace) -> int:
             print(
                 json.dumps({"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)})
             )
-        print(f"{len(events)} events would be sent (dry run)", file=sys.stderr)
+        bad = sum(isinstance(e, ModelhooksError) for e in events)
+        matched = "" if events else " (nothing matched the filters)"
+        print(
+            f"{len(events) - bad} events would be sent, {bad} documents cannot be "
+            f"(reasons above) (dry run){matched}",
+            file=sys.stderr,
+        )
+        return 1 if bad else 0
+    if not events:
+        print("nothing matched the filters: nothing sent", file=sys.stderr)
         return 0
     send = common.http_sender(args.to, args.mode) if args.to else common.local_sender(settings)
     with tqdm(total=len(events), unit="event", file=sys.stderr, disable=args.quiet) as bar:

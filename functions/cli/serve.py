@@ -21,14 +21,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from modelhooks.bootstrap import build
     from modelhooks.delivery.server import run as serve
 
     settings = load_args_settings(args)
     handler = build_handler(settings)  # a bad setting or trigger file stops start-up here
     store = (settings.home / "store").resolve()
+    signing = build(settings).deps.signer
 
     def ready(host: str, port: int) -> None:
-        print(_banner(host, port, store, settings), file=sys.stderr, flush=True)
+        status = _status(settings, signing.identity() if signing else None)
+        print(_banner(host, port, store, settings) + status, file=sys.stderr, flush=True)
 
     serve(
         handler,
@@ -66,6 +69,34 @@ def build_handler(settings: Settings) -> Handler:
     return routes(broker)
 
 
+def _status(settings: Settings, signer: str | None) -> str:
+    """What this server does, in a few lines: where things go, and how."""
+    from modelhooks.handlers import NAMES
+
+    registry = (
+        f"Kubeflow Model Registry at {settings.registry.url}"
+        if settings.registry.backend == "kubeflow"
+        else f"SQLite {(settings.home / 'registry.db').resolve()}"
+    )
+    store = (
+        "cloud (gs:// → GCS, s3:// → S3)"
+        if settings.store.backend == "cloud"
+        else f"local {(settings.home / 'store').resolve()} (scanned every "
+        f"{settings.serve.watch_interval:g} s for ready markers)"
+    )
+    mode = (
+        f"forwarding canonical events to {settings.router.sink} (K_SINK): no function runs here"
+        if settings.router.sink
+        else "routing in-process by the Triggers"
+    )
+    return (
+        f"functions: {', '.join(NAMES)}; {mode}\n"
+        f"registry:  {registry}\n"
+        f"store:     {store}\n"
+        f"signing:   {'on, as ' + signer if signer else 'off (set --signing-key to sign)'}\n"
+    )
+
+
 def _banner(host: str, port: int, store: Path, settings: Settings) -> str:
     example = store / "models" / settings.layout.prefix_for("demo", "1")
     return f"""modelhooks serving on http://{host}:{port}
@@ -81,4 +112,6 @@ Replay the bundled samples (real GCS, S3, OCI, Kubernetes notifications):
       --to http://{host}:{port}/
 See what got registered:
   .venv/bin/modelhooks registry list
+Stop with Ctrl-C (before another `make run`: the port is taken while this one runs).
+
 """

@@ -466,3 +466,18 @@ def test_a_large_body_under_the_limit_arrives_whole(client: FlaskClient, home: P
     doc["data"]["labels"] = {f"k{i}": "v" * 100 for i in range(2000)}  # ~230 KB, many reads
     resp = client.post("/", json=doc, content_type="application/cloudevents+json")
     assert resp.status_code == 200, resp.get_data(as_text=True)
+
+
+def test_a_functions_framework_target_answers_healthz_like_serve(client: FlaskClient) -> None:
+    resp = client.get("/healthz")
+    assert resp.status_code == 200 and resp.json == {"status": "ok", "function": "register"}
+
+
+def test_cli_version_and_exit_codes(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from modelhooks.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("modelhooks ")
+    assert main(["registry", "list"]) == 2  # no registry here: a configuration error
+    assert "no registry at" in capsys.readouterr().err
