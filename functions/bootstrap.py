@@ -116,7 +116,10 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         function=function,
         names=NAMES,
         auth=RouteAuth.from_settings(
-            settings.ingress.auth, settings.ingress.route_auth, settings.ingress.route_kinds
+            settings.ingress.auth,
+            settings.ingress.route_auth,
+            settings.ingress.route_kinds,
+            settings.ingress.route_namespaces,
         ),
         tenancy=Tenancy.parse(settings.tenancy.tenants),
         dedupe=Dedupe(settings.ingress.dedupe_size, _delivery_log(settings)),

@@ -127,6 +127,13 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
             "path, every kind but canonical on an authenticated one"
         ),
     ] = ""
+    route_namespaces: Annotated[
+        str,
+        doc(
+            "the tenant each path belongs to: /path=namespace;… (events through it are that "
+            "namespace's; one naming another is refused)"
+        ),
+    ] = ""
     max_events: Annotated[
         int, doc("events one delivery may carry (a batch, S3 records); more get 413", ge=1)
     ] = 100

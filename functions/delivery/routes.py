@@ -17,6 +17,12 @@ A path no kind route names accepts everything when it is unauthenticated (there 
 trust to bind: the local default), and every kind but `canonical` when it is authenticated:
 canonical `dev.modelhooks.*` events come only through routes configured for them.
 
+`ingress.route_namespaces` binds a path to a tenant: every event that comes through it
+belongs to that namespace (an event naming another one is refused, one naming none gets
+it), whatever its payload says:
+
+    /team-a=team-a;/team-b=team-b
+
 A route covers its path and everything below it (`/pubsub` guards `/pubsub/x`); the
 longest route wins. Auth routes with an open default (`ingress.auth=none`) are refused at
 start-up: every path no route names, `/functions/*` included, would stay open. Each spec
@@ -31,9 +37,10 @@ from typing import TypeVar
 
 from modelhooks.core.errors import ConfigError, Forbidden
 from modelhooks.events.auth import Authenticator, Principal, from_spec
+from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import KINDS
 
-__all__ = ["RouteAuth"]
+__all__ = ["RouteAuth", "bind_tenant"]
 
 T = TypeVar("T")
 _NATIVE = frozenset(KINDS) - {"canonical"}
@@ -45,9 +52,12 @@ class RouteAuth:
     routes: Mapping[str, Authenticator]
     kinds: Mapping[str, frozenset[str]] = field(default_factory=dict)
     open_paths: frozenset[str] = frozenset()  # auth routes (and "" for the default) of `none`
+    namespaces: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_settings(cls, default: str, routes: str, kinds: str = "") -> RouteAuth:
+    def from_settings(
+        cls, default: str, routes: str, kinds: str = "", namespaces: str = ""
+    ) -> RouteAuth:
         table: dict[str, Authenticator] = {}
         open_paths = {""} if default.strip() == "none" else set()
         for path, spec in _pairs(routes, "MODELHOOKS_INGRESS_ROUTE_AUTH", "/path=spec"):
@@ -69,11 +79,13 @@ class RouteAuth:
                     f"{', '.join(sorted(unknown))}; known: {', '.join(KINDS)}, *"
                 )
             kind_table[path] = frozenset(KINDS) if "*" in wanted else frozenset(wanted)
+        tenants = dict(_pairs(namespaces, "MODELHOOKS_INGRESS_ROUTE_NAMESPACES", "/path=namespace"))
         return cls(
             from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"),
             table,
             kind_table,
             frozenset(open_paths),
+            tenants,
         )
 
     def check(self, path: str, headers: Mapping[str, str], body: bytes) -> Principal:
@@ -107,6 +119,26 @@ class RouteAuth:
                 kind=kind,
                 path=path or "/",
             )
+
+
+def bind_tenant(routes: RouteAuth, path: str, event: CanonicalEvent) -> CanonicalEvent:
+    """The event as the route's tenant sends it: its namespace set, or Forbidden when the
+    payload names another one."""
+    found = _longest(routes.namespaces, path)
+    if found is None:
+        return event
+    tenant = routes.namespaces[found]
+    data = event.data
+    named = getattr(data, "namespace", None)
+    if named is not None and named != tenant:
+        raise Forbidden(
+            f"route {found} belongs to namespace {tenant!r}; the event names {named!r}",
+            namespace=named,
+            route_namespace=tenant,
+        )
+    if hasattr(data, "namespace") and named != tenant:
+        return event.replace(data=data.replace(namespace=tenant))
+    return event
 
 
 def _pairs(spec: str, setting: str, shape: str) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ from modelhooks.delivery.encoding import (
     error_response,
     json_response,
 )
-from modelhooks.delivery.routes import RouteAuth
+from modelhooks.delivery.routes import RouteAuth, bind_tenant
 from modelhooks.delivery.statuses import status_of
 from modelhooks.delivery.tenancy import Tenancy
 from modelhooks.events.ingress import decode
@@ -108,6 +108,7 @@ def ingest(
         translated = translate(
             inbound, layout=delivery.layout, registry_host=delivery.registry_host
         )
+        translated = [bind_tenant(delivery.auth, path, e) for e in translated]
         if kind != "canonical" and delivery.resolve is not None:  # canonical: resolved already
             translated = [delivery.resolve(e) for e in translated]
         events.extend(translated)

@@ -174,3 +174,26 @@ def test_events_past_the_delivery_deadline_answer_503_and_are_redelivered(
         deadline=60,
     )
     assert [(o.event_id, o.status) for o in outcomes] == [("a", 200), ("b", 503)]
+
+
+def test_a_route_bound_to_a_tenant_decides_the_namespace(
+    serve: Callable[[dict[str, str]], FlaskClient], home: Path
+) -> None:
+    client = serve(
+        {
+            "MODELHOOKS_INGRESS_ROUTE_NAMESPACES": "/team-a=team-a",
+            "MODELHOOKS_INGRESS_ROUTE_KINDS": "/team-a=canonical",
+        }
+    )
+    other = canonical()
+    other["data"] = {**other["data"], "namespace": "team-b"}
+    resp = client.post("/team-a", json=other)
+    assert resp.status_code == 403 and resp.json is not None
+    assert resp.json["details"]["route_namespace"] == "team-a"
+    assert models(home) == []
+    unnamed = canonical()
+    unnamed["data"] = {k: v for k, v in unnamed["data"].items() if k != "namespace"}
+    assert client.post("/team-a", json=unnamed).status_code == 200  # names none: team-a's
+    registry = SqliteModelRegistry(home / "registry.db")
+    model = registry.get_model("sentiment")
+    assert model is not None and model.custom_properties["namespace"] == "team-a"
