@@ -56,9 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"modelhooks {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    common = settings_parser()
+    everything = settings_parser()
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").add_parser(sub, common)
+        module = importlib.import_module(f"{__name__}.{name}")
+        sections = getattr(module, "SETTINGS", None)  # the settings the command uses
+        module.add_parser(sub, everything if sections is None else settings_parser(sections))
     return parser
 
 

@@ -13,12 +13,16 @@ from modelhooks.core.settings import Settings, describe, load_settings
 __all__ = ["http_sender", "local_sender", "settings", "settings_parser"]
 
 
-def settings_parser() -> argparse.ArgumentParser:
-    """A parent parser with every setting as a flag (`--<section>-<name>`)."""
+def settings_parser(sections: frozenset[str] | None = None) -> argparse.ArgumentParser:
+    """A parent parser with the settings a command uses as flags (`--<section>-<name>`):
+    those of `sections` (top-level names such as `home`, or sections such as `registry`),
+    every one when None. `modelhooks settings --markdown` lists them all."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("settings (flag > environment > config file > default)")
     group.add_argument("--config", type=Path, help="YAML config file (env MODELHOOKS_CONFIG)")
     for spec in describe():
+        if sections is not None and spec.path[0] not in sections:
+            continue
         group.add_argument(
             spec.flag,
             dest=f"setting:{spec.name}",

@@ -11,7 +11,9 @@ from typing import Any
 
 from modelhooks.cli import common
 
-__all__ = ["add_parser"]
+__all__ = ["SETTINGS", "add_parser"]
+
+SETTINGS = frozenset({"home", "log_level", "ingress", "serve"})
 
 
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 from modelhooks.cli import common
 
-__all__ = ["add_parser"]
+__all__ = ["SETTINGS", "add_parser"]
+
+SETTINGS = frozenset({"home", "log_level", "registry"})
 
 
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
