@@ -10,7 +10,7 @@ from typing import Any
 
 from modelhooks.core.settings import Settings, describe, load_settings
 
-__all__ = ["http_sender", "local_sender", "settings", "settings_parser"]
+__all__ = ["http_reason", "http_sender", "local_sender", "settings", "settings_parser"]
 
 
 def settings_parser(sections: frozenset[str] | None = None) -> argparse.ArgumentParser:
@@ -50,16 +50,32 @@ def local_sender(settings: Settings) -> Any:
         failed = [o for o in broker.publish(event) if o.status >= 300]
         if not failed:
             return True, ""
-        return (
-            False,
-            f"{failed[0].function}: {(failed[0].error or {}).get('message', failed[0].status)}",
-        )
+        return False, "; ".join(_reason(o.as_json()) for o in failed)
 
     return send
 
 
-def http_sender(url: str, mode: str) -> Any:
-    """POST to `url` in binary or structured mode; (ok, reason) per event."""
+def _reason(outcome: dict[str, Any]) -> str:
+    """`function (status): message` of one failed outcome, in full."""
+    error = outcome.get("error") or {}
+    return f"{outcome.get('function', '?')} ({outcome.get('status')}): {error.get('message', '')}"
+
+
+def http_reason(status: int, text: str) -> str:
+    """The reason of a failed HTTP delivery: every failed function's, else the body."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return f"HTTP {status}: {text}"
+    failed = [o for o in doc.get("outcomes", []) if o.get("status", 0) >= 300]
+    if failed:
+        return f"HTTP {status}: " + "; ".join(_reason(o) for o in failed)
+    return f"HTTP {status}: {doc.get('message', text)}"
+
+
+def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any:
+    """POST to `url` in binary or structured mode (with `extra` headers); (ok, reason) per
+    event."""
     import requests
 
     from modelhooks.delivery.encoding import binary, structured
@@ -74,11 +90,11 @@ def http_sender(url: str, mode: str) -> Any:
             msg = binary(event)
             body, headers = msg.body, msg.headers
         try:
-            resp = session.post(url, data=body, headers=headers, timeout=60)
+            resp = session.post(url, data=body, headers={**headers, **(extra or {})}, timeout=60)
         except requests.RequestException as exc:
             return False, f"{type(exc).__name__}: {exc}"
         if resp.status_code < 300:
             return True, ""
-        return False, f"HTTP {resp.status_code}: {resp.text[:200]}"
+        return False, http_reason(resp.status_code, resp.text)
 
     return send
