@@ -20,9 +20,14 @@ from typing import Any
 from modelhooks.core.errors import ConfigError
 from modelhooks.events.model import CanonicalEvent
 
-__all__ = ["Function", "Handler"]
+__all__ = ["Function", "Handler", "Skip"]
 
 Handler = Callable[..., list[CanonicalEvent]]
+
+
+class Skip(Exception):
+    """Raised by a handler that does nothing on purpose; the message says why. The delivery
+    answers 204 and logs the reason (`sign skipped: signing is off`)."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from modelhooks.core.errors import (
     Transient,
     Unavailable,
 )
-from modelhooks.core.function import Function
+from modelhooks.core.function import Function, Skip
 from modelhooks.core.logs import log
 from modelhooks.delivery.dedupe import Dedupe, payload_digest
 from modelhooks.delivery.encoding import (
@@ -156,17 +156,21 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     started = time.perf_counter()
     key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
     digest = payload_digest(event)
-    outcome_name = "ok"
+    outcome_name, reason = "ok", ""
     try:
         cached = delivery.dedupe.get(key, digest)
         if cached is not None:
             outcome_name = "duplicate"
-            outcome = Outcome(fn.name, event.id, event.type, 200, cached)
+            outcome = Outcome(fn.name, event.id, event.type, 200 if cached else 204, cached)
         else:
             admitted = delivery.tenancy.admit(event)
             replies = tuple(fn.handle(admitted))
             delivery.dedupe.put(key, digest, replies)
-            outcome = Outcome(fn.name, event.id, event.type, 200, replies)
+            outcome = Outcome(fn.name, event.id, event.type, 200 if replies else 204, replies)
+    except Skip as skip:
+        outcome_name, reason = "skipped", str(skip)
+        delivery.dedupe.put(key, digest, ())
+        outcome = Outcome(fn.name, event.id, event.type, 204)
     except ModelhooksError as exc:
         outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
         outcome = Outcome(fn.name, event.id, event.type, status_of(exc), error=exc.as_json())
@@ -188,7 +192,10 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     }
     if outcome.error:
         fields["error"] = outcome.error
-    log(level, f"{fn.name} {outcome_name} {event.type}", **fields)
+    if reason:
+        fields["reason"] = reason
+    message = f"{fn.name} {outcome_name} {event.type}" + (f": {reason}" if reason else "")
+    log(level, message, **fields)
     return outcome
 
 

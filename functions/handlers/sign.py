@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from modelhooks.adapters.oci.client import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import Conflict, Unavailable
-from modelhooks.core.function import Function
+from modelhooks.core.function import Function, Skip
 from modelhooks.core.ports import ModelRegistry, Signer
 from modelhooks.core.records import ModelState, ModelVersion
 from modelhooks.core.stores import Stores
@@ -48,8 +48,10 @@ def handle(
     hash_options: HashOptions | None,
 ) -> list[CanonicalEvent]:
     """`signer` is None when signing is off (see SigningConfig.enabled): then no reply."""
-    if not isinstance(event.data, ArtifactPushed) or signer is None:
+    if not isinstance(event.data, ArtifactPushed):
         return []
+    if signer is None:
+        raise Skip("signing is off (no key, certificate or Sigstore instance configured)")
     return sign_artifact(
         event,
         event.data,
@@ -75,11 +77,10 @@ def sign_artifact(
     from modelhooks.adapters.signing.oci import sign_oci
 
     if not pushed.uri.startswith(("gs://", "s3://", "file://", "oci://")):
-        _log.info("sign: %s is not a model location this function signs", pushed.uri)
-        return []
+        raise Skip(f"{pushed.uri} is not a model location this function signs")
     version = _registered_version(registry, pushed)
     if version.state != ModelState.LIVE:
-        return []  # a push older than the model's deletion: nothing to sign
+        raise Skip("stale push: older than the model's deletion, the version is archived")
     props = version.custom_properties
     if props.get("signature.artifact_digest") == pushed.digest:
         return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing
