@@ -1,12 +1,16 @@
-"""`modelhooks registry list`: the model registry's models, versions and artifacts."""
+"""`modelhooks registry list` / `modelhooks registry show NAME[/VERSION]`: the model
+registry's models, versions, artifacts and signatures."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
 from modelhooks.cli import common
+from modelhooks.core.errors import ConfigError, NotFound
+from modelhooks.core.ports import ModelRegistry
 
 __all__ = ["SETTINGS", "add_parser"]
 
@@ -16,14 +20,20 @@ SETTINGS = frozenset({"home", "log_level", "registry"})
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     reg = sub.add_parser("registry", help="inspect the model registry")
     reg_sub = reg.add_subparsers(dest="registry_command", required=True)
-    ls = reg_sub.add_parser("list", parents=[common_flags], help="models, versions, artifacts")
+    ls = reg_sub.add_parser(
+        "list", parents=[common_flags], help="models, versions, artifacts, signers"
+    )
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=run)
+    show = reg_sub.add_parser(
+        "show", parents=[common_flags], help="one model (or version) in full, as JSON"
+    )
+    show.add_argument("name", metavar="NAME[/VERSION]")
+    show.set_defaults(func=run_show)
 
 
-def run(args: argparse.Namespace) -> int:
+def _registry(args: argparse.Namespace) -> ModelRegistry:
     from modelhooks.bootstrap import model_registry
-    from modelhooks.core.errors import ConfigError
 
     settings = common.settings(args)
     db = settings.home / "registry.db"
@@ -32,16 +42,55 @@ def run(args: argparse.Namespace) -> int:
             f"no registry at {db.resolve()} (nothing registered there yet?); "
             "--home or MODELHOOKS_HOME names the state directory `modelhooks serve` uses"
         )
-    registry = model_registry(settings)
+    return model_registry(settings)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    registry = _registry(args)
+    model, wanted = registry.get_model(args.name), ""  # names may hold "/" (OCI)
+    if model is None and "/" in args.name:
+        name, wanted = args.name.rsplit("/", 1)
+        model = registry.get_model(name)
+    if model is None:
+        raise NotFound(f"no model {args.name!r} in the registry")
+    versions = [v for v in registry.list_versions(model.id) if not wanted or v.name == wanted]
+    if wanted and not versions:
+        raise NotFound(f"model {model.name!r} has no version {wanted!r}")
+    doc = {
+        **_plain(model),
+        "versions": [
+            {**_plain(v), "artifacts": [_plain(a) for a in registry.list_artifacts(v.id)]}
+            for v in versions
+        ],
+    }
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    doc = dataclasses.asdict(record)
+    return {k: (v.value if hasattr(v, "value") else v) for k, v in doc.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = _registry(args)
     rows: list[dict[str, str]] = []
     for model in registry.list_models():
         row = {"model": model.name, "model_state": model.state.value}
-        blank = dict.fromkeys(("version", "version_state", "uri", "digest", "artifact_state"), "")
+        blank = dict.fromkeys(
+            ("version", "version_state", "uri", "digest", "artifact_state", "signed_by"), ""
+        )
         versions = registry.list_versions(model.id)
         if not versions:
             rows.append({**row, **blank})
         for version in versions:
-            vrow = {**row, **blank, "version": version.name, "version_state": version.state.value}
+            vrow = {
+                **row,
+                **blank,
+                "version": version.name,
+                "version_state": version.state.value,
+                "signed_by": version.custom_properties.get("signature.signer", ""),
+            }
             artifacts = registry.list_artifacts(version.id)
             if not artifacts:
                 rows.append(vrow)
@@ -52,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    cols = ["model", "version", "model_state", "artifact_state", "digest", "uri"]
+    cols = ["model", "version", "version_state", "digest", "signed_by", "uri"]
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in cols}
     print("  ".join(c.upper().ljust(widths[c]) for c in cols))
     for r in rows:

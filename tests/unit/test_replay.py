@@ -105,3 +105,18 @@ def test_replay_to_a_url_that_refuses_reports_why(
 def test_a_missing_source_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert replay(home, str(home / "nope.json")) == 2
     assert "is not a file, a directory or '-'" in capsys.readouterr().err
+
+
+def test_registry_list_and_show(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from modelhooks.cli import main
+
+    assert replay(home, str(SAMPLES / "canonical-artifact-pushed.json")) == 0
+    capsys.readouterr()
+    assert main(["registry", "list", "--home", str(home)]) == 0
+    listing = capsys.readouterr().out
+    assert "SIGNED_BY" in listing and "sentiment" in listing
+    assert main(["registry", "show", "sentiment/1", "--home", str(home)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["name"] == "sentiment" and [v["name"] for v in shown["versions"]] == ["1"]
+    assert shown["versions"][0]["artifacts"][0]["digest"].startswith("gcs-generation:")
+    assert main(["registry", "show", "nope", "--home", str(home)]) == 2
