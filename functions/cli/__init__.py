@@ -21,6 +21,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from modelhooks.core.errors import Conflict, ModelhooksError, Transient, VerificationFailed
 
@@ -46,16 +47,24 @@ COMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in two lines: what was wrong, and where the help is (not the whole
+    usage of a command with dozens of settings)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from modelhooks.cli.common import settings_parser
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="modelhooks",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"modelhooks {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     everything = settings_parser()
     for name in COMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
@@ -65,7 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the command whose usage it is, not the top level's
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        command = commands.choices.get(getattr(args, "command", ""), parser)
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args))
     except ModelhooksError as exc:

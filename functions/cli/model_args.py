@@ -69,6 +69,12 @@ def model_store(uri: str, allow_symlinks: bool) -> tuple[ObjectStore, str, str, 
     from modelhooks.bootstrap import object_store
     from modelhooks.core.settings import load_settings
 
+    scheme = uri.partition("://")[0] if "://" in uri else ""
+    if scheme not in ("", "gs", "s3", "file"):
+        raise BadRequest(
+            f"{uri}: a model is a local directory, gs://bucket/prefix, s3://bucket/prefix or "
+            "oci://host/repository[:tag|@digest]"
+        )
     if uri.startswith("gs://") or uri.startswith("s3://"):
         bucket, _, prefix = uri[5:].partition("/")
         if not bucket:

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from modelhooks.cli import common
-from modelhooks.core.errors import ModelhooksError
+from modelhooks.core.errors import ConfigError, ModelhooksError
 
 __all__ = ["add_parser"]
 
@@ -33,13 +33,20 @@ def run(args: argparse.Namespace) -> int:
     from modelhooks.cli.replay import to_events
 
     settings = common.settings(args)
-    if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        api = config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        config.load_incluster_config()
-        from kubernetes import client
+    try:
+        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            api = config.new_client_from_config(config_file=args.kubeconfig)
+        else:
+            config.load_incluster_config()
+            from kubernetes import client
 
-        api = client.ApiClient()
+            api = client.ApiClient()
+    except (config.ConfigException, OSError) as exc:
+        where = args.kubeconfig or "~/.kube/config (or $KUBECONFIG)"
+        raise ConfigError(
+            f"no usable Kubernetes configuration in {where}: {exc}; "
+            "pass --kubeconfig FILE, or run inside a cluster"
+        ) from None
     send_one = (
         common.http_sender(args.to, "structured") if args.to else common.local_sender(settings)
     )

@@ -258,6 +258,7 @@ class SettingSpec:
     default: Any
     description: str
     secret: bool = False
+    choices: tuple[str, ...] = ()  # the values a Literal setting takes
 
     @property
     def name(self) -> str:
@@ -286,7 +287,18 @@ def describe(
             default=f.default,
             description=meta.description or "",
             secret=bool(extra.get("secret")),
+            choices=_choices(hint),
         )
+
+
+def _choices(hint: Any) -> tuple[str, ...]:
+    """The values of a `Literal` setting (under its `Annotated`), else ()."""
+    import typing
+
+    base = typing.get_args(hint)[0] if hasattr(hint, "__metadata__") else hint
+    if typing.get_origin(base) is not Literal:
+        return ()
+    return tuple(str(c) for c in typing.get_args(base))
 
 
 def load_settings(
@@ -336,6 +348,9 @@ def load_settings(
             loc = (*loc, named["name"])
             msg = _FIELD_FIRST.sub("", msg)
         where = origin.get(loc) or ".".join(loc) or "settings"
+        spec = next((s for s in specs if s.path == loc), None)
+        if spec is not None and spec.choices:
+            msg += f" (one of: {', '.join(repr(c) for c in spec.choices)})"
         raise ConfigError(f"invalid setting {where}: {msg}") from None
 
 

@@ -117,3 +117,18 @@ def test_modelhooks_settings_never_prints_a_literal_secret(
     out = capsys.readouterr().out
     assert "s3cr3t-tok" not in out and "hunter2" not in out
     assert "secret=env:OTHER" in out  # a reference is not a secret: it stays readable
+
+
+def test_an_invalid_choice_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"one of: 'sqlite', 'kubeflow'"):
+        load_settings({"registry.backend": "foo"}, env={})
+
+
+def test_usage_errors_are_short_and_name_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from modelhooks.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", "samples", "--bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 2
+    assert err.startswith("modelhooks replay: error: unrecognized arguments: --bogus")

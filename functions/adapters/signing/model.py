@@ -114,7 +114,8 @@ def sign_model(
         if replace:
             return None
         raise Conflict(
-            "another signature already exists (other content or other signer)",
+            "another signature already exists (other content or other signer); "
+            "`modelhooks sign --replace` overwrites it",
             bucket=out.bucket,
             key=out.key,
             signed_digest=claimed,
@@ -175,7 +176,12 @@ def verify_model(
     if bundle is None:
         bundle = _existing(src)
         if bundle is None:
-            raise VerificationFailed("the model has no signature", bucket=src.bucket, key=src.key)
+            raise VerificationFailed(
+                f"no signature at {src.bucket}/{src.key}: sign the model first, or point "
+                "--signature at where its signature is",
+                bucket=src.bucket,
+                key=src.key,
+            )
     expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
 
     ignore = [opts.signature_name, *opts.ignore_paths]
