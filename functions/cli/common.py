@@ -43,10 +43,13 @@ def local_sender(settings: Settings) -> Any:
     from modelhooks.bootstrap import build
     from modelhooks.core.logs import configure
 
-    broker = build(settings).broker()
+    app = build(settings)
+    broker = app.broker()
     configure("WARNING")  # the progress bar and summary speak; per-event logs would drown them
 
     def send(event: Any) -> tuple[bool, str]:
+        if app.delivery.resolve is not None:  # as the ingress does: named by content
+            event = app.delivery.resolve(event)
         failed = [o for o in broker.publish(event) if o.status >= 300]
         if not failed:
             return True, ""

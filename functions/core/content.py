@@ -56,6 +56,8 @@ class ContentResolver:
         data = event.data
         if not isinstance(data, ArtifactPushed) or data.store == "oci":
             return event
+        if data.digest.startswith(PREFIX):
+            return event  # named by its content already (an event from the broker)
         store, bucket, prefix = self.stores.resolve(data.uri)
         digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
         labels = {**data.labels, MARKER_LABEL: data.digest}

@@ -109,7 +109,7 @@ def ingest(
             inbound, layout=delivery.layout, registry_host=delivery.registry_host
         )
         translated = [bind_tenant(delivery.auth, path, e) for e in translated]
-        if kind != "canonical" and delivery.resolve is not None:  # canonical: resolved already
+        if delivery.resolve is not None:  # a push named by its marker → by its content
             translated = [delivery.resolve(e) for e in translated]
         events.extend(translated)
         _check_count(len(events), delivery.max_events)
@@ -167,9 +167,8 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
             replies = tuple(fn.handle(admitted))
             delivery.dedupe.put(key, digest, replies)
             outcome = Outcome(fn.name, event.id, event.type, 200 if replies else 204, replies)
-    except Skip as skip:
+    except Skip as skip:  # not remembered: what made it skip (signing off) may change
         outcome_name, reason = "skipped", str(skip)
-        delivery.dedupe.put(key, digest, ())
         outcome = Outcome(fn.name, event.id, event.type, 204)
     except ModelhooksError as exc:
         outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
