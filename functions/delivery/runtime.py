@@ -104,7 +104,7 @@ def ingest(
     for kind in kinds:  # trust is bound to the route: what may come through it
         delivery.auth.admit_kind(path, kind)
     events = []
-    for inbound, kind in zip(inbounds, kinds, strict=True):
+    for inbound in inbounds:
         translated = translate(
             inbound, layout=delivery.layout, registry_host=delivery.registry_host
         )

@@ -175,10 +175,15 @@ def test_redelivery_after_restart_answers_the_first_reply(
 
 
 def test_same_version_other_digest_is_409(client: FlaskClient, home: Path) -> None:
+    """The version's content changed under it (the event names it by its marker; the
+    ingress names it by its content)."""
     doc = structured("canonical-artifact-pushed")
     assert (
         client.post("/", json=doc, content_type="application/cloudevents+json").status_code == 200
     )
+    version = home / "store" / "models" / "models" / "sentiment" / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    (version / "weights.bin").write_bytes(b"other content")
     doc["id"], doc["data"]["digest"] = "other", "gcs-generation:2"
     resp = client.post("/", json=doc, content_type="application/cloudevents+json")
     assert resp.status_code == 409

@@ -118,5 +118,5 @@ def test_registry_list_and_show(home: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["registry", "show", "sentiment/1", "--home", str(home)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["name"] == "sentiment" and [v["name"] for v in shown["versions"]] == ["1"]
-    assert shown["versions"][0]["artifacts"][0]["digest"].startswith("gcs-generation:")
+    assert shown["versions"][0]["artifacts"][0]["digest"].startswith("content-sha256:")
     assert main(["registry", "show", "nope", "--home", str(home)]) == 2
