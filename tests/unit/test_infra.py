@@ -45,8 +45,13 @@ def _load(path: Path) -> list[dict[str, Any]]:
     return docs
 
 
+def _manifests(directory: Path) -> list[Path]:
+    """The Kubernetes manifests under `directory` (kustomization.yaml is not one)."""
+    return sorted(p for p in directory.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
 def _docs(directory: Path) -> list[dict[str, Any]]:
-    return [d for path in sorted(directory.rglob("*.yaml")) for d in _load(path)]
+    return [d for path in _manifests(directory) for d in _load(path)]
 
 
 def _kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -85,9 +90,7 @@ def _ref(destination: dict[str, Any]) -> dict[str, Any]:
 # --- every file ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "path", sorted(INFRA.rglob("*.yaml")), ids=lambda p: str(p.relative_to(INFRA))
-)
+@pytest.mark.parametrize("path", _manifests(INFRA), ids=lambda p: str(p.relative_to(INFRA)))
 def test_every_yaml_parses_into_named_objects(path: Path) -> None:
     _load(path)
 
@@ -588,7 +591,7 @@ def test_terraform_mounts_the_signing_key_for_sign_only(terraform: dict[str, Any
 
 def test_every_settings_variable_named_in_deployments_exists(terraform: dict[str, Any]) -> None:
     """A typo in a variable name is a setting silently left at its default."""
-    texts = [p.read_text() for p in sorted(INFRA.rglob("*.yaml"))]
+    texts = [p.read_text() for p in _manifests(INFRA)]
     texts += [json.dumps(terraform)]
     named = {m for text in texts for m in re.findall(r"\bMODELHOOKS_[A-Z0-9_]*[A-Z0-9]", text)}
     assert named, "no settings variable found"
@@ -788,3 +791,13 @@ def test_renamed_terraform_resources_are_moved_not_recreated(terraform: dict[str
         assert _resource(terraform, rtype, new)["for_each"] == "${local.delivered}"
         if old != new:
             assert old not in terraform["resource"][rtype], f"{rtype}.{old} is still declared"
+
+
+def test_the_kustomization_installs_every_manifest_on_the_image_they_name() -> None:
+    kustomization = yaml.safe_load((ROOT / "infra" / "kustomization.yaml").read_text())
+    listed = {ROOT / "infra" / r for r in kustomization["resources"]}
+    manifests = set(_manifests(ROOT / "infra"))
+    assert listed == manifests, listed ^ manifests
+    (image,) = kustomization["images"]
+    used = set(re.findall(r"image: (\S+):", "".join(p.read_text() for p in manifests)))
+    assert used == {image["name"]}, used
