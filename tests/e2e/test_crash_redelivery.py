@@ -39,7 +39,11 @@ def event_set(seed: int, models: int = 40) -> list[CanonicalEvent]:
             at = T0 + timedelta(minutes=rng.randint(0, 60))
             uri = f"gs://models/models/{name}/{v}/"
             data: Any = ArtifactPushed(
-                model=name, version=str(v), uri=uri, digest=f"d-{name}-{v}", store="gcs"
+                model=name,
+                version=str(v),
+                uri=uri,
+                digest=f"content-sha256:{name}-{v}",
+                store="gcs",
             )
             events.append(
                 CanonicalEvent(
