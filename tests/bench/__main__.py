@@ -1,4 +1,5 @@
-"""`make bench`: every benchmark, each printing its figures next to its anchor."""
+"""`make bench`: every benchmark, each printing its figures next to its anchor, then a
+summary of every goal; exits 1 when a goal is missed."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ from tests.bench import bench_signing, bench_spine
 
 def main() -> int:
     print("== spine: register vs a bare functions-framework function", flush=True)
-    status = bench_spine.main([])
+    goals = bench_spine.main([])
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
-    bench_signing.main()
-    return status
+    goals += bench_signing.main([])
+    print("\n== goals")
+    for goal in goals:
+        print(goal.line())
+    missed = [g for g in goals if not g.met]
+    print(f"{len(goals) - len(missed)} met, {len(missed)} MISSED")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

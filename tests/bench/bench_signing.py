@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.bench import Goal
+
 MiB = 1 << 20
 
 
@@ -210,7 +212,7 @@ def _best_of(
     return best
 
 
-def _local(model: Path, key: Path) -> None:
+def _local(model: Path, key: Path) -> list[Goal]:
     kw = {"model": str(model), "key": str(key)}
     cases = ("upstream-files", "upstream-shards", "ours-files", "ours-shards",
              "upstream-blake3", "ours-blake3")  # fmt: skip
@@ -222,15 +224,19 @@ def _local(model: Path, key: Path) -> None:
         print(_row(case, r, anchor, "of upstream-shards"))
     b3 = _gbs(results["upstream-blake3"])
     print(f"  ours-blake3 vs upstream-blake3: {_gbs(results['ours-blake3']) / b3:.2f}x")
+    ratio = _gbs(results["ours-shards"]) / anchor
+    return [
+        Goal("local signing / model_signing shards", f"{ratio:.2f}x", ">= 0.95x", ratio >= 0.95)
+    ]
 
 
-def _minio(model: Path, key: Path) -> None:
+def _minio(model: Path, key: Path) -> list[Goal]:
     from tests.servers.objectstores import start_minio
     from tests.servers.recipes import RECIPES
 
     if not RECIPES["minio"].installed():
         print("minio: not installed (python -m tests.servers install minio); skipped")
-        return
+        return [Goal("MinIO streaming (minio not installed)", "-", "measured", False)]
     with tempfile.TemporaryDirectory(prefix="bench-minio-") as tmp:
         info, processes = start_minio(Path(tmp))
         try:
@@ -253,9 +259,16 @@ def _minio(model: Path, key: Path) -> None:
     print(
         f"  streaming sign vs download-then-sign: {dl['seconds'] / stream['seconds']:.2f}x faster"
     )
+    ratio = _gbs(stream) / anchor
+    rss, written = stream["peak_rss_mib"], stream["disk_write_mib"]
+    return [
+        Goal("MinIO streaming sign / raw GET", f"{ratio:.2f}x", ">= 0.8x", ratio >= 0.8),
+        Goal("MinIO streaming peak RSS", f"{rss:.0f} MiB", "<= 256 MiB", rss <= 256),
+        Goal("MinIO streaming disk writes", f"{written:.1f} MiB", "0", written < 0.05),
+    ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[Goal]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size-mib", type=int, default=2560)
     parser.add_argument("--files", type=int, default=5)
@@ -263,10 +276,10 @@ def main() -> None:
     parser.add_argument("--skip-local", action="store_true")
     for child_arg in ("case", "model", "key", "endpoint", "access", "secret", "bucket"):
         parser.add_argument(f"--{child_arg}", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.case:
         _child(args)
-        return
+        return []
     from tests.unit.signing_material import make_key
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-signing-"))
@@ -278,14 +291,16 @@ def main() -> None:
         print(
             f"cpus: {os.cpu_count()}  load: {load}  model: {args.files} files, {args.size_mib} MiB"
         )
+        goals = []
         if not args.skip_local:
-            _local(model, keys.private)
+            goals += _local(model, keys.private)
         if not args.skip_minio:
-            _minio(model, keys.private)
+            goals += _minio(model, keys.private)
         print("load average at the end: " + "/".join(f"{x:.1f}" for x in os.getloadavg()))
+        return goals
     finally:
         shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(0 if all(g.met for g in main()) else 1)

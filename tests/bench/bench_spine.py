@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.bench import Goal
+
 ROOT = Path(__file__).resolve().parents[2]
 ANCHORS = Path(__file__).resolve().parent / "anchors" / "bare.py"
 WRK = Path(__file__).resolve().parent / "wrk" / "unique_pushes.lua"
@@ -170,7 +172,7 @@ def alternate(
     return xs, ys
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> list[Goal]:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -211,8 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  ratio               {rt / et:8.2f} x   goal ≥ 0.8x  {'OK' if rt / et >= 0.8 else 'MISSED'}"
     )
-    return 0
+    return [
+        Goal("cold start: register / ff hello", f"{r / h:.2f}x", "<= 1.5x", r / h <= 1.5),
+        Goal("throughput: register / ff echo", f"{rt / et:.2f}x", ">= 0.8x", rt / et >= 0.8),
+    ]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(0 if all(g.met for g in main()) else 1)
