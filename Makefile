@@ -25,11 +25,11 @@ help:  ## list the targets
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e .
 	rm -f $(VENV)/.runtime-* && touch $@
 
 $(STAMP): $(RUNTIME)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)  ## create .venv with modelhooks and its dev tools
