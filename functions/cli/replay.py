@@ -208,6 +208,9 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
         help="an extra HTTP header with --to, e.g. 'Authorization: Bearer …' (repeatable)",
     )
     rp.add_argument("--dry-run", action="store_true", help="print what would be sent")
+    rp.add_argument(
+        "-v", "--verbose", action="store_true", help="with --dry-run: the target and each body"
+    )
     rp.add_argument("--quiet", action="store_true", help="no progress bar")
     rp.set_defaults(func=run)
 
@@ -228,13 +231,17 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if args.dry_run:
+        target = args.to or "this process (in-process broker)"
+        if args.verbose:
+            print(f"target: {target}", file=sys.stderr)
         for e in events:
             if isinstance(e, ModelhooksError):
                 print(json.dumps({"error": e.message}))
                 continue
-            print(
-                json.dumps({"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)})
-            )
+            line = {"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)}
+            if args.verbose:
+                line["body"] = e.data.to_dict()
+            print(json.dumps(line))
         bad = sum(isinstance(e, ModelhooksError) for e in events)
         matched = "" if events else " (nothing matched the filters)"
         print(

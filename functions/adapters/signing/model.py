@@ -152,6 +152,12 @@ def verify_bundle(
     return manifest
 
 
+def _shown(at: Location) -> str:
+    """Where a signature is, as a person names it: a local path, else bucket/key."""
+    path = getattr(at.store, "path", None)
+    return str(path(at.bucket, at.key)) if callable(path) else f"{at.bucket}/{at.key}"
+
+
 def verify_model(
     store: ObjectStore,
     bucket: str,
@@ -176,11 +182,11 @@ def verify_model(
     if bundle is None:
         bundle = _existing(src)
         if bundle is None:
+            where = _shown(src)
             raise VerificationFailed(
-                f"no signature at {src.bucket}/{src.key}: sign the model first, or point "
-                "--signature at where its signature is",
-                bucket=src.bucket,
-                key=src.key,
+                f"no signature at {where}: sign the model first, or point --signature at "
+                "where its signature is",
+                signature=where,
             )
     expected = verify_bundle(bundle, verifier, expected_digest=expected_digest)
 
