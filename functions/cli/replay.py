@@ -238,10 +238,11 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(e, ModelhooksError):
                 print(json.dumps({"error": e.message}))
                 continue
-            line = {"id": e.id, "type": e.type, "subject": e.subject, "time": str(e.time)}
+            shown: dict[str, Any] = {"id": e.id, "type": e.type, "subject": e.subject}
+            shown["time"] = str(e.time)
             if args.verbose:
-                line["body"] = e.data.to_dict()
-            print(json.dumps(line))
+                shown["body"] = e.data.to_dict()
+            print(json.dumps(shown))
         bad = sum(isinstance(e, ModelhooksError) for e in events)
         matched = "" if events else " (nothing matched the filters)"
         print(
@@ -261,8 +262,8 @@ def run(args: argparse.Namespace) -> int:
     )
     with tqdm(total=len(events), unit="event", file=sys.stderr, disable=args.quiet) as bar:
         summary = replay(events, send, rate=args.rate, progress=lambda: bar.update())
-    for line in summary.lines():
-        print(line, file=sys.stderr)
+    for text in summary.lines():
+        print(text, file=sys.stderr)
     return 1 if summary.failed else 0
 
 
@@ -305,6 +306,6 @@ def _run_raw(args: argparse.Namespace) -> int:
                 summary.failed += 1
                 summary.reasons[f"{where}: {common.http_reason(resp.status_code, resp.text)}"] += 1
             bar.update()
-    for line in summary.lines():
-        print(line, file=sys.stderr)
+    for text in summary.lines():
+        print(text, file=sys.stderr)
     return 1 if summary.failed else 0
