@@ -128,6 +128,8 @@ def throughput(
         proc = start(target, source, port, home)
         try:
             _wait_ready(port, proc)
+            warm = ["wrk", "-t1", f"-c{concurrency}", "-d1s", "-s", str(WRK)]
+            subprocess.run([*warm, f"http://127.0.0.1:{port}/"], check=True, capture_output=True)
             load = ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--latency"]
             out = subprocess.run(
                 [*load, "-s", str(WRK), f"http://127.0.0.1:{port}/"],
