@@ -189,6 +189,9 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
         "status": outcome.status,
         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
     }
+    uri = getattr(event.data, "uri", None)
+    if uri:  # the model as its store names it (gs://…, s3://…, oci://…)
+        fields["uri"] = uri
     if outcome.error:
         fields["error"] = outcome.error
     if reason:
