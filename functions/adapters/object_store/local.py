@@ -39,14 +39,19 @@ class LocalObjectStore:
         parts = [p for p in key.split("/") if p]
         if any(p in (".", "..") or "\0" in p for p in parts):
             raise BadRequest(f"invalid object name {key!r}")
-        path = self.root.joinpath(bucket, *parts)
         if not self.allow_symlinks:
-            here = self.root
+            here = str(self.root)
             for part in (bucket, *parts):
-                here = here / part
-                if here.is_symlink():
+                here = os.path.join(here, part)
+                try:
+                    mode = os.lstat(here).st_mode
+                except (FileNotFoundError, NotADirectoryError):
+                    break  # nothing further down exists: no link either
+                except OSError as exc:  # a name too long
+                    raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
+                if stat.S_ISLNK(mode):
                     raise BadRequest(f"{bucket}/{key}: {here} is a symbolic link", key=key)
-        return path
+        return self.root.joinpath(bucket, *parts)
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
         p = self.path(bucket, key)
@@ -64,10 +69,10 @@ class LocalObjectStore:
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object under `prefix`: only the prefix's own directory is walked."""
         head, _, _ = prefix.rpartition("/")
-        start = self.path(bucket, head)
-        if not start.is_dir() or (start.is_symlink() and not self.allow_symlinks):
+        start = self.path(bucket, head)  # refuses a link on the way
+        if not start.is_dir():
             return
-        base = self.path(bucket)
+        base = self.root / bucket
         found = []
         for dirpath, dirs, files in os.walk(start, followlinks=self.allow_symlinks):
             rel = Path(dirpath).relative_to(base).as_posix()
