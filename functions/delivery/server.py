@@ -100,8 +100,11 @@ class Asgi:
 
 async def _send(send: Send, response: Response) -> None:
     headers = [
-        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers.items()
+        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        for k, v in response.headers.items()
+        if k.lower() != "content-length"
     ]
+    headers.append((b"content-length", str(len(response.body)).encode()))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body})
 

@@ -75,3 +75,13 @@ def test_keep_alive_serves_many_requests_on_one_connection(served: Served) -> No
             assert response.status == 200
             assert (response.getheader("connection") or "").lower() != "close"
         assert conn.sock is first  # never reconnected
+
+
+def test_answers_carry_their_length(served: Served) -> None:
+    port = int(served.url.rsplit(":", 1)[1])
+    with _closing(http.client.HTTPConnection("127.0.0.1", port, timeout=10)) as conn:
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        body = response.read()
+        assert response.getheader("content-length") == str(len(body))
+        assert response.getheader("transfer-encoding") is None
