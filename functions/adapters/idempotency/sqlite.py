@@ -3,6 +3,12 @@ embedded registry (`$MODELHOOKS_HOME/deliveries.db`), bounded to the most recent
 
 A redelivery after a restart then answers the first delivery's replies, and an event id
 reused with other content is still recognised (a Conflict), as within one process.
+
+Records are written by group commit: concurrent deliveries' records go in one transaction,
+at most `FLUSH_SECONDS` after they were handled (or at once past `FLUSH_COUNT`). A crash
+can lose that last fraction of a second of records; then those deliveries, redelivered,
+run again, which every effect's idempotency makes harmless. (Recent deliveries are in the
+process's own memory as well: see modelhooks.delivery.dedupe.)
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from pathlib import Path
 from modelhooks.core.errors import Unavailable
 
 __all__ = ["SqliteDeliveryLog"]
+
+FLUSH_SECONDS = 0.05
+FLUSH_COUNT = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -34,9 +43,15 @@ class SqliteDeliveryLog:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._puts = 0
+        self._pending: list[tuple[str, str, str, str, bytes]] = []
+        self._closed = threading.Event()
+        threading.Thread(target=self._flush_every, name="delivery-log", daemon=True).start()
 
     def get(self, key: tuple[str, str, str]) -> tuple[str, bytes] | None:
         with self._lock:
+            for pending in reversed(self._pending):
+                if pending[:3] == key:
+                    return pending[3], pending[4]
             row = self._run(
                 "SELECT digest, replies FROM deliveries WHERE function=? AND source=? AND id=?",
                 key,
@@ -45,20 +60,49 @@ class SqliteDeliveryLog:
 
     def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
         with self._lock:
-            self._run(
+            self._pending.append((*key, digest, replies))
+            if len(self._pending) >= FLUSH_COUNT:
+                self._flush()
+
+    def flush(self) -> None:
+        """Write what is pending now (tests; shutdown)."""
+        with self._lock:
+            self._flush()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            self._flush()
+            self._db.close()
+
+    def _flush_every(self) -> None:
+        while not self._closed.wait(FLUSH_SECONDS):
+            with self._lock:
+                if self._pending and not self._closed.is_set():
+                    self._flush()
+
+    def _flush(self) -> None:  # under self._lock
+        if not self._pending:
+            return
+        rows, self._pending = self._pending, []
+        self._run("BEGIN IMMEDIATE", ())
+        try:
+            self._db.executemany(
                 "INSERT OR IGNORE INTO deliveries(function, source, id, digest, replies) "
                 "VALUES (?,?,?,?,?)",
-                (*key, digest, replies),
+                rows,
             )
-            self._puts += 1
-            if self._puts % 1000 == 0:  # keep the most recent `size`
-                self._run(
+            self._puts += len(rows)
+            if self._puts >= 1000:  # keep the most recent `size`
+                self._puts = 0
+                self._db.execute(
                     "DELETE FROM deliveries WHERE seq <= (SELECT MAX(seq) FROM deliveries) - ?",
                     (self.size,),
                 )
-
-    def close(self) -> None:
-        self._db.close()
+            self._run("COMMIT", ())
+        except BaseException:
+            self._db.rollback()
+            raise
 
     def _run(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
         try:
