@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.error
-import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.errors import (
     BadRequest,
@@ -21,6 +19,9 @@ from modelhooks.core.errors import (
     NotFound,
     Unavailable,
 )
+
+if TYPE_CHECKING:
+    import urllib.request
 
 __all__ = [
     "EMPTY",
@@ -56,6 +57,8 @@ class OciClient:
         auth: tuple[str, str] | None = None,
         opener: urllib.request.OpenerDirector | None = None,
     ) -> None:
+        import urllib.request  # on first use: a function that never pulls pays nothing
+
         self.base_url = base_url.rstrip("/")
         self._open = (opener or urllib.request.build_opener()).open
         self._headers = {}
@@ -69,6 +72,9 @@ class OciClient:
         self, method: str, path: str, body: bytes | None = None, **headers: str
     ) -> tuple[int, dict[str, str], bytes]:
         url = path if path.startswith("http") else f"{self.base_url}{path}"
+        import urllib.error
+        import urllib.request
+
         req = urllib.request.Request(url, data=body, method=method)
         for k, v in {**self._headers, **headers}.items():
             req.add_header(k.replace("_", "-"), v)
@@ -170,14 +176,19 @@ class OciClients:
         allow_local: bool = True,
         allowed_hosts: frozenset[str] = frozenset(),
     ) -> None:
-        from modelhooks.adapters.net import guarded_opener
-
         self.auth = auth
-        self._opener = guarded_opener(allow_local=allow_local, allowed_hosts=allowed_hosts)
+        self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
+        self._opener: urllib.request.OpenerDirector | None = None
 
     def for_uri(self, uri: str) -> tuple[OciClient, str, str]:
         """(client, repository, tag or digest) for an `oci://` URI."""
         host, repo, ref = parse_uri(uri)
         loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
         base = f"{'http' if loopback else 'https'}://{host}"
+        if self._opener is None:  # built on first use (cold start)
+            from modelhooks.adapters.net import guarded_opener
+
+            self._opener = guarded_opener(
+                allow_local=self.allow_local, allowed_hosts=self.allowed_hosts
+            )
         return OciClient(base, auth=self.auth, opener=self._opener), repo, ref

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from modelhooks.adapters.signing.keyless import ENV_URLS, SigstoreTrust, sigstore_env_state
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.ports import Signer, Verifier
 
@@ -87,6 +86,8 @@ class SigningConfig:
             return True, "a signing certificate is configured"
         if self.key:
             return True, "a signing key is configured"
+        from modelhooks.adapters.signing.keyless import ENV_URLS, sigstore_env_state
+
         state = sigstore_env_state(env)
         if state == "all":
             return True, "SIGSTORE_TUF_URL, SIGSTORE_FULCIO_URL and SIGSTORE_REKOR_URL are set"
@@ -112,7 +113,7 @@ class SigningConfig:
         """The configured signer, or None when signing is off."""
         if not self.enabled(env)[0]:
             return None
-        from modelhooks.adapters.signing.keyless import SigstoreSigner
+        from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust
         from modelhooks.adapters.signing.keys import CertificateSigner, KeySigner
 
         password = _read_secret(self.password_file, "MODELHOOKS_SIGNING_PASSWORD_FILE")
@@ -129,7 +130,7 @@ class SigningConfig:
         return SigstoreSigner(trust, token)
 
     def verifier(self, env: Mapping[str, str] | None = None) -> Verifier:
-        from modelhooks.adapters.signing.keyless import SigstoreVerifier
+        from modelhooks.adapters.signing.keyless import SigstoreTrust, SigstoreVerifier
         from modelhooks.adapters.signing.keys import CertificateVerifier, KeyVerifier
 
         if self.public_key:
