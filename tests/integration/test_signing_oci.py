@@ -1,4 +1,5 @@
-"""Models stored as OCI artifacts: signed as referrers on zot (referrers API) and on
+"""Models stored as OCI artifacts: signed as referrers on zot and cue-labs' ociregistry
+(referrers API) and on
 distribution 2.8 and v3 (no referrers API: fallback `sha256-<hex>` tag), verified against
 real registries."""
 
@@ -26,7 +27,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
     return make_key(tmp_path_factory.mktemp("keys"))
 
 
-@pytest.fixture(params=["docker_registry", "distribution3", "zot"])
+@pytest.fixture(params=["docker_registry", "distribution3", "zot", "ociregistry"])
 def registry(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(request.param)
 
@@ -75,8 +76,14 @@ def test_sign_and_verify_as_referrer(registry: Any, tmp_path: Path, keys: KeyPai
         assert status == 404
         index, _, _ = client.manifest("models/bert", digest.replace(":", "-"))
         assert [m["artifactType"] for m in index["manifests"]] == [MEDIA_TYPE]
-    else:
+    else:  # the referrers API lists the signature, and no fallback tag was pushed
         assert status == 200
+        referrers = client.referrers("models/bert", digest)
+        assert [r["artifactType"] for r in referrers] == [MEDIA_TYPE]
+        fallback, _, _ = client.request(
+            "GET", f"/v2/models/bert/manifests/{digest.replace(':', '-')}"
+        )
+        assert fallback == 404
 
     # model_signing accepts the pushed bundle for the same files.
     artifact, _, _ = client.manifest("models/bert", signed.key)
@@ -160,3 +167,30 @@ def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> N
     assert verify_oci(client, "models/llama", digest, KeyVerifier(keys.public)).root_digest == (
         signed.root_digest.removeprefix("sha256:")
     )
+
+
+def test_a_model_pushed_with_oras_is_signed_as_a_referrer_and_verified(
+    ociregistry: Any, tmp_path: Path, keys: KeyPair
+) -> None:
+    """As users push models: the oras CLI (one titled layer per file)."""
+    import subprocess
+
+    from tests.servers.recipes import RECIPES
+
+    model = write_model(tmp_path / "oras-model")
+    files = sorted(p.name for p in model.iterdir())
+    ref = f"{ociregistry.host}/models/oras:v1"
+    pushed = subprocess.run(
+        [str(RECIPES["oras"].binary()), "push", "--plain-http", ref, *files],
+        cwd=model,
+        capture_output=True,
+        text=True,
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    client = OciClient(ociregistry.url)
+    signed = sign_oci(client, "models/oras", "v1", KeySigner.from_file(keys.private))
+    assert signed.created and sorted(r.path for r in signed.manifest.resources) == files
+    verified = verify_oci(client, "models/oras", "v1", KeyVerifier(keys.public))
+    assert verified.root_digest == signed.root_digest
+    _, digest, _ = client.manifest("models/oras", "v1")
+    assert [r["artifactType"] for r in client.referrers("models/oras", digest)] == [MEDIA_TYPE]

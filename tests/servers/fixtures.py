@@ -15,6 +15,7 @@ fake_gcs           objectstores.FakeGcs (url, project, env, storage_client)
 docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
 distribution3      registries.OciRegistry (same fields; distribution v3, tag DELETE)
 zot                registries.OciRegistry (same fields; CloudEvents to notify_url)
+ociregistry        registries.OciRegistry (referrers API, tag DELETE; no notifications)
 model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
 podman             containers.Podman (podman + runc; base_image() made with mmdebstrap)
 =================  ===========================================================
@@ -43,6 +44,7 @@ from tests.servers.registries import (
     OciRegistry,
     start_distribution3,
     start_docker_registry,
+    start_ociregistry,
     start_zot,
 )
 
@@ -133,6 +135,15 @@ def zot(
 ) -> Iterator[OciRegistry]:
     """zot with the events extension: CloudEvents to ``notify_url``."""
     yield from _serve(request, tmp_path_factory, ("zot",), start_zot)
+
+
+@pytest.fixture(scope="session")
+def ociregistry(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OciRegistry]:
+    """cue-labs' in-memory registry: the OCI referrers API (which no other harness
+    registry has), tag DELETE; no notifications."""
+    yield from _serve(request, tmp_path_factory, ("ociregistry",), start_ociregistry)
 
 
 @pytest.fixture(scope="session")

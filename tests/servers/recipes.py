@@ -41,6 +41,9 @@ class GoBuild:
     ldflags: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    # A main of our own (a file next to this module) built against `module`@`version`,
+    # instead of a main package of the module.
+    source: str = ""
 
     @property
     def path(self) -> Path:
@@ -74,7 +77,11 @@ class GoBuild:
                 run(self.name, [GO, "mod", "edit", f"-replace={rep}"], cwd=wd, env=env, quiet=True)
             if replaces:
                 log(f"{self.name}: {len(replaces)} replace directives added")
-            run(self.name, [GO, "get", f"{self.package}@{self.version}"], cwd=wd, env=env)
+            if self.source:
+                shutil.copy(Path(__file__).parent / self.source, wd / "main.go")
+                run(self.name, [GO, "get", f"{self.module}@{self.version}"], cwd=wd, env=env)
+            else:
+                run(self.name, [GO, "get", f"{self.package}@{self.version}"], cwd=wd, env=env)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
             ldflags = " ".join(("-s", "-w", *self.ldflags))
@@ -82,7 +89,8 @@ class GoBuild:
             if self.tags:
                 cmd += ["-tags", ",".join(self.tags)]
             # -v lists each package as it compiles: the heartbeat shows progress, not the flood
-            run(self.name, [*cmd, "-o", str(tmp), self.package], cwd=wd, env=env, quiet=True)
+            target = "." if self.source else self.package
+            run(self.name, [*cmd, "-o", str(tmp), target], cwd=wd, env=env, quiet=True)
             tmp.replace(self.path)
         log(f"{self.name}: built {self.path} in {time.monotonic() - started:.0f}s")
 
@@ -249,6 +257,22 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
             version="v2.1.20",
             package="zotregistry.dev/zot/v2/cmd/zot",
             tags=("events",),  # never "ui": it needs a prebuilt web bundle
+        ),
+        GoBuild(
+            # cue-labs' in-memory registry behind our own main (ociregistry/main.go): the
+            # referrers API, tag DELETE, and options that emulate other registries' quirks.
+            name="ociregistry",
+            module="cuelabs.dev/go/oci/ociregistry",
+            version="v0.0.0-20251212221603-3adeb8663819",
+            package="ociregistry",
+            source="ociregistry/main.go",
+        ),
+        GoBuild(
+            # The oras CLI: tests push model artifacts with it, as users do.
+            name="oras",
+            module="oras.land/oras",
+            version="v1.3.6",
+            package="oras.land/oras/cmd/oras",
         ),
         GoBuild(
             # distribution v3: tag DELETE (and whatever else test_smoke_distribution3 records);

@@ -1,5 +1,6 @@
 """OCI registries on loopback: distribution 2.8 (docker-registry), distribution v3
-(distribution3) and zot (events extension).
+(distribution3), zot (events extension) and cue-labs' in-memory registry (ociregistry: the
+referrers API; it sends no notifications).
 
 All post notifications to ``http://127.0.0.1:<notify_port>/<kind>-events`` with
 ``Authorization: Bearer <notify_token>``; the registry does not own that port, a test or a
@@ -140,4 +141,22 @@ def start_zot(workdir: Path) -> tuple[OciRegistry, list[Process]]:
     info = OciRegistry(
         "zot", url, f"127.0.0.1:{port}", notify_port, notify_url, token, (process.log_path,)
     )
+    return info, [process]
+
+
+def start_ociregistry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+    """The referrers-capable registry (no notifications: notify_port is 0)."""
+    port = free_port()
+    process = Process(
+        "ociregistry",
+        [RECIPES["ociregistry"].binary(), "-addr", f"127.0.0.1:{port}"],
+        log_path=workdir / "ociregistry.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        process.wait_ready(lambda: _v2_ready(url), timeout=30)
+    except BaseException:
+        process.stop()
+        raise
+    info = OciRegistry("ociregistry", url, f"127.0.0.1:{port}", 0, "", "", (process.log_path,))
     return info, [process]

@@ -138,13 +138,13 @@ class OciClient:
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:
         """Referrers of `digest`: the referrers API, else the `sha256-<hex>` fallback tag."""
         status, _, body = self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)
-        if status == 200:
-            return list(json.loads(body).get("manifests", []))
+        if status == 200:  # an empty index may say "manifests": null
+            return list(json.loads(body).get("manifests") or [])
         try:
             index, _, _ = self.manifest(repo, digest.replace(":", "-"))
         except NotFound:
             return []
-        return list(index.get("manifests", []))
+        return list(index.get("manifests") or [])
 
     def has_referrers_api(self, repo: str, digest: str) -> bool:
         return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
