@@ -18,7 +18,7 @@ from functools import cache, lru_cache
 from threading import Lock
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.oci.client import OciClients
+from modelhooks.adapters.oci.distribution import OciClients
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.function import Function

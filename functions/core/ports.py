@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from modelhooks.core.records import ModelArtifact, ModelVersion, ObjectInfo, RegisteredModel
 
-__all__ = ["DeliveryLog", "ModelRegistry", "ObjectStore", "Signer", "Verifier"]
+__all__ = ["DeliveryLog", "ModelRegistry", "ObjectStore", "OciRegistry", "Signer", "Verifier"]
 
 
 @runtime_checkable
@@ -134,4 +134,36 @@ class DeliveryLog(Protocol):
 
     def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
         """Record a delivery; a key recorded already keeps its first record."""
+        ...
+
+
+@runtime_checkable
+class OciRegistry(Protocol):
+    """An OCI registry: tags, manifests and referrers of repositories on one host.
+    Implementation: `DistributionRegistry` (any OCI distribution API).
+
+    >>> registry.resolve("models/bert", "v1")  # doctest: +SKIP
+    'sha256:…'
+    """
+
+    def tags(self, repo: str, page: int = 1000) -> Iterator[str]:
+        """Every tag of `repo` (paginated underneath); none for a missing repository."""
+        ...
+
+    def resolve(self, repo: str, tag: str) -> str | None:
+        """The digest `tag` names now, or None."""
+        ...
+
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        """Delete by digest (its tags first: some registries keep them dangling); deleting
+        what is gone succeeds."""
+        ...
+
+    def delete_tag(self, repo: str, tag: str) -> None:
+        """Remove a tag, keeping its manifest (capability detection underneath); a tag that
+        is gone succeeds."""
+        ...
+
+    def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:
+        """Descriptors of the manifests that refer to `digest` (signatures, SBOMs)."""
         ...

@@ -12,7 +12,12 @@ from typing import Any
 import model_signing
 import pytest
 
-from modelhooks.adapters.oci.client import OCI_MANIFEST, TITLE, OciClient, OciClients
+from modelhooks.adapters.oci.distribution import (
+    OCI_MANIFEST,
+    TITLE,
+    DistributionRegistry,
+    OciClients,
+)
 from modelhooks.adapters.signing import KeySigner, KeyVerifier
 from modelhooks.adapters.signing.bundle import MEDIA_TYPE
 from modelhooks.adapters.signing.oci import sign_oci, verify_oci
@@ -32,7 +37,7 @@ def registry(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(request.param)
 
 
-def push_model(client: OciClient, repo: str, tag: str, model: Path) -> None:
+def push_model(client: DistributionRegistry, repo: str, tag: str, model: Path) -> None:
     """ORAS-style: one layer per file, titled with its model-relative path."""
     layers = []
     for path in sorted(p for p in model.rglob("*") if p.is_file()):
@@ -58,7 +63,7 @@ def push_model(client: OciClient, repo: str, tag: str, model: Path) -> None:
 
 
 def test_sign_and_verify_as_referrer(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
-    client = OciClient(registry.url)
+    client = DistributionRegistry(registry.url)
     model = write_model(tmp_path / "bert")
     push_model(client, "models/bert", "v1", model)
     signer = KeySigner.from_file(keys.private)
@@ -97,7 +102,7 @@ def test_sign_and_verify_as_referrer(registry: Any, tmp_path: Path, keys: KeyPai
 
 
 def test_unsigned_other_and_wrong_key(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
-    client = OciClient(registry.url)
+    client = DistributionRegistry(registry.url)
     model = write_model(tmp_path / "bert")
     push_model(client, "models/gpt", "v1", model)
     (model / "a.txt").write_text("changed")
@@ -118,7 +123,7 @@ def test_cli_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> None:
     def run(*argv: str | Path) -> int:
         return main([str(a) for a in argv])
 
-    client = OciClient(registry.url)
+    client = DistributionRegistry(registry.url)
     push_model(client, "models/t5", "v1", write_model(tmp_path / "t5"))
     uri = f"oci://{registry.host}/models/t5:v1"
     assert run("sign", uri, "--key", keys.private, "--quiet") == 0
@@ -137,7 +142,7 @@ def test_sign_function_on_oci(registry: Any, tmp_path: Path, keys: KeyPair) -> N
     from modelhooks.handlers.sign import sign_artifact
     from tests.fakes.memory_registry import InMemoryModelRegistry
 
-    client = OciClient(registry.url)
+    client = DistributionRegistry(registry.url)
     push_model(client, "models/llama", "v1", write_model(tmp_path / "llama"))
     _, digest, _ = client.manifest("models/llama", "v1")
     data = ArtifactPushed(
@@ -187,7 +192,7 @@ def test_a_model_pushed_with_oras_is_signed_as_a_referrer_and_verified(
         text=True,
     )
     assert pushed.returncode == 0, pushed.stderr
-    client = OciClient(ociregistry.url)
+    client = DistributionRegistry(ociregistry.url)
     signed = sign_oci(client, "models/oras", "v1", KeySigner.from_file(keys.private))
     assert signed.created and sorted(r.path for r in signed.manifest.resources) == files
     verified = verify_oci(client, "models/oras", "v1", KeyVerifier(keys.public))

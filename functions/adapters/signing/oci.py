@@ -6,7 +6,7 @@ pushed as a referrer: an artifact manifest (artifactType = the bundle media type
 `subject` is the model manifest. Registries without the referrers API (distribution 2.8)
 get the fallback tag scheme: an image index tagged `sha256-<hex>` listing the referrers.
 
->>> client = OciClient("http://127.0.0.1:5000")  # doctest: +SKIP
+>>> client = DistributionRegistry("http://127.0.0.1:5000")  # doctest: +SKIP
 >>> sign_oci(client, "models/bert", "v1", KeySigner.from_file(key))  # doctest: +SKIP
 """
 
@@ -16,12 +16,12 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from modelhooks.adapters.oci.client import (
+from modelhooks.adapters.oci.distribution import (
     EMPTY,
     OCI_INDEX,
     OCI_MANIFEST,
     TITLE,
-    OciClient,
+    DistributionRegistry,
     digest_of,
 )
 from modelhooks.adapters.signing.bundle import MEDIA_TYPE, signer_of, unverified_payload
@@ -43,7 +43,7 @@ class OciModelStore:
     """A read-only ObjectStore view of model manifests: bucket = `repo@digest` (immutable,
     so its layer list is fetched once), keys = layer titles, bytes = blob ranges."""
 
-    def __init__(self, client: OciClient) -> None:
+    def __init__(self, client: DistributionRegistry) -> None:
         self._client = client
         self._layers_of: dict[str, dict[str, ObjectInfo]] = {}
 
@@ -82,7 +82,11 @@ class OciModelStore:
 
 
 def _hash(
-    client: OciClient, repo: str, ref: str, serialization: Serialization, opts: HashOptions
+    client: DistributionRegistry,
+    repo: str,
+    ref: str,
+    serialization: Serialization,
+    opts: HashOptions,
 ) -> tuple[Manifest, str, int]:
     _, digest, size = client.manifest(repo, ref)
     store = OciModelStore(client)
@@ -94,7 +98,7 @@ def _rename(manifest: Manifest, repo: str) -> Manifest:
     return Manifest(repo.rsplit("/", 1)[-1], manifest.serialization, manifest.resources)
 
 
-def _bundles(client: OciClient, repo: str, digest: str) -> Iterator[tuple[str, bytes]]:
+def _bundles(client: DistributionRegistry, repo: str, digest: str) -> Iterator[tuple[str, bytes]]:
     """(referrer manifest digest, bundle) of every signature referring to `digest`."""
     for ref in client.referrers(repo, digest):
         if ref.get("artifactType") != MEDIA_TYPE:
@@ -106,7 +110,12 @@ def _bundles(client: OciClient, repo: str, digest: str) -> Iterator[tuple[str, b
 
 
 def sign_oci(
-    client: OciClient, repo: str, ref: str, signer: Signer, *, options: HashOptions | None = None
+    client: DistributionRegistry,
+    repo: str,
+    ref: str,
+    signer: Signer,
+    *,
+    options: HashOptions | None = None,
 ) -> Signed:
     """Sign the model at `repo:ref` (tag or digest) and push the bundle as its referrer.
     Idempotent: this signer's existing referrer bundle over the same root digest is kept
@@ -145,7 +154,7 @@ def sign_oci(
 
 
 def _add_to_fallback_index(
-    client: OciClient, repo: str, subject: str, pushed: str, artifact: dict[str, Any]
+    client: DistributionRegistry, repo: str, subject: str, pushed: str, artifact: dict[str, Any]
 ) -> None:
     tag = subject.replace(":", "-")
     try:
@@ -166,7 +175,7 @@ def _add_to_fallback_index(
 
 
 def verify_oci(
-    client: OciClient,
+    client: DistributionRegistry,
     repo: str,
     ref: str,
     verifier: Verifier,

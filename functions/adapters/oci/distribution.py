@@ -1,6 +1,9 @@
-"""A small client for the OCI distribution API (manifests, blobs, referrers) over HTTP(S),
-with basic auth. `OciClients` hands out one per registry host, with the credentials the
-composition root configured (`oci.username` / `oci.password`).
+"""`DistributionRegistry`: the `OciRegistry` port over the OCI distribution API, for any
+registry (distribution, zot, Harbor, GHCR, Artifact Registry's Docker path), with basic
+auth: tags (paginated), tag → digest, manifests, blobs, referrers (the API, or the
+`sha256-<hex>` fallback tag), deletes with capability detection. `OciClients` hands out one
+per registry host, with the credentials the composition root configured (`oci.username` /
+`oci.password`).
 
 >>> client, repo, ref = OciClients().for_uri("oci://127.0.0.1:5000/models/bert:v1")  # doctest: +SKIP
 >>> client.manifest(repo, ref)  # doctest: +SKIP
@@ -10,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.errors import (
@@ -28,7 +33,7 @@ __all__ = [
     "OCI_INDEX",
     "OCI_MANIFEST",
     "TITLE",
-    "OciClient",
+    "DistributionRegistry",
     "OciClients",
     "digest_of",
     "parse_uri",
@@ -47,8 +52,8 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class OciClient:
-    """Just enough of the OCI distribution API, over HTTP(S) with optional basic auth."""
+class DistributionRegistry:
+    """The OCI distribution API over HTTP(S), with optional basic auth."""
 
     def __init__(
         self,
@@ -61,6 +66,7 @@ class OciClient:
 
         self.base_url = base_url.rstrip("/")
         self._open = (opener or urllib.request.build_opener()).open
+        self._tag_delete: bool | None = None  # does DELETE by tag work here? (detected)
         self._headers = {}
         if auth:
             import base64
@@ -146,8 +152,73 @@ class OciClient:
             return []
         return list(index.get("manifests") or [])
 
+    def tags(self, repo: str, page: int = 1000) -> Iterator[str]:
+        """Every tag of `repo`, page by page (the `Link: …; rel="next"` chain)."""
+        path: str | None = f"/v2/{repo}/tags/list?n={page}"
+        while path:
+            status, headers, body = self.request("GET", path)
+            if status == 404:
+                return  # no such repository: no tags
+            self._check(status, body, f"tags of {repo}")
+            yield from json.loads(body).get("tags") or []
+            path = _next_link(headers)
+
+    def resolve(self, repo: str, tag: str) -> str | None:
+        """The digest `tag` names now, or None when there is no such tag."""
+        status, headers, body = self.request("HEAD", f"/v2/{repo}/manifests/{tag}", Accept=_ACCEPT)
+        if status == 404:
+            return None
+        self._check(status, body, f"manifest {repo}:{tag}")
+        found = _header(headers, "Docker-Content-Digest")
+        return found or self.manifest(repo, tag)[1]
+
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        """Delete a manifest by digest; deleting what is gone succeeds. Delete its tags
+        first (`delete_tag`): not every registry drops them with it (cue-labs' does not)."""
+        status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{digest}")
+        if status != 404:
+            self._check(status, body, f"manifest delete {repo}@{digest}")
+
+    def delete_tag(self, repo: str, tag: str) -> None:
+        """Remove `tag`, keeping the manifest it names. Registries that delete by tag do it
+        (distribution v3, zot, OCI 1.1); the others (distribution 2.8: 400) get the usual
+        workaround: the tag is moved to a unique empty manifest, which is then deleted by
+        digest. A tag that is gone already succeeds."""
+        if self._tag_delete is not False:
+            status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{tag}")
+            if status in (200, 202, 404):
+                self._tag_delete = True
+                return
+            if status not in (400, 405, 501):
+                self._check(status, body, f"tag delete {repo}:{tag}")
+            self._tag_delete = False
+        if self.resolve(repo, tag) is None:
+            return
+        config = {**EMPTY, "digest": self.push_blob(repo, b"{}")}
+        placeholder = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": config,
+            "layers": [],
+            "annotations": {"dev.modelhooks.untag": f"{repo}:{tag}:{time.time_ns()}"},
+        }
+        self.delete_manifest(repo, self.push_manifest(repo, tag, placeholder))
+
     def has_referrers_api(self, repo: str, digest: str) -> bool:
         return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
+
+
+def _header(headers: dict[str, str], name: str) -> str:
+    lowered = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lowered), "")
+
+
+def _next_link(headers: dict[str, str]) -> str | None:
+    """The path of `Link: </v2/…?last=x&n=y>; rel="next"`, if any."""
+    link = _header(headers, "Link")
+    if 'rel="next"' not in link:
+        return None
+    return link.split(";", 1)[0].strip().strip("<>") or None
 
 
 def parse_uri(uri: str) -> tuple[str, str, str]:
@@ -180,7 +251,7 @@ class OciClients:
         self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
         self._opener: urllib.request.OpenerDirector | None = None
 
-    def for_uri(self, uri: str) -> tuple[OciClient, str, str]:
+    def for_uri(self, uri: str) -> tuple[DistributionRegistry, str, str]:
         """(client, repository, tag or digest) for an `oci://` URI."""
         host, repo, ref = parse_uri(uri)
         loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
@@ -191,4 +262,4 @@ class OciClients:
             self._opener = guarded_opener(
                 allow_local=self.allow_local, allowed_hosts=self.allowed_hosts
             )
-        return OciClient(base, auth=self.auth, opener=self._opener), repo, ref
+        return DistributionRegistry(base, auth=self.auth, opener=self._opener), repo, ref
