@@ -7,6 +7,7 @@
     settings      the effective settings
     sign, verify  model-signing signatures where a model lies
     dead-letter   keep dead-lettered events for replay
+    prune         tag retention for an OCI repository: plan, then apply that plan
 
 Every setting is also a flag (`--<section>-<name>`), with an environment twin; see
 `modelhooks settings`.
@@ -44,6 +45,7 @@ COMMANDS = (
     "sign",
     "verify",
     "dead_letter",
+    "prune",
 )
 
 

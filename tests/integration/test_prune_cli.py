@@ -1,0 +1,80 @@
+"""`modelhooks prune plan|apply` on real registries: the plan keeps the newest per stream,
+what is protected and what is recent; apply deletes exactly the planned tags (the
+manifests stay); planning again deletes nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelhooks.adapters.oci.distribution import EMPTY, OCI_MANIFEST, DistributionRegistry
+from modelhooks.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["docker_registry", "distribution3", "ociregistry"])
+def registry(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(request.param)
+
+
+def push(client: DistributionRegistry, repo: str, tag: str, age: timedelta) -> str:
+    layer = client.push_blob(repo, tag.encode())
+    created = (datetime.now(UTC) - age).isoformat()
+    return client.push_manifest(
+        repo,
+        tag,
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {**EMPTY, "digest": client.push_blob(repo, b"{}")},
+            "layers": [
+                {"mediaType": "application/octet-stream", "digest": layer, "size": len(tag)}
+            ],
+            "annotations": {"org.opencontainers.image.created": created},
+        },
+    )
+
+
+def prune(*args: str) -> int:
+    return main(["prune", *args, "--store-allow-local-targets", "true"])
+
+
+def test_plan_then_apply_exactly_that_plan(
+    registry: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client, repo = DistributionRegistry(registry.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old, digests = timedelta(days=30), {}
+    for tag in ("v1.0.0", "v1.1.0", "v1.2.0", "v1.10.0"):
+        digests[tag] = push(client, repo, tag, old)
+    push(client, repo, "v0.9.0", timedelta(minutes=5))  # recent: within the grace period
+    push(client, repo, "latest", old)
+    uri = f"oci://{registry.host}/{repo}"
+
+    assert prune("plan", uri, "--stream", "v*", "--keep", "2", "--json") == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert sorted(d["tag"] for d in planned["delete"]) == ["v1.0.0", "v1.1.0"]
+    reasons = {d["tag"]: d["reason"] for d in planned["keep"]}
+    assert reasons["latest"] == "protected" and reasons["v0.9.0"] == "within the grace period"
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(planned))
+
+    assert prune("apply", uri, "--plan", str(plan_file)) == 0
+    assert sorted(client.tags(repo)) == ["latest", "v0.9.0", "v1.10.0", "v1.2.0"]
+    manifest, digest, _ = client.manifest(repo, digests["v1.0.0"])  # untagged, not deleted
+    assert digest == digests["v1.0.0"] and manifest["layers"]
+    capsys.readouterr()
+    assert prune("plan", uri, "--stream", "v*", "--keep", "2", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["delete"] == []
+    assert prune("apply", uri, "--plan", str(plan_file)) == 0  # again: nothing left to do
+
+
+def test_apply_refuses_a_plan_of_another_repository(registry: Any, tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"repository": "oci://elsewhere/x", "keep": [], "delete": []}))
+    assert prune("apply", f"oci://{registry.host}/x", "--plan", str(plan_file)) == 2
