@@ -15,15 +15,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from pathlib import Path
 from threading import Lock
 from typing import TYPE_CHECKING, Any
 
 from modelhooks.adapters.oci.distribution import OciClients
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.core.content import ContentResolver
+from modelhooks.core.errors import ConfigError
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
 from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Signer
+from modelhooks.core.retention import Policies
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
 from modelhooks.delivery.broker import Broker
@@ -52,6 +55,7 @@ class Deps:
     signer: Signer | None  # None when signing is off (SigningConfig.enabled)
     hash_options: HashOptions | None  # None when signing is off
     check_namespace: bool  # tenancy is on: only the owning namespace may act on a model
+    retention: Policies  # prune's policies by repository
 
 
 @dataclass(frozen=True)
@@ -154,7 +158,23 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         signer=signer,
         hash_options=made("hash_options", lambda: signing.options() if signer else None),
         check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
+        retention=made("retention", lambda: _retention(settings)),
     )
+
+
+def _retention(settings: Settings) -> Policies:
+    """prune.policy_file, read and checked at start-up (a bad file stops it, naming why)."""
+    path = settings.prune.policy_file
+    if not path:
+        return Policies()
+    try:
+        return Policies.from_yaml(
+            Path(path).read_text(), origin=f"MODELHOOKS_PRUNE_POLICY_FILE={path}"
+        )
+    except OSError as exc:
+        raise ConfigError(f"MODELHOOKS_PRUNE_POLICY_FILE={path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _delivery_log(settings: Settings) -> DeliveryLog | None:

@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.core.errors import BadRequest
-from modelhooks.core.retention import Decision, Plan, Policy, Tag, plan
+from modelhooks.core.retention import Decision, Plan, Policy, history, plan
 
-__all__ = ["SETTINGS", "add_parser", "history"]
+__all__ = ["SETTINGS", "add_parser"]
 
 SETTINGS = frozenset({"home", "log_level", "oci", "store"})
-CREATED = "org.opencontainers.image.created"
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -45,21 +44,6 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     a.add_argument("repository", metavar="oci://HOST/REPOSITORY")
     a.add_argument("--plan", type=Path, required=True, help="a plan printed by `plan --json`")
     a.set_defaults(func=run_apply)
-
-
-def history(registry: Any, repo: str) -> list[Tag]:
-    """Every tag of `repo` with its digest and push time (the manifest's
-    org.opencontainers.image.created annotation, when it has one)."""
-    out = []
-    for name in registry.tags(repo):
-        manifest, digest, _ = registry.manifest(repo, name)
-        created = (manifest.get("annotations") or {}).get(CREATED)
-        try:
-            at = datetime.fromisoformat(created) if created else None
-        except ValueError:
-            at = None
-        out.append(Tag(name, digest, at.astimezone(UTC) if at and at.tzinfo else None))
-    return out
 
 
 def _registry(args: argparse.Namespace) -> tuple[Any, str]:

@@ -154,6 +154,10 @@ class OciRegistry(Protocol):
         """The digest `tag` names now, or None."""
         ...
 
+    def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str, int]:
+        """(manifest JSON, digest, size) of a tag or digest; NotFound when absent."""
+        ...
+
     def delete_manifest(self, repo: str, digest: str) -> None:
         """Delete by digest (its tags first: some registries keep them dangling); deleting
         what is gone succeeds."""

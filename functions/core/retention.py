@@ -25,8 +25,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
-__all__ = ["Decision", "Plan", "Policy", "Tag", "plan"]
+if TYPE_CHECKING:
+    from modelhooks.core.ports import OciRegistry
+
+__all__ = ["CREATED", "Decision", "Plan", "Policies", "Policy", "Tag", "history", "plan"]
+
+CREATED = "org.opencontainers.image.created"  # the manifest annotation of the push time
 
 _SEMVER = re.compile(
     r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
@@ -129,3 +135,62 @@ def plan(
             why = f"beyond the {policy.keep} newest of stream {_stream(tag.name, policy)}"
             delete.append(Decision(tag.name, tag.digest, why))
     return Plan(tuple(keep), tuple(delete))
+
+
+def history(registry: OciRegistry, repo: str) -> list[Tag]:
+    """Every tag of `repo` with its digest and push time (the manifest's
+    org.opencontainers.image.created annotation, when it has one)."""
+    out = []
+    for name in registry.tags(repo):
+        manifest, digest, _ = registry.manifest(repo, name)
+        created = (manifest.get("annotations") or {}).get(CREATED)
+        try:
+            at = datetime.fromisoformat(created) if isinstance(created, str) else None
+        except ValueError:
+            at = None
+        out.append(Tag(name, digest, at if at is None or at.tzinfo else None))
+    return out
+
+
+@dataclass(frozen=True)
+class Policies:
+    """Retention policies by repository (`host/repository` glob); the first match wins.
+
+    >>> Policies(((("r.example/models/*"), Policy(keep=3)),)).for_repository("r.example/models/a").keep
+    3
+    """
+
+    rules: tuple[tuple[str, Policy], ...] = ()
+
+    def for_repository(self, repository: str) -> Policy | None:
+        return next((p for pattern, p in self.rules if fnmatchcase(repository, pattern)), None)
+
+    @classmethod
+    def from_yaml(cls, text: str, origin: str) -> Policies:
+        """`policies: [{repositories, streams, keep, protect, grace_hours}, …]`; ValueError
+        naming `origin` and the entry for anything else."""
+        import yaml
+
+        doc = yaml.safe_load(text) or {}
+        entries = doc.get("policies") if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            raise ValueError(f"{origin}: expected `policies:` with a list of policies")
+        rules = []
+        for n, entry in enumerate(entries):
+            where = f"{origin}: policies[{n}]"
+            if not isinstance(entry, dict) or not isinstance(entry.get("repositories"), str):
+                raise ValueError(f"{where}: needs `repositories` (a host/repository glob)")
+            unknown = set(entry) - {"repositories", "streams", "keep", "protect", "grace_hours"}
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+            try:
+                policy = Policy(
+                    streams=tuple(str(x) for x in entry.get("streams", ())),
+                    keep=int(entry.get("keep", 10)),
+                    protect=tuple(str(x) for x in entry.get("protect", (r"^latest$",))),
+                    grace=timedelta(hours=float(entry.get("grace_hours", 24))),
+                )
+            except (TypeError, ValueError, re.error) as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            rules.append((entry["repositories"], policy))
+        return cls(tuple(rules))

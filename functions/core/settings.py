@@ -222,6 +222,16 @@ class OciSettings(_Section, frozen=True, kw_only=True):
     ] = ""
 
 
+class PruneSettings(_Section, frozen=True, kw_only=True):
+    policy_file: Annotated[
+        str,
+        doc(
+            "YAML retention policies for OCI repositories (`policies: [{repositories, streams, "
+            "keep, protect, grace_hours}]`); empty: prune keeps everything"
+        ),
+    ] = ""
+
+
 class TenancySettings(_Section, frozen=True, kw_only=True):
     tenants: Annotated[
         str,
@@ -245,6 +255,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     serve: ServeSettings = field(default_factory=ServeSettings)
     signing: SigningSettings = field(default_factory=SigningSettings)
     oci: OciSettings = field(default_factory=OciSettings)
+    prune: PruneSettings = field(default_factory=PruneSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 

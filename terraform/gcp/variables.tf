@@ -76,6 +76,12 @@ variable "functions" {
       models_bucket_roles = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
       project_roles       = ["roles/artifactregistry.writer"]
     }
+    # prune deletes tags in Artifact Registry (artifactregistry.repoAdmin: tag delete; bind
+    # it on the model repositories instead of the project where you can). It reads no bucket.
+    prune = {
+      models_bucket_roles = []
+      project_roles       = ["roles/artifactregistry.repoAdmin"]
+    }
   }
 
   validation {

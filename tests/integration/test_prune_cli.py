@@ -78,3 +78,36 @@ def test_apply_refuses_a_plan_of_another_repository(registry: Any, tmp_path: Pat
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps({"repository": "oci://elsewhere/x", "keep": [], "delete": []}))
     assert prune("apply", f"oci://{registry.host}/x", "--plan", str(plan_file)) == 2
+
+
+def test_the_prune_function_keeps_what_live_versions_use(registry: Any) -> None:
+    from modelhooks.adapters.oci.distribution import OciClients
+    from modelhooks.core.retention import Policies, Policy
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
+    from modelhooks.handlers import load
+    from modelhooks.handlers.register import register_model
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    client, repo = DistributionRegistry(registry.url), f"fn/{uuid.uuid4().hex[:8]}"
+    old = timedelta(days=30)
+    digests = {tag: push(client, repo, tag, old) for tag in ("v1", "v2", "v3", "v4")}
+    models = InMemoryModelRegistry()
+    in_use = ArtifactPushed(
+        model=repo, version="v1", uri=f"oci://{registry.host}/{repo}@{digests['v1']}",
+        digest=digests["v1"], store="oci",
+    )  # fmt: skip
+    register_model(CanonicalEvent.new(in_use, source="t"), in_use, registry=models)
+    pushed = ArtifactPushed(
+        model=repo, version="v4", uri=f"oci://{registry.host}/{repo}@{digests['v4']}",
+        digest=digests["v4"], store="oci",
+    )  # fmt: skip
+    retention = Policies(((f"{registry.host}/fn/*", Policy(streams=("v*",), keep=1)),))
+    prune = load("prune").bind(
+        {"oci": OciClients(allow_local=True), "registry": models, "retention": retention}
+    )
+    (reply,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="p1"))
+    assert isinstance(reply.data, TagsPruned)
+    assert sorted(reply.data.deleted) == ["v2", "v3"]  # v1 is in use, v4 the newest
+    assert sorted(client.tags(repo)) == ["v1", "v4"]
+    (again,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="p2"))
+    assert isinstance(again.data, TagsPruned) and again.data.deleted == []

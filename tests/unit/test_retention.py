@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelhooks.core.retention import Plan, Policy, Tag, plan
+from modelhooks.core.retention import Plan, Policies, Policy, Tag, plan
 
 NOW = datetime(2026, 11, 24, tzinfo=UTC)
 POLICY = Policy(streams=("v*", "nightly-*"), keep=2, protect=(r"^latest$", r"^[0-9a-f]{8}$"))
@@ -72,3 +75,29 @@ def test_semantic_versions_order_a_stream() -> None:
     p = plan(history, Policy(streams=("v*",), keep=2), now=NOW)
     assert sorted(d.tag for d in p.keep) == ["v1.10.0", "v2.0.0-rc1"]
     assert {d.tag: d.reason for d in p.delete}["v1.2.0"] == "beyond the 2 newest of stream v*"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("policies: nope", "expected `policies:`"),
+        ("policies: [{keep: 3}]", "policies[0]: needs `repositories`"),
+        ("policies: [{repositories: 'r/*', keep: -1}]", "policies[0]: keep"),
+        ("policies: [{repositories: 'r/*', colour: blue}]", "unknown keys colour"),
+        ("policies: [{repositories: 'r/*', protect: ['(']}]", "policies[0]"),
+    ],
+)
+def test_a_bad_policy_file_names_the_entry(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Policies.from_yaml(text, origin="policies.yaml")
+
+
+def test_a_bad_policy_file_stops_start_up(home: Path, configure: Any) -> None:
+    from modelhooks.bootstrap import build
+    from modelhooks.core.errors import ConfigError
+
+    bad = home.parent / "policies.yaml"
+    bad.write_text("policies: [{keep: 3}]")
+    configure({"MODELHOOKS_PRUNE_POLICY_FILE": str(bad)})
+    with pytest.raises(ConfigError, match="MODELHOOKS_PRUNE_POLICY_FILE"):
+        build()
