@@ -1,0 +1,90 @@
+"""prune on a real registry over random tag histories (hypothesis): the effect equals the
+plan, a second run deletes nothing, and two concurrent runs leave the same state as one."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from modelhooks.adapters.oci.distribution import (
+    EMPTY,
+    OCI_MANIFEST,
+    DistributionRegistry,
+    OciClients,
+)
+from modelhooks.core.retention import Policies, Policy, history, plan
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
+from modelhooks.handlers import load
+from tests.fakes.memory_registry import InMemoryModelRegistry
+
+pytestmark = pytest.mark.integration
+
+POLICY = Policy(streams=("v*",), keep=2, protect=(r"^latest$",), grace=timedelta(hours=1))
+histories = st.lists(
+    st.tuples(
+        st.sampled_from(["v1.0.0", "v1.1.0", "v1.2.0", "v2.0.0", "v2.1.0", "latest", "misc"]),
+        st.sampled_from(["a", "b", "c", "d"]),  # content: tags may share a digest
+        st.integers(0, 72),  # hours ago
+    ),
+    min_size=1,
+    max_size=7,
+    unique_by=lambda t: t[0],
+)
+
+
+def push(client: DistributionRegistry, repo: str, tag: str, content: str, hours: int) -> str:
+    created = (datetime(2026, 1, 1, tzinfo=UTC) if hours else datetime.now(UTC)).isoformat()
+    layer = client.push_blob(repo, content.encode())
+    return client.push_manifest(
+        repo,
+        tag,
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {**EMPTY, "digest": client.push_blob(repo, b"{}")},
+            "layers": [{"mediaType": "application/octet-stream", "digest": layer, "size": 1}],
+            "annotations": {"org.opencontainers.image.created": created, "content": content},
+        },
+    )
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(tags=histories, concurrent=st.booleans())
+def test_the_effect_is_the_plan_and_idempotent(
+    ociregistry: Any, tags: list[tuple[str, str, int]], concurrent: bool
+) -> None:
+    client, repo = DistributionRegistry(ociregistry.url), f"prop/{uuid.uuid4().hex[:8]}"
+    for tag, content, hours in tags:
+        push(client, repo, tag, content, hours)
+    expected = plan(history(client, repo), POLICY, now=datetime.now(UTC))
+    pushed = ArtifactPushed(
+        model=repo, version="x", uri=f"oci://{ociregistry.host}/{repo}:x", digest="d", store="oci"
+    )
+    retention = Policies(((f"{ociregistry.host}/prop/*", POLICY),))
+    prune = load("prune").bind(
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": InMemoryModelRegistry(),
+            "retention": retention,
+        }
+    )
+    run = lambda n: prune.handle(CanonicalEvent.new(pushed, source="t", id=f"e{n}"))  # noqa: E731
+    if concurrent:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(run, range(2)))
+    else:
+        run(0)
+    left = sorted(client.tags(repo))
+    assert left == sorted({t for t, _, _ in tags} - {d.tag for d in expected.delete})
+    (again,) = run(9)
+    assert isinstance(again.data, TagsPruned) and again.data.deleted == []
