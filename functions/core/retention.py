@@ -2,7 +2,8 @@
 
 A policy groups tags into streams (glob patterns, e.g. `v*`, `nightly-*`; a tag in no stream
 is kept), keeps the `keep` newest of each stream — by semantic version when every tag of
-the stream is one, else by push time — and protects, whatever the rest says:
+the stream is one, else by push time; protected tags count among them — and protects,
+whatever the rest says:
 - tags matching a `protect` regex (`latest`, release tags, a 40-hex git SHA, …);
 - tags pushed within `grace` (and tags whose push time is unknown);
 - tags naming a digest in use (a live Model or registry version references it) or a
@@ -87,8 +88,8 @@ def _newest_first(tags: Sequence[Tag]) -> list[Tag]:
         ranked = {t.name: v for t, v in zip(tags, versions, strict=True)}
         return sorted(tags, key=lambda t: ranked[t.name], reverse=True)  # type: ignore[arg-type, return-value]
 
-    def pushed(t: Tag) -> float:
-        return t.pushed_at.timestamp() if t.pushed_at else float("-inf")
+    def pushed(t: Tag) -> float:  # an unknown push time counts as the newest (it is kept)
+        return t.pushed_at.timestamp() if t.pushed_at else float("inf")
 
     return sorted(tags, key=lambda t: (pushed(t), t.name), reverse=True)
 
@@ -119,11 +120,10 @@ def plan(
             reasons[tag.name] = "within the grace period"
         elif _stream(tag.name, policy) is None:
             reasons[tag.name] = "in no stream"
-    for stream in policy.streams:
-        members = [t for t in tags if _stream(t.name, policy) == stream and t.name not in reasons]
-        for rank, tag in enumerate(_newest_first(members)):
-            if rank < policy.keep:
-                reasons[tag.name] = f"among the {policy.keep} newest of stream {stream}"
+    for stream in policy.streams:  # the newest N count every tag of the stream, kept or not
+        members = [t for t in tags if _stream(t.name, policy) == stream]
+        for tag in _newest_first(members)[: policy.keep]:
+            reasons.setdefault(tag.name, f"among the {policy.keep} newest of stream {stream}")
     kept_digests = {t.digest for t in tags if t.name in reasons}
     keep, delete = [], []
     for tag in tags:
