@@ -28,6 +28,8 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
+from modelhooks.core.errors import NotFound
+
 if TYPE_CHECKING:
     from modelhooks.core.ports import OciRegistry
 
@@ -142,7 +144,10 @@ def history(registry: OciRegistry, repo: str) -> list[Tag]:
     org.opencontainers.image.created annotation, when it has one)."""
     out = []
     for name in registry.tags(repo):
-        manifest, digest, _ = registry.manifest(repo, name)
+        try:
+            manifest, digest, _ = registry.manifest(repo, name)
+        except NotFound:  # deleted since it was listed (a concurrent run): not a tag anymore
+            continue
         created = (manifest.get("annotations") or {}).get(CREATED)
         try:
             at = datetime.fromisoformat(created) if isinstance(created, str) else None

@@ -55,7 +55,7 @@ def push(client: DistributionRegistry, repo: str, tag: str, content: str, hours:
 
 
 @settings(
-    max_examples=10,
+    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
