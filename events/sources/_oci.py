@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from datetime import datetime
 
@@ -11,6 +13,8 @@ from modelhooks.events.sources._common import canonical, payload
 
 __all__ = [
     "MANIFEST_MEDIA_TYPES",
+    "UNTAG_PLACEHOLDER",
+    "UNTAG_PLACEHOLDER_DIGEST",
     "check_digest",
     "deleted",
     "is_digest",
@@ -28,6 +32,25 @@ MANIFEST_MEDIA_TYPES = frozenset(
         "application/vnd.docker.distribution.manifest.list.v2+json",
     }
 )
+
+# Untagging where DELETE by tag is refused (distribution 2.8): the tag is moved to this
+# empty manifest, which is then deleted by digest. It is one well-known manifest, so the
+# translators know its push and delete notifications for what they are: no artifact.
+UNTAG_PLACEHOLDER = json.dumps(
+    {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.empty.v1+json",
+            "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
+            "size": 2,
+        },
+        "layers": [],
+        "annotations": {"dev.modelhooks.untag": "placeholder"},
+    },
+    separators=(",", ":"),
+).encode()
+UNTAG_PLACEHOLDER_DIGEST = "sha256:" + hashlib.sha256(UNTAG_PLACEHOLDER).hexdigest()
 
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
 # The referrers fallback scheme (distribution-spec 1.1) tags an index `<alg>-<hex>`;

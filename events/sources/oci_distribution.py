@@ -16,8 +16,9 @@ Two producers:
   from configuration (`registry_host`) or from a URL-shaped `source`.
 
 A manifest pushed under a tag → ArtifactPushed(model=repository, version=tag). Pushes by
-digest only, and fallback referrer tags (`sha256-<hex>[.sig]`) → nothing. Deletes →
-ArtifactDeleted.
+digest only, fallback referrer tags (`sha256-<hex>[.sig]`) and the untag placeholder
+(`UNTAG_PLACEHOLDER`, pushed and deleted when pruning on distribution 2.8) → nothing.
+Deletes → ArtifactDeleted.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from modelhooks.events.sources._common import (
 )
 from modelhooks.events.sources._oci import (
     MANIFEST_MEDIA_TYPES,
+    UNTAG_PLACEHOLDER,
+    UNTAG_PLACEHOLDER_DIGEST,
     check_digest,
     deleted,
     is_digest,
@@ -48,6 +51,8 @@ from modelhooks.events.sources._oci import (
 )
 
 __all__ = [
+    "UNTAG_PLACEHOLDER",
+    "UNTAG_PLACEHOLDER_DIGEST",
     "ZOT_DEFAULT_SOURCE",
     "ZOT_TYPE_PREFIX",
     "from_distribution_notification",
@@ -96,6 +101,8 @@ def _distribution_event(
     digest = optional_text(event, "target.digest", where)
     if digest is not None:
         check_digest(digest, where, "target.digest")
+    if digest == UNTAG_PLACEHOLDER_DIGEST:
+        return None  # our untag workaround at work, not an artifact
     host = text(event, "request.host", where)
     repository = text(event, "target.repository", where)
     event_id = optional_text(event, "id", where) or f"{inbound.id}:{n}"
@@ -146,6 +153,8 @@ def from_zot_event(inbound: Inbound, *, registry_host: str | None = None) -> lis
     digest = optional_text(data, "digest", where) or (reference if by_digest else None)
     if digest is not None:
         check_digest(digest, where, "digest")
+    if digest == UNTAG_PLACEHOLDER_DIGEST:
+        return []  # our untag workaround at work, not an artifact
     if action == "image.updated" and (tag is None or _is_referrer(data)):
         return []
     host = _zot_host(attrs, registry_host, where)

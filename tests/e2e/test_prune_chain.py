@@ -6,6 +6,7 @@ newest and the protected, and the manifests."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -22,12 +23,12 @@ from tests.servers.registries import OciRegistry
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 
-@pytest.fixture
-def registry(distribution3: OciRegistry) -> OciRegistry:
-    """distribution v3: it notifies and deletes by tag. (On distribution 2.8 the untag
-    workaround's placeholder push is notified too, and register takes it for a re-push of
-    the tag: a known gap, see the closing note of issue 11.)"""
-    return distribution3
+@pytest.fixture(params=["distribution3", "docker_registry"])
+def registry(request: pytest.FixtureRequest) -> OciRegistry:
+    """Both notify: distribution v3 deletes by tag; 2.8 refuses, so the untag workaround's
+    placeholder push and delete are notified too (and must change nothing)."""
+    found: OciRegistry = request.getfixturevalue(request.param)
+    return found
 
 
 def test_pushes_with_oras_are_pruned_by_policy(
@@ -65,9 +66,11 @@ def test_pushes_with_oras_are_pruned_by_policy(
 
     client = DistributionRegistry(registry.url)
     tags = ["latest", "v1.0.0", "v1.1.0", "v1.2.0", "v1.3.0"]
-    for tag in tags:
+    for n, tag in enumerate(tags, 1):  # one by one: a tag not yet registered is not in use
         oras_push(tag)
-    served.wait_for("every push registered", lambda: registered() == tags, timeout=60)
+        served.wait_for(
+            f"{tag} registered", lambda n=n: registered() == sorted(tags[:n]), timeout=60
+        )
     assert sorted(client.tags(repo)) == tags  # all live: all in use, nothing pruned
 
     deleted = {
@@ -88,6 +91,15 @@ def test_pushes_with_oras_are_pruned_by_policy(
         timeout=60,
     )
     assert remaining == ["latest", "v1.3.0", "v1.4.0"]
+    ours = [r for r in _outcomes(served.log) if f"/{repo}@" in str(r.get("uri", ""))]
+    assert ours  # register and prune answered each of our pushes
+    failed = [r for r in ours if r["outcome"] not in ("ok", "duplicate", "skipped")]
+    assert not failed, failed  # on 2.8 the untag placeholder's notifications were refused
+
+
+def _outcomes(log: Path) -> list[dict[str, object]]:
+    records = (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
+    return [r for r in records if "outcome" in r]
 
 
 def _now() -> str:

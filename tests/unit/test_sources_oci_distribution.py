@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import re
 from datetime import UTC, datetime
@@ -70,6 +71,22 @@ def test_a_manifest_pushed_by_digest_only_is_ignored() -> None:
     [event] = _events("oci-distribution-push")
     del event["target"]["tag"]
     assert _distribution(event) == []
+
+
+def test_the_untag_placeholder_pushed_and_deleted_while_pruning_is_ignored() -> None:
+    placeholder = oci_distribution.UNTAG_PLACEHOLDER_DIGEST
+    assert placeholder == "sha256:" + hashlib.sha256(oci_distribution.UNTAG_PLACEHOLDER).hexdigest()
+    [push] = _events("oci-distribution-push")
+    push["target"]["digest"] = placeholder
+    deletes = _events("oci-distribution-delete")
+    for event in deletes:
+        if "digest" in event["target"]:
+            event["target"]["digest"] = placeholder
+    assert _distribution(push, *deletes[:1]) == []
+    assert _zot("zot-image-updated", digest=placeholder) == []
+    assert _zot("zot-image-deleted", digest=placeholder) == []
+    [real] = _events("oci-distribution-push")
+    assert _distribution(real)  # only that one manifest
 
 
 @pytest.mark.parametrize(

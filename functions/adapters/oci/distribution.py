@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from modelhooks.core.errors import (
     NotFound,
     Unavailable,
 )
+from modelhooks.events.sources.oci_distribution import UNTAG_PLACEHOLDER, UNTAG_PLACEHOLDER_DIGEST
 
 if TYPE_CHECKING:
     import urllib.request
@@ -182,8 +182,10 @@ class DistributionRegistry:
     def delete_tag(self, repo: str, tag: str) -> None:
         """Remove `tag`, keeping the manifest it names. Registries that delete by tag do it
         (distribution v3, zot, OCI 1.1); the others (distribution 2.8: 400) get the usual
-        workaround: the tag is moved to a unique empty manifest, which is then deleted by
-        digest. A tag that is gone already succeeds."""
+        workaround: the tag is moved to an empty manifest, which is then deleted by digest
+        (one well-known manifest, `UNTAG_PLACEHOLDER`, that the notification translators
+        ignore; concurrent untags may share it: each delete drops every tag it holds). A
+        tag that is gone already succeeds."""
         if self._tag_delete is not False:
             status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{tag}")
             if status in (200, 202, 404):
@@ -194,15 +196,12 @@ class DistributionRegistry:
             self._tag_delete = False
         if self.resolve(repo, tag) is None:
             return
-        config = {**EMPTY, "digest": self.push_blob(repo, b"{}")}
-        placeholder = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": config,
-            "layers": [],
-            "annotations": {"dev.modelhooks.untag": f"{repo}:{tag}:{time.time_ns()}"},
-        }
-        self.delete_manifest(repo, self.push_manifest(repo, tag, placeholder))
+        self.push_blob(repo, b"{}")
+        status, _, body = self.request(
+            "PUT", f"/v2/{repo}/manifests/{tag}", UNTAG_PLACEHOLDER, Content_Type=OCI_MANIFEST
+        )
+        self._check(status, body, f"manifest push {repo}:{tag}")
+        self.delete_manifest(repo, UNTAG_PLACEHOLDER_DIGEST)
 
     def has_referrers_api(self, repo: str, digest: str) -> bool:
         return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
