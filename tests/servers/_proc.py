@@ -86,7 +86,15 @@ class Process:
         return self._popen.poll() is None
 
     def wait_ready(self, probe: Callable[[], bool], timeout: float = 60.0) -> float:
-        """Poll ``probe`` until true; fail early if the process exits. Returns seconds taken."""
+        """Poll ``probe`` until true; fail early if the process exits. Returns seconds taken.
+        A process that never gets ready (or an interrupted wait) is stopped before raising."""
+        try:
+            return self._poll(probe, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _poll(self, probe: Callable[[], bool], timeout: float) -> float:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():

@@ -95,11 +95,7 @@ def start_minio(workdir: Path) -> tuple[Minio, list[Process]]:
         log_path=workdir / "minio.log",
     )
     url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_ready(lambda: _status(f"{url}/minio/health/ready") == 200, timeout=60)
-    except BaseException:
-        process.stop()
-        raise
+    process.wait_ready(lambda: _status(f"{url}/minio/health/ready") == 200, timeout=60)
     info = Minio(
         endpoint_url=url,
         access_key=access,
@@ -165,9 +161,5 @@ def start_fake_gcs(workdir: Path) -> tuple[FakeGcs, list[Process]]:
         log_path=workdir / "fake-gcs-server.log",
         cwd=workdir,
     )
-    try:
-        process.wait_ready(lambda: _status(f"{url}/storage/v1/b") == 200, timeout=30)
-    except BaseException:
-        process.stop()
-        raise
+    process.wait_ready(lambda: _status(f"{url}/storage/v1/b") == 200, timeout=30)
     return FakeGcs(url=url, project="modelhooks-test", log_files=(process.log_path,)), [process]

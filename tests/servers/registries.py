@@ -80,11 +80,7 @@ def _start_distribution(
         kind, [*argv, "serve", config_file], log_path=workdir / f"{kind}.log", env=env
     )
     url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_ready(lambda: _v2_ready(url), timeout=30)
-    except BaseException:
-        process.stop()
-        raise
+    process.wait_ready(lambda: _v2_ready(url), timeout=30)
     info = OciRegistry(
         kind, url, f"127.0.0.1:{port}", notify_port, notify_url, token, (process.log_path,)
     )
@@ -133,11 +129,7 @@ def start_zot(workdir: Path) -> tuple[OciRegistry, list[Process]]:
         log_path=workdir / "zot.log",
     )
     url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_ready(lambda: _v2_ready(url), timeout=30)
-    except BaseException:
-        process.stop()
-        raise
+    process.wait_ready(lambda: _v2_ready(url), timeout=30)
     info = OciRegistry(
         "zot", url, f"127.0.0.1:{port}", notify_port, notify_url, token, (process.log_path,)
     )
@@ -153,10 +145,6 @@ def start_ociregistry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
         log_path=workdir / "ociregistry.log",
     )
     url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_ready(lambda: _v2_ready(url), timeout=30)
-    except BaseException:
-        process.stop()
-        raise
+    process.wait_ready(lambda: _v2_ready(url), timeout=30)
     info = OciRegistry("ociregistry", url, f"127.0.0.1:{port}", 0, "", "", (process.log_path,))
     return info, [process]
