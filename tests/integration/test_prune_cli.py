@@ -23,9 +23,12 @@ def registry(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(request.param)
 
 
-def push(client: DistributionRegistry, repo: str, tag: str, age: timedelta) -> str:
-    layer = client.push_blob(repo, tag.encode())
-    created = (datetime.now(UTC) - age).isoformat()
+def push(
+    client: DistributionRegistry, repo: str, tag: str, *, created: datetime, content: str = ""
+) -> str:
+    """Push a one-layer manifest of `content` (default: the tag) created at `created`; the
+    same content and time give the same digest."""
+    layer = (content or tag).encode()
     return client.push_manifest(
         repo,
         tag,
@@ -34,9 +37,13 @@ def push(client: DistributionRegistry, repo: str, tag: str, age: timedelta) -> s
             "mediaType": OCI_MANIFEST,
             "config": {**EMPTY, "digest": client.push_blob(repo, b"{}")},
             "layers": [
-                {"mediaType": "application/octet-stream", "digest": layer, "size": len(tag)}
+                {
+                    "mediaType": "application/octet-stream",
+                    "digest": client.push_blob(repo, layer),
+                    "size": len(layer),
+                }
             ],
-            "annotations": {"org.opencontainers.image.created": created},
+            "annotations": {"org.opencontainers.image.created": created.isoformat()},
         },
     )
 
@@ -49,11 +56,13 @@ def test_plan_then_apply_exactly_that_plan(
     registry: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     client, repo = DistributionRegistry(registry.url), f"prune/{uuid.uuid4().hex[:8]}"
-    old, digests = timedelta(days=30), {}
+    old, digests = datetime.now(UTC) - timedelta(days=30), {}
     for tag in ("v1.0.0", "v1.1.0", "v1.2.0", "v1.10.0"):
-        digests[tag] = push(client, repo, tag, old)
-    push(client, repo, "v0.9.0", timedelta(minutes=5))  # recent: within the grace period
-    push(client, repo, "latest", old)
+        digests[tag] = push(client, repo, tag, created=old)
+    push(
+        client, repo, "v0.9.0", created=datetime.now(UTC) - timedelta(minutes=5)
+    )  # recent: within the grace period
+    push(client, repo, "latest", created=old)
     uri = f"oci://{registry.host}/{repo}"
 
     assert prune("plan", uri, "--stream", "v*", "--keep", "2", "--json") == 0
@@ -89,8 +98,8 @@ def test_the_prune_function_keeps_what_live_versions_use(registry: Any) -> None:
     from tests.fakes.memory_registry import InMemoryModelRegistry
 
     client, repo = DistributionRegistry(registry.url), f"fn/{uuid.uuid4().hex[:8]}"
-    old = timedelta(days=30)
-    digests = {tag: push(client, repo, tag, old) for tag in ("v1", "v2", "v3", "v4")}
+    old = datetime.now(UTC) - timedelta(days=30)
+    digests = {tag: push(client, repo, tag, created=old) for tag in ("v1", "v2", "v3", "v4")}
     models = InMemoryModelRegistry()
     in_use = ArtifactPushed(
         model=repo, version="v1", uri=f"oci://{registry.host}/{repo}@{digests['v1']}",

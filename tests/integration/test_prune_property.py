@@ -12,16 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modelhooks.adapters.oci.distribution import (
-    EMPTY,
-    OCI_MANIFEST,
-    DistributionRegistry,
-    OciClients,
-)
+from modelhooks.adapters.oci.distribution import DistributionRegistry, OciClients
 from modelhooks.core.retention import Policies, Policy, history, plan
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
 from modelhooks.handlers import load
 from tests.fakes.memory_registry import InMemoryModelRegistry
+from tests.integration.test_prune_cli import push
 
 pytestmark = pytest.mark.integration
 
@@ -38,22 +34,6 @@ histories = st.lists(
 )
 
 
-def push(client: DistributionRegistry, repo: str, tag: str, content: str, hours: int) -> str:
-    created = (datetime(2026, 1, 1, tzinfo=UTC) if hours else datetime.now(UTC)).isoformat()
-    layer = client.push_blob(repo, content.encode())
-    return client.push_manifest(
-        repo,
-        tag,
-        {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": {**EMPTY, "digest": client.push_blob(repo, b"{}")},
-            "layers": [{"mediaType": "application/octet-stream", "digest": layer, "size": 1}],
-            "annotations": {"org.opencontainers.image.created": created, "content": content},
-        },
-    )
-
-
 @settings(
     max_examples=25,
     deadline=None,
@@ -65,7 +45,8 @@ def test_the_effect_is_the_plan_and_idempotent(
 ) -> None:
     client, repo = DistributionRegistry(ociregistry.url), f"prop/{uuid.uuid4().hex[:8]}"
     for tag, content, hours in tags:
-        push(client, repo, tag, content, hours)
+        created = datetime(2026, 1, 1, tzinfo=UTC) if hours else datetime.now(UTC)
+        push(client, repo, tag, created=created, content=content)
     expected = plan(history(client, repo), POLICY, now=datetime.now(UTC))
     pushed = ArtifactPushed(
         model=repo, version="x", uri=f"oci://{ociregistry.host}/{repo}:x", digest="d", store="oci"
