@@ -30,6 +30,7 @@ __all__ = [
     "ModelRegistered",
     "ModelSigned",
     "ModelUpdated",
+    "PruneRequested",
     "TagsPruned",
     "data_class",
     "parse",
@@ -198,9 +199,31 @@ class TagsPruned(EventData, frozen=True, kw_only=True):
 
     TYPE = "dev.modelhooks.tags.pruned"
     repository: str
-    deleted: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
+    deleted: Annotated[list[str], _doc("the tags deleted")] = field(default_factory=list)
+    kept: Annotated[list[str], _doc("the tags kept")] = field(default_factory=list)
+    manifests: Annotated[
+        list[str], _doc("the manifests deleted: referrers first, then untagged ones")
+    ] = field(default_factory=list)
     dry_run: bool = False
+
+
+class PruneRequested(EventData, frozen=True, kw_only=True):
+    """Asks `prune` to apply a repository's retention policy now: a schedule sends it
+    (Cloud Scheduler through Pub/Sub; a Knative PingSource's ping is translated to it)."""
+
+    TYPE = "dev.modelhooks.prune.requested"
+    uri: Annotated[
+        str,
+        Meta(
+            pattern=r"^oci://[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9][a-z0-9._/-]*$",
+            max_length=1024,
+            description="the repository, oci://host[:port]/repository",
+        ),
+    ]
+    namespace: Annotated[
+        Namespace | None,
+        _doc("the tenant asking; unset: the tenant that owns the repository"),
+    ] = None
 
 
 class ArtifactPurged(EventData, frozen=True, kw_only=True):
@@ -218,6 +241,7 @@ EVENT_TYPES: dict[str, type[EventData]] = {
     for cls in (
         ArtifactPushed,
         ArtifactDeleted,
+        PruneRequested,
         ModelCreated,
         ModelUpdated,
         ModelDeleted,

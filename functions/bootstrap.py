@@ -29,12 +29,12 @@ from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Signe
 from modelhooks.core.retention import Policies
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.delivery.broker import Broker
 from modelhooks.delivery.dedupe import Dedupe
 from modelhooks.delivery.router import load_triggers
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.runtime import Delivery, Sink
-from modelhooks.delivery.tenancy import Tenancy
 from modelhooks.events.auth import resolve_value
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.handlers import NAMES, load
@@ -56,6 +56,7 @@ class Deps:
     hash_options: HashOptions | None  # None when signing is off
     check_namespace: bool  # tenancy is on: only the owning namespace may act on a model
     retention: Policies  # prune's policies by repository
+    tenancy: Tenancy  # which namespace may act on which bucket or repository
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
             settings.ingress.route_kinds,
             settings.ingress.route_namespaces,
         ),
-        tenancy=Tenancy.parse(settings.tenancy.tenants),
+        tenancy=deps.tenancy,
         dedupe=Dedupe(settings.ingress.dedupe_size, _delivery_log(settings)),
         layout=settings.layout.object_layout(),
         max_body_bytes=settings.ingress.max_body_bytes,
@@ -159,6 +160,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         hash_options=made("hash_options", lambda: signing.options() if signer else None),
         check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
         retention=made("retention", lambda: _retention(settings)),
+        tenancy=made("tenancy", lambda: Tenancy.parse(settings.tenancy.tenants)),
     )
 
 
@@ -238,11 +240,14 @@ def _allowed_hosts(settings: Settings) -> frozenset[str]:
 
 
 def _oci(settings: Settings) -> OciClients:
-    """Registries named by events: only public addresses unless store.allow_local_targets."""
+    """Registries named by events: only public addresses unless store.allow_local_targets.
+    `oauth2accesstoken` without a password: Application Default Credentials' access token."""
+    from modelhooks.adapters.oci.credentials import credentials_for
+
     user, password = settings.oci.username, settings.oci.password
-    auth = (user, resolve_value(password, "MODELHOOKS_OCI_PASSWORD")) if user else None
+    secret = resolve_value(password, "MODELHOOKS_OCI_PASSWORD") if user else ""
     return OciClients(
-        auth,
+        credentials_for(user, secret),
         allow_local=settings.store.allow_local_targets,
         allowed_hosts=_allowed_hosts(settings),
     )

@@ -8,6 +8,7 @@
 | cloudevent | type `google.cloud.storage.object.v1.*`         | gcs.from_eventarc                |
 | cloudevent | type `dev.knative.apiserver.*`                  | kubernetes.from_apiserver_event  |
 | cloudevent | type `zotregistry.*`                            | oci_distribution.from_zot_event  |
+| cloudevent | type `dev.knative.sources.ping`                 | schedule.from_ping               |
 | cloudevent | type `google.cloud.pubsub.topic.v1.messagePublished` | its Pub/Sub message, as below |
 | pubsub     | attributes `ce-specversion` / `ce-type`          | the CloudEvent it carries, as above |
 | pubsub     | attributes `eventType` + `bucketId`             | gcs.from_pubsub_notification     |
@@ -39,13 +40,14 @@ from modelhooks.events.sources import (
     kubernetes,
     oci_distribution,
     s3,
+    schedule,
 )
 from modelhooks.events.sources._common import json_value, unwrap_pubsub
 
 __all__ = ["KINDS", "PUBSUB_MESSAGE_PUBLISHED", "kind_of", "translate"]
 
 # The upstream kinds a delivery can be (a route accepts some of them: trust is bound to it).
-KINDS = ("canonical", "gcs", "s3", "oci", "zot", "artifact-registry", "kubernetes")
+KINDS = ("canonical", "gcs", "s3", "oci", "zot", "artifact-registry", "kubernetes", "schedule")
 
 PUBSUB_MESSAGE_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 _CE_PREFIX = "ce-"  # the CloudEvents Pub/Sub protocol binding's attribute prefix
@@ -81,6 +83,8 @@ def kind_of(inbound: Inbound) -> str | None:
         ):
             if event_type.startswith(prefix):
                 return kind
+        if event_type == schedule.PING_TYPE:
+            return "schedule"
         if event_type == PUBSUB_MESSAGE_PUBLISHED:
             try:
                 data = json_value(inbound.data, "cloudevent")
@@ -123,6 +127,8 @@ def _cloudevent(
         return kubernetes.from_apiserver_event(inbound)
     if event_type.startswith(oci_distribution.ZOT_TYPE_PREFIX):
         return oci_distribution.from_zot_event(inbound, registry_host=registry_host)
+    if event_type == schedule.PING_TYPE:
+        return schedule.from_ping(inbound)
     if event_type == PUBSUB_MESSAGE_PUBLISHED:
         message = unwrap_pubsub(json_value(inbound.data, "cloudevent"), "cloudevent data")
         return _pubsub(message, layout, registry_host)
@@ -137,9 +143,12 @@ def _pubsub(
         ce = {k.removeprefix(_CE_PREFIX): v for k, v in attrs.items() if k.startswith(_CE_PREFIX)}
         if "content-type" in attrs:
             ce["datacontenttype"] = attrs["content-type"]
+        # No ce-id (Cloud Scheduler publishes fixed attributes): the message id, unique
+        # per publish, is the event's.
+        ce["id"] = ce.get("id") or inbound.id
         carried = Inbound(
             kind="cloudevent",
-            id=ce.get("id") or inbound.id,
+            id=ce["id"],
             data=inbound.data,
             attributes=ce,
             headers=inbound.headers,

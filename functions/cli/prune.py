@@ -1,12 +1,15 @@
 """`modelhooks prune plan|apply oci://HOST/REPOSITORY`: tag retention for one repository.
 
     modelhooks prune plan oci://registry.example.com/models/bert --stream 'v*' --keep 5
-    modelhooks prune plan … --json > plan.json          # the exact plan, to review
+    modelhooks prune plan … --untagged-hours 168 --json > plan.json   # the exact plan
     modelhooks prune apply oci://registry.example.com/models/bert --plan plan.json
 
-`plan` prints every tag, kept (and why) or deleted (and why); nothing is changed. `apply`
-deletes exactly the tags of the plan file it is given (each tag is removed, its manifest
-kept: another tag or a referrer may still need it); a tag deleted already is fine.
+`plan` prints every tag, kept (and why) or deleted (and why), and the manifests it would
+delete (with `--untagged-hours`: those its deletes leave untagged, or untagged already
+where the registry lists them, pushed longer ago); nothing is changed. `apply` deletes
+exactly what the plan file says, in the order that leaves nothing dangling — the
+manifests' referrers, the tags (a tag moved since planning is skipped), the manifests —
+with a progress bar; what is gone already is fine.
 Exit status: 0 done, 2 a bad argument or plan, 3 the registry did not answer.
 """
 
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.core.errors import BadRequest
-from modelhooks.core.retention import Decision, Plan, Policy, history, plan
+from modelhooks.core.retention import Decision, Plan, Policy, apply, plan
 
 __all__ = ["SETTINGS", "add_parser"]
 
@@ -38,11 +41,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--protect", action="append", metavar="REGEX", help="never delete (default: latest)"
     )
     p.add_argument("--grace-hours", type=float, default=24.0, help="spare what is newer (24)")
+    p.add_argument(
+        "--untagged-hours",
+        type=float,
+        help="also delete manifests left untagged that are older (default: keep manifests)",
+    )
     p.add_argument("--json", action="store_true", help="the plan as JSON (for apply --plan)")
     p.set_defaults(func=run_plan)
     a = steps.add_parser("apply", parents=[common], help="delete exactly the tags of a plan")
     a.add_argument("repository", metavar="oci://HOST/REPOSITORY")
     a.add_argument("--plan", type=Path, required=True, help="a plan printed by `plan --json`")
+    a.add_argument("--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=run_apply)
 
 
@@ -62,23 +71,34 @@ def run_plan(args: argparse.Namespace) -> int:
         keep=args.keep,
         protect=tuple(args.protect or (r"^latest$",)),
         grace=timedelta(hours=args.grace_hours),
+        untagged=None if args.untagged_hours is None else timedelta(hours=args.untagged_hours),
     )
     client, repo = _registry(args)
-    result = plan(history(client, repo), policy, now=datetime.now(UTC))
+    tags, untagged = client.history(repo)
+    result = plan(tags, policy, untagged=untagged, now=datetime.now(UTC))
     if args.json:
         print(json.dumps(_plan_json(args.repository, result), indent=2))
         return 0
-    for verb, decisions in (("keep", result.keep), ("delete", result.delete)):
+    rows = [("keep", result.keep), ("delete", result.delete), ("delete", result.manifests)]
+    for verb, decisions in rows:
         for d in decisions:
-            print(f"{verb:6}  {d.tag:30}  {d.digest[:19]}  {d.reason}")
-    print(f"{len(result.keep)} kept, {len(result.delete)} to delete", file=sys.stderr)
+            print(f"{verb:6}  {d.tag or '(manifest)':30}  {d.digest[:19]}  {d.reason}")
+    print(
+        f"{len(result.keep)} tags kept, {len(result.delete)} tags and "
+        f"{len(result.manifests)} manifests to delete",
+        file=sys.stderr,
+    )
     return 0
 
 
 def run_apply(args: argparse.Namespace) -> int:
     try:
         doc = json.loads(args.plan.read_text())
-        deletes = [Decision(d["tag"], d["digest"], d["reason"]) for d in doc["delete"]]
+        planned = Plan(
+            delete=tuple(_decision(d) for d in doc["delete"]),
+            manifests=tuple(_decision(d) for d in doc.get("manifests", ())),
+            keep=tuple(_decision(d) for d in doc.get("keep", ())),
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BadRequest(
             f"{args.plan}: not a plan from `modelhooks prune plan --json` ({exc})"
@@ -88,17 +108,33 @@ def run_apply(args: argparse.Namespace) -> int:
             f"{args.plan} is the plan of {doc.get('repository')!r}, not {args.repository!r}"
         )
     client, repo = _registry(args)
-    for d in deletes:
-        if client.resolve(repo, d.tag) not in (None, d.digest):
-            print(f"skip    {d.tag}: it names another digest now (plan again)", file=sys.stderr)
-            continue
-        client.delete_tag(repo, d.tag)
-        print(f"deleted {d.tag}  ({d.reason})")
+    from tqdm import tqdm
+
+    total = len(planned.delete) + len(planned.manifests)
+    with tqdm(total=total, desc="prune", unit="del", file=sys.stderr, disable=args.quiet) as bar:
+        done = apply(client, repo, planned, progress=bar.update)
+    for tag in done.skipped:
+        print(
+            f"skip    {tag}: it is gone or names another digest now (plan again)", file=sys.stderr
+        )
+    for tag in done.deleted:
+        print(f"deleted {tag}")
+    for digest in done.referrers + done.manifests:
+        print(f"deleted {digest}")
     return 0
+
+
+def _decision(row: dict[str, str]) -> Decision:
+    return Decision(str(row.get("tag", "")), str(row["digest"]), str(row["reason"]))
 
 
 def _plan_json(repository: str, result: Plan) -> dict[str, Any]:
     def rows(decisions: tuple[Decision, ...]) -> list[dict[str, str]]:
         return [{"tag": d.tag, "digest": d.digest, "reason": d.reason} for d in decisions]
 
-    return {"repository": repository, "keep": rows(result.keep), "delete": rows(result.delete)}
+    return {
+        "repository": repository,
+        "keep": rows(result.keep),
+        "delete": rows(result.delete),
+        "manifests": rows(result.manifests),
+    }

@@ -1,15 +1,21 @@
 """Ports: the only way handlers reach the world. One real adapter per backend lives in
 `functions/adapters/<port>/`; in-memory fakes for unit tests pass the same contract tests.
-(The OCI registry and cluster ports arrive with the functions that need them.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from modelhooks.core.records import ModelArtifact, ModelVersion, ObjectInfo, RegisteredModel
+from modelhooks.core.records import (
+    Manifest,
+    ModelArtifact,
+    ModelVersion,
+    ObjectInfo,
+    RegisteredModel,
+    Tag,
+)
 
 __all__ = ["DeliveryLog", "ModelRegistry", "ObjectStore", "OciRegistry", "Signer", "Verifier"]
 
@@ -140,7 +146,8 @@ class DeliveryLog(Protocol):
 @runtime_checkable
 class OciRegistry(Protocol):
     """An OCI registry: tags, manifests and referrers of repositories on one host.
-    Implementation: `DistributionRegistry` (any OCI distribution API).
+    Implementations: `DistributionRegistry` (any OCI distribution API) and
+    `ArtifactRegistry` (Google Artifact Registry's API; manifests by its Docker path).
 
     >>> registry.resolve("models/bert", "v1")  # doctest: +SKIP
     'sha256:…'
@@ -154,13 +161,18 @@ class OciRegistry(Protocol):
         """The digest `tag` names now, or None."""
         ...
 
+    def history(self, repo: str) -> tuple[list[Tag], list[Manifest]]:
+        """Every tag with its digest and push time, and the manifests no tag names where
+        the registry can list them (else none): what retention plans over."""
+        ...
+
     def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str, int]:
         """(manifest JSON, digest, size) of a tag or digest; NotFound when absent."""
         ...
 
-    def delete_manifest(self, repo: str, digest: str) -> None:
-        """Delete by digest (its tags first: some registries keep them dangling); deleting
-        what is gone succeeds."""
+    def delete_manifests(self, repo: str, digests: Sequence[str]) -> None:
+        """Delete manifests by digest (their tags first: some registries keep them
+        dangling); deleting what is gone succeeds."""
         ...
 
     def delete_tag(self, repo: str, tag: str) -> None:

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 __all__ = [
     "ArtifactState",
+    "Manifest",
     "ModelArtifact",
     "ModelState",
     "ModelVersion",
     "ObjectInfo",
     "RegisteredModel",
+    "Tag",
 ]
 
 
@@ -79,3 +82,23 @@ class ObjectInfo:
     generation: str
     etag: str = ""
     checksum: str = ""
+
+
+@dataclass(frozen=True)
+class Tag:
+    """A tag of an OCI repository: the digest it names, when that manifest was pushed (None:
+    the registry does not say) and, for an index, the digests it lists (kept with it)."""
+
+    name: str
+    digest: str
+    pushed_at: datetime | None = None
+    children: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest no tag names (registries that can list them: Artifact Registry)."""
+
+    digest: str
+    pushed_at: datetime | None = None
+    children: tuple[str, ...] = ()

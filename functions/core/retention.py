@@ -1,4 +1,5 @@
-"""Tag retention: which tags of a repository to keep and which to delete, and why.
+"""Tag retention: which tags (and untagged manifests) of a repository to keep and which to
+delete, and why; then deleting exactly that, in the safe order.
 
 A policy groups tags into streams (glob patterns, e.g. `v*`, `nightly-*`; a tag in no stream
 is kept), keeps the `keep` newest of each stream — by semantic version when every tag of
@@ -8,9 +9,14 @@ whatever the rest says:
 - tags pushed within `grace` (and tags whose push time is unknown);
 - tags naming a digest in use (a live Model or registry version references it) or a
   digest that a kept tag names too.
+With `untagged` set, manifests left without a tag — by this plan, or already (where the
+registry can list them) — that were pushed longer ago than that are deleted too, except a
+digest in use, named by a kept tag, or listed by a kept index.
 
 `plan` is pure: the same inputs give the same plan, and applying a plan, then planning
-again, deletes nothing more.
+again, deletes nothing more. `apply` deletes in the order that leaves nothing dangling:
+the referrers of the manifests to delete (signatures, SBOMs), then the tags, then the
+manifests.
 
 >>> from datetime import UTC
 >>> old = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,31 +28,33 @@ again, deletes nothing more.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from modelhooks.core.errors import NotFound
+from modelhooks.core.records import Manifest, Tag
 
 if TYPE_CHECKING:
     from modelhooks.core.ports import OciRegistry
 
-__all__ = ["CREATED", "Decision", "Plan", "Policies", "Policy", "Tag", "history", "plan"]
-
-CREATED = "org.opencontainers.image.created"  # the manifest annotation of the push time
+__all__ = [
+    "Applied",
+    "Decision",
+    "Plan",
+    "Policies",
+    "Policy",
+    "Tag",
+    "apply",
+    "model_policy",
+    "plan",
+]
 
 _SEMVER = re.compile(
     r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
 )
-
-
-@dataclass(frozen=True)
-class Tag:
-    name: str
-    digest: str
-    pushed_at: datetime | None = None  # None: unknown (the registry does not say)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Policy:
     keep: int = 10  # the newest N of each stream
     protect: tuple[str, ...] = (r"^latest$",)  # regexes (full match)
     grace: timedelta = timedelta(days=1)
+    untagged: timedelta | None = None  # delete manifests left untagged, pushed before this
 
     def __post_init__(self) -> None:
         if self.keep < 0:
@@ -65,15 +74,16 @@ class Policy:
 
 @dataclass(frozen=True)
 class Decision:
-    tag: str
+    tag: str  # "" for an untagged manifest
     digest: str
     reason: str
 
 
 @dataclass(frozen=True)
 class Plan:
-    keep: tuple[Decision, ...] = ()
-    delete: tuple[Decision, ...] = ()
+    keep: tuple[Decision, ...] = ()  # tags kept
+    delete: tuple[Decision, ...] = ()  # tags deleted
+    manifests: tuple[Decision, ...] = ()  # manifests deleted (with their referrers)
 
 
 def _version(name: str) -> tuple[int, int, int, int, str] | None:
@@ -105,10 +115,12 @@ def plan(
     tags: Iterable[Tag],
     policy: Policy,
     *,
+    untagged: Iterable[Manifest] = (),
     in_use: frozenset[str] = frozenset(),
     now: datetime | None = None,
 ) -> Plan:
-    """The plan for a repository's tags: each tag kept or deleted, with the reason."""
+    """The plan for a repository: each tag kept or deleted, and the untagged manifests
+    deleted, with the reason."""
     tags = sorted(tags, key=lambda t: t.name)
     reasons: dict[str, str] = {}
     for tag in tags:
@@ -136,25 +148,103 @@ def plan(
         else:
             why = f"beyond the {policy.keep} newest of stream {_stream(tag.name, policy)}"
             delete.append(Decision(tag.name, tag.digest, why))
-    return Plan(tuple(keep), tuple(delete))
+    manifests = _manifests(tags, (keep, delete), untagged, policy, in_use, now)
+    # A registry without the referrers API lists a manifest's referrers in an index tagged
+    # `sha256-<hex>` (the fallback scheme): it goes with the manifest.
+    fallback = {m.digest.replace(":", "-") for m in manifests}
+    indexes = [d for d in keep if d.tag in fallback]
+    for d in indexes:
+        keep.remove(d)
+        delete.append(Decision(d.tag, d.digest, "the referrers index of a deleted manifest"))
+    manifests += tuple(Decision("", d.digest, f"the referrers index {d.tag}") for d in indexes)
+    return Plan(tuple(keep), tuple(sorted(delete, key=lambda d: d.tag)), manifests)
 
 
-def history(registry: OciRegistry, repo: str) -> list[Tag]:
-    """Every tag of `repo` with its digest and push time (the manifest's
-    org.opencontainers.image.created annotation, when it has one)."""
-    out = []
-    for name in registry.tags(repo):
-        try:
-            manifest, digest, _ = registry.manifest(repo, name)
-        except NotFound:  # deleted since it was listed (a concurrent run): not a tag anymore
-            continue
-        created = (manifest.get("annotations") or {}).get(CREATED)
-        try:
-            at = datetime.fromisoformat(created) if isinstance(created, str) else None
-        except ValueError:
-            at = None
-        out.append(Tag(name, digest, at if at is None or at.tzinfo else None))
-    return out
+def _manifests(
+    tags: Sequence[Tag],
+    plan_: tuple[list[Decision], list[Decision]],
+    untagged: Iterable[Manifest],
+    policy: Policy,
+    in_use: frozenset[str],
+    now: datetime | None,
+) -> tuple[Decision, ...]:
+    """The manifests `plan` deletes: untagged (by the plan's deletes, or already) and pushed
+    longer than `policy.untagged` ago; never one in use, named by a kept tag or listed by
+    an index that stays."""
+    if policy.untagged is None or now is None:
+        return ()
+    keep, delete = plan_
+    by_tag = {t.name: t for t in tags}
+    candidates: dict[str, tuple[datetime | None, tuple[str, ...], str]] = {}
+    for d in delete:
+        tag = by_tag[d.tag]
+        candidates[d.digest] = (tag.pushed_at, tag.children, "its tags are deleted")
+    for m in untagged:
+        candidates.setdefault(m.digest, (m.pushed_at, m.children, "untagged"))
+    protected = set(in_use) | {d.digest for d in keep}
+    protected |= {c for d in keep for c in by_tag[d.tag].children}
+    horizon = now - policy.untagged
+    gone = {d for d, (at, _, _) in candidates.items() if at is not None and at <= horizon}
+    while True:  # an index that stays keeps what it lists (nested indexes: until stable)
+        staying = protected | (candidates.keys() - gone)
+        listed = {c for d in staying if d in candidates for c in candidates[d][1]}
+        left = gone - protected - listed
+        if left == gone:
+            break
+        gone = left
+    hours = f"{policy.untagged.total_seconds() / 3600:g}h"
+    return tuple(
+        Decision("", d, f"{candidates[d][2]}, pushed more than {hours} ago") for d in sorted(gone)
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What `apply` did: tags deleted, tags skipped (moved or gone since planning),
+    referrers and manifests deleted."""
+
+    deleted: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    referrers: tuple[str, ...] = ()
+    manifests: tuple[str, ...] = ()
+
+
+def apply(
+    registry: OciRegistry,
+    repo: str,
+    planned: Plan,
+    *,
+    workers: int = 8,
+    progress: Callable[[int], Any] = lambda n: None,
+) -> Applied:
+    """Delete exactly what `planned` says, `workers` requests at a time: the referrers of
+    its manifests (not one a kept tag names), then its tags (each only if it still names
+    the planned digest: a tag moved since is skipped), then its manifests. Deleting what is
+    gone succeeds, so a second run (or a redelivery) is harmless. `progress(n)` is told
+    of every n items done."""
+    kept = {d.digest for d in planned.keep}
+    digests = [d.digest for d in planned.manifests]
+    with ThreadPoolExecutor(workers) as pool:
+        found = pool.map(lambda d: registry.referrers(repo, d), digests)
+        referrers = sorted({str(r["digest"]) for rs in found for r in rs} - kept - set(digests))
+        registry.delete_manifests(repo, referrers)
+
+        def untag(d: Decision) -> bool:
+            still = registry.resolve(repo, d.tag) == d.digest
+            if still:
+                registry.delete_tag(repo, d.tag)
+            progress(1)
+            return still
+
+        done = list(pool.map(untag, planned.delete))
+    registry.delete_manifests(repo, digests)
+    progress(len(digests))
+    return Applied(
+        deleted=tuple(d.tag for d, ok in zip(planned.delete, done, strict=True) if ok),
+        skipped=tuple(d.tag for d, ok in zip(planned.delete, done, strict=True) if not ok),
+        referrers=tuple(referrers),
+        manifests=tuple(digests),
+    )
 
 
 @dataclass(frozen=True)
@@ -172,8 +262,8 @@ class Policies:
 
     @classmethod
     def from_yaml(cls, text: str, origin: str) -> Policies:
-        """`policies: [{repositories, streams, keep, protect, grace_hours}, …]`; ValueError
-        naming `origin` and the entry for anything else."""
+        """`policies: [{repositories, streams, keep, protect, grace_hours, untagged_hours},
+        …]`; ValueError naming `origin` and the entry for anything else."""
         import yaml
 
         doc = yaml.safe_load(text) or {}
@@ -185,7 +275,7 @@ class Policies:
             where = f"{origin}: policies[{n}]"
             if not isinstance(entry, dict) or not isinstance(entry.get("repositories"), str):
                 raise ValueError(f"{where}: needs `repositories` (a host/repository glob)")
-            unknown = set(entry) - {"repositories", "streams", "keep", "protect", "grace_hours"}
+            unknown = set(entry) - {*_KEYS, "repositories"}
             if unknown:
                 raise ValueError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
             try:
@@ -194,8 +284,34 @@ class Policies:
                     keep=int(entry.get("keep", 10)),
                     protect=tuple(str(x) for x in entry.get("protect", (r"^latest$",))),
                     grace=timedelta(hours=float(entry.get("grace_hours", 24))),
+                    untagged=_hours(entry.get("untagged_hours")),
                 )
             except (TypeError, ValueError, re.error) as exc:
                 raise ValueError(f"{where}: {exc}") from None
             rules.append((entry["repositories"], policy))
         return cls(tuple(rules))
+
+
+_KEYS = ("streams", "keep", "protect", "grace_hours", "untagged_hours")
+
+
+def _hours(value: Any) -> timedelta | None:
+    return None if value is None else timedelta(hours=float(value))
+
+
+def model_policy(spec: dict[str, Any]) -> Policy | None:
+    """The policy a `Model` resource asks for (`spec.retention`: keepVersions, the newest
+    N of all tags; protectedTags, exact names, besides `latest`), or None when it asks
+    for none (keepVersions 0 or absent).
+
+    >>> model_policy({"retention": {"keepVersions": 3, "protectedTags": ["prod"]}}).protect
+    ('^latest$', '^prod$')
+    """
+    retention = spec.get("retention")
+    if not isinstance(retention, dict) or not retention.get("keepVersions"):
+        return None
+    keep, protected = retention["keepVersions"], retention.get("protectedTags") or []
+    if isinstance(keep, bool) or not isinstance(keep, int) or not isinstance(protected, list):
+        raise ValueError("spec.retention: keepVersions must be a count, protectedTags a list")
+    exact = tuple(f"^{re.escape(str(t))}$" for t in protected)
+    return Policy(streams=("*",), keep=keep, protect=(r"^latest$", *exact))

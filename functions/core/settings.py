@@ -123,7 +123,7 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
         str,
         doc(
             "upstream kinds each path accepts: /path=kind,kind;… (canonical, gcs, s3, oci, zot, "
-            "artifact-registry, kubernetes, *); unlisted: everything on an unauthenticated "
+            "artifact-registry, kubernetes, schedule, *); unlisted: everything on an unauthenticated "
             "path, every kind but canonical on an authenticated one"
         ),
     ] = ""
@@ -216,9 +216,22 @@ class SigningSettings(_Section, frozen=True, kw_only=True):
 
 
 class OciSettings(_Section, frozen=True, kw_only=True):
-    username: Annotated[str, doc("OCI registry user (basic auth); empty: anonymous")] = ""
+    username: Annotated[
+        str,
+        doc(
+            "OCI registry user, sent as each registry's challenge asks: to its token realm "
+            "(Bearer) or to the registry (Basic); `oauth2accesstoken` with an empty password: "
+            "an Application Default Credentials access token (Artifact Registry); "
+            "empty: anonymous"
+        ),
+    ] = ""
     password: Annotated[
-        str, doc("OCI registry password or token: a literal, env:NAME or file:PATH", secret=True)
+        str,
+        doc(
+            "OCI registry password or token: a literal, env:NAME or file:PATH; empty with "
+            "user `oauth2accesstoken`: the ADC access token, refreshed as it expires",
+            secret=True,
+        ),
     ] = ""
 
 
@@ -227,7 +240,8 @@ class PruneSettings(_Section, frozen=True, kw_only=True):
         str,
         doc(
             "YAML retention policies for OCI repositories (`policies: [{repositories, streams, "
-            "keep, protect, grace_hours}]`); empty: prune keeps everything"
+            "keep, protect, grace_hours, untagged_hours}]`); empty: prune acts only for Models "
+            "with spec.retention"
         ),
     ] = ""
 

@@ -25,6 +25,7 @@ from modelhooks.core.errors import (
 )
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.logs import log
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.delivery.dedupe import Dedupe, payload_digest
 from modelhooks.delivery.encoding import (
     Response,
@@ -34,7 +35,6 @@ from modelhooks.delivery.encoding import (
 )
 from modelhooks.delivery.routes import RouteAuth, bind_tenant
 from modelhooks.delivery.statuses import status_of
-from modelhooks.delivery.tenancy import Tenancy
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent

@@ -1,52 +1,110 @@
-"""`prune`: tag retention for the OCI repository a model was pushed to.
+"""`prune`: tag retention for an OCI repository, applied when it changes or on a schedule.
 
-On `artifact.pushed` for an `oci://` model whose repository a retention policy covers
-(`prune.policy_file`, modelhooks.core.retention): list the repository's tags, plan (keep
-the newest per stream, what is protected, recent, in use by a live registered version, or
-named by a kept tag), delete the planned tags (their manifests stay) and reply
-`tags.pruned` with the plan. A tag that names another digest than planned, since, is left
+- `artifact.pushed` for an `oci://` model, or `prune.requested` (a schedule: Cloud
+  Scheduler, a Knative PingSource): the repository's policy from `prune.policy_file`.
+- `model.created` / `model.updated` of a `Model` whose `spec.retention` asks for one: that
+  policy, on the Model's OCI repository (only one its namespace may act on, with tenancy).
+
+List the repository's history, plan (modelhooks.core.retention: keep the newest per
+stream and what is protected, recent, in use by a live registered version or the Model, or
+named by a kept tag or index), delete exactly the plan — referrers, tags, manifests — and
+reply `tags.pruned` with it. A tag that names another digest than planned, since, is left
 alone; a second delivery finds nothing more to delete.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from modelhooks.adapters.oci.distribution import OciClients, parse_uri
+from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import ModelState
-from modelhooks.core.retention import Policies, history, plan
-from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
+from modelhooks.core.retention import Policies, Policy, apply, model_policy, plan
+from modelhooks.core.tenancy import Tenancy
+from modelhooks.events.model import (
+    ArtifactPushed,
+    CanonicalEvent,
+    ModelCreated,
+    ModelUpdated,
+    PruneRequested,
+    TagsPruned,
+)
 
 __all__ = ["FUNCTION", "in_use"]
 
 
 def handle(
-    event: CanonicalEvent, *, oci: OciClients, registry: ModelRegistry, retention: Policies
+    event: CanonicalEvent,
+    *,
+    oci: OciClients,
+    registry: ModelRegistry,
+    retention: Policies,
+    tenancy: Tenancy,
 ) -> list[CanonicalEvent]:
     data = event.data
-    if not isinstance(data, ArtifactPushed) or data.store != "oci":
+    pinned: set[str] = set()  # digests the triggering Model names
+    if isinstance(data, ArtifactPushed | PruneRequested):
+        if isinstance(data, ArtifactPushed) and data.store != "oci":
+            return []
+        host, repo, _ = parse_uri(data.uri)
+        uri, policy = f"oci://{host}/{repo}", retention.for_repository(f"{host}/{repo}")
+        if policy is None:
+            raise Skip(f"no retention policy covers {host}/{repo} (prune.policy_file)")
+    elif isinstance(data, ModelCreated | ModelUpdated):
+        found = _model_policy(data)
+        if found is None:
+            return []
+        uri, policy, pinned = found
+        if tenancy.rules and not tenancy.allows(data.namespace, uri):
+            raise Forbidden(f"namespace {data.namespace!r} may not prune {uri}", location=uri)
+    else:
         return []
-    host, repo, _ = parse_uri(data.uri)
-    policy = retention.for_repository(f"{host}/{repo}")
-    if policy is None:
-        raise Skip(f"no retention policy covers {host}/{repo} (prune.policy_file)")
-    client, repo, _ = oci.for_uri(data.uri)
-    result = plan(history(client, repo), policy, in_use=in_use(registry), now=datetime.now(UTC))
-    deleted = []
-    for decision in result.delete:
-        if client.resolve(repo, decision.tag) == decision.digest:  # not moved since planning
-            client.delete_tag(repo, decision.tag)
-            deleted.append(decision.tag)
+    client, repo, _ = oci.for_uri(uri)
+    tags, untagged = client.history(repo)
+    planned = plan(
+        tags,
+        policy,
+        untagged=untagged,
+        in_use=in_use(registry) | pinned,
+        now=datetime.now(UTC),
+    )
+    done = apply(client, repo, planned)
     reply = TagsPruned(
-        repository=f"{host}/{repo}", deleted=deleted, kept=[d.tag for d in result.keep]
+        repository=uri.removeprefix("oci://"),
+        deleted=list(done.deleted),
+        kept=[d.tag for d in planned.keep],
+        manifests=list(done.referrers + done.manifests),
     )
     return [
         CanonicalEvent.new(
             reply, source="modelhooks/prune", subject=event.subject, id=f"{event.id}/pruned"
         )
     ]
+
+
+def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[str]] | None:
+    """(repository URI, policy, digests pinned) for a Model asking for retention of an OCI
+    source, else None. The Model's own tag is protected; its digest (the reference's, or
+    `status.resolvedDigest`) is in use."""
+    try:
+        policy = model_policy(model.spec)
+    except ValueError as exc:
+        raise BadRequest(f"Model {exc}", field="spec.retention") from None
+    source = model.spec.get("source")
+    oci = source.get("oci") if isinstance(source, dict) else None
+    reference = oci.get("reference") if isinstance(oci, dict) else None
+    if policy is None or not isinstance(reference, str):
+        return None
+    host, repo, ref = parse_uri(f"oci://{reference}")
+    if not ref.startswith("sha256:"):
+        policy = replace(policy, protect=(*policy.protect, f"^{re.escape(ref)}$"))
+    resolved = model.status.get("resolvedDigest")
+    pinned = {d for d in (ref, resolved) if isinstance(d, str) and d.startswith("sha256:")}
+    return f"oci://{host}/{repo}", policy, pinned
 
 
 def in_use(registry: ModelRegistry) -> frozenset[str]:
@@ -60,4 +118,10 @@ def in_use(registry: ModelRegistry) -> frozenset[str]:
     ) - {""}
 
 
-FUNCTION = Function(name="prune", accepts=frozenset({ArtifactPushed.TYPE}), handle=handle)
+FUNCTION = Function(
+    name="prune",
+    accepts=frozenset(
+        {ArtifactPushed.TYPE, PruneRequested.TYPE, ModelCreated.TYPE, ModelUpdated.TYPE}
+    ),
+    handle=handle,
+)

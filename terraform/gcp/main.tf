@@ -54,6 +54,7 @@ resource "google_project_service" "apis" {
   for_each = toset([
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
+    "cloudscheduler.googleapis.com",
     "cloudfunctions.googleapis.com",
     "eventarc.googleapis.com",
     "pubsub.googleapis.com",
@@ -418,4 +419,83 @@ moved {
 moved {
   from = google_pubsub_subscription_iam_member.pubsub_acks_gcr_sign
   to   = google_pubsub_subscription_iam_member.pubsub_acks_gcr["sign"]
+}
+
+# ---------------------------------------------------------------------------------------
+# prune on a schedule: one Cloud Scheduler job per repository in var.prune_schedules publishes
+# a canonical `dev.modelhooks.prune.requested` CloudEvent (Pub/Sub attributes; the message id
+# is the event id, so each run is its own delivery) to one topic, pushed to prune.
+
+resource "google_pubsub_topic" "prune_schedule" {
+  count      = length(var.prune_schedules) > 0 ? 1 : 0
+  name       = "${var.name_prefix}-prune-schedule"
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_cloud_scheduler_job" "prune" {
+  for_each  = var.prune_schedules
+  name      = "${var.name_prefix}-prune-${substr(sha256(each.key), 0, 12)}"
+  region    = var.region
+  schedule  = each.value
+  time_zone = "Etc/UTC"
+
+  pubsub_target {
+    topic_name = google_pubsub_topic.prune_schedule[0].id
+    data       = base64encode(jsonencode({ uri = each.key }))
+    attributes = {
+      "ce-specversion" = "1.0"
+      "ce-type"        = "dev.modelhooks.prune.requested"
+      "ce-source"      = "//cloudscheduler.googleapis.com/projects/${var.project_id}/locations/${var.region}/jobs/${var.name_prefix}-prune-${substr(sha256(each.key), 0, 12)}"
+      "content-type"   = "application/json"
+    }
+  }
+}
+
+resource "google_pubsub_subscription" "prune_schedule" {
+  count                = length(var.prune_schedules) > 0 ? 1 : 0
+  name                 = "${var.name_prefix}-prune-schedule"
+  topic                = google_pubsub_topic.prune_schedule[0].id
+  ack_deadline_seconds = min(600, var.functions["prune"].timeout_seconds)
+
+  push_config {
+    push_endpoint = google_cloudfunctions2_function.function["prune"].url
+    oidc_token {
+      service_account_email = google_service_account.push.email
+      audience              = var.push_audience != "" ? var.push_audience : google_cloudfunctions2_function.function["prune"].url
+    }
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter["prune"].id
+    max_delivery_attempts = var.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [
+    google_cloud_run_v2_service_iam_member.prune_schedule_invokes,
+    google_service_account_iam_member.pubsub_mints_push_tokens,
+  ]
+}
+
+resource "google_cloud_run_v2_service_iam_member" "prune_schedule_invokes" {
+  count    = length(var.prune_schedules) > 0 ? 1 : 0
+  location = var.region
+  name     = google_cloudfunctions2_function.function["prune"].service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}
+
+resource "google_pubsub_subscription_iam_member" "pubsub_acks_prune_schedule" {
+  count        = length(var.prune_schedules) > 0 ? 1 : 0
+  subscription = google_pubsub_subscription.prune_schedule[0].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_agent
 }

@@ -165,3 +165,18 @@ variable "dead_letter_retention" {
   type        = string
   default     = "604800s"
 }
+
+variable "prune_schedules" {
+  description = "Scheduled prune runs: repository (oci://LOCATION-docker.pkg.dev/PROJECT/REPOSITORY/IMAGE) => Cloud Scheduler cron (UTC), e.g. \"0 3 * * *\". prune applies the repository's policy from its MODELHOOKS_PRUNE_POLICY_FILE. Empty = prune runs on pushes only."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = length(var.prune_schedules) == 0 || contains(keys(var.functions), "prune")
+    error_message = "prune_schedules needs a prune entry in var.functions."
+  }
+  validation {
+    condition     = alltrue([for uri in keys(var.prune_schedules) : can(regex("^oci://[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9][a-z0-9._/-]*$", uri))])
+    error_message = "prune_schedules: each key is a repository, oci://host/repository (no tag or digest)."
+  }
+}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.bench import bench_signing, bench_spine
+from tests.bench import bench_prune, bench_signing, bench_spine
 
 
 def main() -> int:
@@ -13,6 +13,8 @@ def main() -> int:
     goals = bench_spine.main([])
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
     goals += bench_signing.main([])
+    print("\n== prune: 10,000 tags, bounded concurrency vs a sequential delete loop", flush=True)
+    goals += bench_prune.main([])
     print("\n== goals")
     for goal in goals:
         print(goal.line())

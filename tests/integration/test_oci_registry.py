@@ -85,10 +85,9 @@ def test_tags_then_manifest_delete_everything_idempotently(registry: Any) -> Non
         client.manifest(repo, digest)
 
 
-def test_referrers_by_the_api_or_the_fallback_tag(registry: Any) -> None:
-    client, repo = DistributionRegistry(registry.url), f"refs/{uuid.uuid4().hex[:8]}"
-    subject = image(client, repo, "v1", b"weights")
-    assert client.referrers(repo, subject) == []
+def sign(client: DistributionRegistry, repo: str, subject: str) -> str:
+    """Push a signature-like referrer of `subject` (with the fallback index tag where the
+    registry has no referrers API); its digest."""
     _, _, size = client.manifest(repo, subject)
     signature = {
         "schemaVersion": 2,
@@ -107,4 +106,12 @@ def test_referrers_by_the_api_or_the_fallback_tag(registry: Any) -> None:
              "artifactType": signature["artifactType"]}
         ]  # fmt: skip
         client.push_manifest(repo, subject.replace(":", "-"), index)
+    return referrer
+
+
+def test_referrers_by_the_api_or_the_fallback_tag(registry: Any) -> None:
+    client, repo = DistributionRegistry(registry.url), f"refs/{uuid.uuid4().hex[:8]}"
+    subject = image(client, repo, "v1", b"weights")
+    assert client.referrers(repo, subject) == []
+    referrer = sign(client, repo, subject)
     assert [r["digest"] for r in client.referrers(repo, subject)] == [referrer]

@@ -14,6 +14,8 @@ import pytest
 
 from modelhooks.adapters.oci.distribution import EMPTY, OCI_MANIFEST, DistributionRegistry
 from modelhooks.cli import main
+from modelhooks.core.errors import NotFound
+from modelhooks.core.tenancy import Tenancy
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +114,12 @@ def test_the_prune_function_keeps_what_live_versions_use(registry: Any) -> None:
     )  # fmt: skip
     retention = Policies(((f"{registry.host}/fn/*", Policy(streams=("v*",), keep=1)),))
     prune = load("prune").bind(
-        {"oci": OciClients(allow_local=True), "registry": models, "retention": retention}
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": models,
+            "retention": retention,
+            "tenancy": Tenancy(),
+        }
     )
     (reply,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="p1"))
     assert isinstance(reply.data, TagsPruned)
@@ -120,3 +127,73 @@ def test_the_prune_function_keeps_what_live_versions_use(registry: Any) -> None:
     assert sorted(client.tags(repo)) == ["v1", "v4"]
     (again,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="p2"))
     assert isinstance(again.data, TagsPruned) and again.data.deleted == []
+
+
+def test_apply_deletes_untagged_manifests_after_their_referrers(
+    registry: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.integration.test_oci_registry import sign
+
+    client, repo = DistributionRegistry(registry.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    gone = push(client, repo, "v1.0.0", created=old)
+    stays = push(client, repo, "v2.0.0", created=old)
+    signature, kept_signature = sign(client, repo, gone), sign(client, repo, stays)
+    uri = f"oci://{registry.host}/{repo}"
+    args = ("--stream", "v*", "--keep", "1", "--untagged-hours", "1", "--json")
+    assert prune("plan", uri, *args) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["manifests"][0]["digest"] == gone  # then its fallback referrers index, if any
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(planned))
+
+    assert prune("apply", uri, "--plan", str(plan_file), "--quiet") == 0
+    for digest in (gone, signature):  # the manifest and its referrer
+        with pytest.raises(NotFound):
+            client.manifest(repo, digest)
+    assert client.referrers(repo, gone) == []
+    assert gone.replace(":", "-") not in set(client.tags(repo))  # no fallback index left
+    assert client.manifest(repo, stays)[1] == stays
+    assert [r["digest"] for r in client.referrers(repo, stays)] == [kept_signature]
+    capsys.readouterr()
+    assert prune("plan", uri, *args) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["delete"] == [] and again["manifests"] == []
+    assert prune("apply", uri, "--plan", str(plan_file), "--quiet") == 0  # all gone: fine
+
+
+def test_a_schedule_or_a_model_asks_the_prune_function(registry: Any) -> None:
+    from modelhooks.adapters.oci.distribution import OciClients
+    from modelhooks.core.errors import Forbidden
+    from modelhooks.core.retention import Policies, Policy
+    from modelhooks.events.model import CanonicalEvent, ModelCreated, PruneRequested
+    from modelhooks.handlers import load
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    client, repo = DistributionRegistry(registry.url), f"sched/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    for n in range(1, 6):
+        push(client, repo, f"v{n}", created=old + timedelta(hours=n))
+    uri = f"oci://{registry.host}/{repo}"
+
+    def prune_with(tenancy: Tenancy) -> Any:
+        retention = Policies(((f"{registry.host}/sched/*", Policy(streams=("v*",), keep=4)),))
+        deps = {"registry": InMemoryModelRegistry(), "retention": retention}
+        return load("prune").bind({**deps, "oci": OciClients(), "tenancy": tenancy})
+
+    prune = prune_with(Tenancy())
+    (scheduled,) = prune.handle(CanonicalEvent.new(PruneRequested(uri=uri), source="t"))
+    assert scheduled.data.deleted == ["v1"]  # the policy file: the newest 4
+    spec = {
+        "source": {"oci": {"reference": f"{registry.host}/{repo}:v2"}},
+        "version": "2",
+        "retention": {"keepVersions": 1, "protectedTags": ["v3"]},
+    }
+    model = ModelCreated(name="m", namespace="team-a", spec=spec)
+    denied = prune_with(Tenancy.parse("team-a=oci://elsewhere/*"))
+    with pytest.raises(Forbidden, match="may not prune"):
+        denied.handle(CanonicalEvent.new(model, source="t"))
+    assert sorted(client.tags(repo)) == ["v2", "v3", "v4", "v5"]  # nothing more went
+    (asked,) = prune.handle(CanonicalEvent.new(model, source="t"))
+    assert sorted(asked.data.deleted) == ["v4"]  # v5 newest, v3 protected, v2 the Model's
+    assert sorted(client.tags(repo)) == ["v2", "v3", "v5"]

@@ -1,5 +1,6 @@
 """prune on a real registry over random tag histories (hypothesis): the effect equals the
-plan, a second run deletes nothing, and two concurrent runs leave the same state as one."""
+plan (tags and the manifests they leave untagged), a second run deletes nothing, and two
+concurrent runs leave the same state as one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelhooks.adapters.oci.distribution import DistributionRegistry, OciClients
-from modelhooks.core.retention import Policies, Policy, history, plan
+from modelhooks.core.errors import NotFound
+from modelhooks.core.retention import Policies, Policy, plan
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
 from modelhooks.handlers import load
 from tests.fakes.memory_registry import InMemoryModelRegistry
@@ -21,7 +24,13 @@ from tests.integration.test_prune_cli import push
 
 pytestmark = pytest.mark.integration
 
-POLICY = Policy(streams=("v*",), keep=2, protect=(r"^latest$",), grace=timedelta(hours=1))
+POLICY = Policy(
+    streams=("v*",),
+    keep=2,
+    protect=(r"^latest$",),
+    grace=timedelta(hours=1),
+    untagged=timedelta(hours=1),  # the manifests the plan untags go too
+)
 histories = st.lists(
     st.tuples(
         st.sampled_from(["v1.0.0", "v1.1.0", "v1.2.0", "v2.0.0", "v2.1.0", "latest", "misc"]),
@@ -47,7 +56,7 @@ def test_the_effect_is_the_plan_and_idempotent(
     for tag, content, hours in tags:
         created = datetime(2026, 1, 1, tzinfo=UTC) if hours else datetime.now(UTC)
         push(client, repo, tag, created=created, content=content)
-    expected = plan(history(client, repo), POLICY, now=datetime.now(UTC))
+    expected = plan(client.history(repo)[0], POLICY, now=datetime.now(UTC))
     pushed = ArtifactPushed(
         model=repo, version="x", uri=f"oci://{ociregistry.host}/{repo}:x", digest="d", store="oci"
     )
@@ -57,6 +66,7 @@ def test_the_effect_is_the_plan_and_idempotent(
             "oci": OciClients(allow_local=True),
             "registry": InMemoryModelRegistry(),
             "retention": retention,
+            "tenancy": Tenancy(),
         }
     )
     run = lambda n: prune.handle(CanonicalEvent.new(pushed, source="t", id=f"e{n}"))  # noqa: E731
@@ -67,5 +77,10 @@ def test_the_effect_is_the_plan_and_idempotent(
         run(0)
     left = sorted(client.tags(repo))
     assert left == sorted({t for t, _, _ in tags} - {d.tag for d in expected.delete})
+    for d in expected.manifests:
+        with pytest.raises(NotFound):
+            client.manifest(repo, d.digest)
+    for d in expected.keep:
+        assert client.manifest(repo, d.tag)[1] == d.digest
     (again,) = run(9)
     assert isinstance(again.data, TagsPruned) and again.data.deleted == []

@@ -14,8 +14,11 @@ minio              objectstores.Minio (endpoint_url, keys, notify_port/url/token
 fake_gcs           objectstores.FakeGcs (url, project, env, storage_client)
 docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
 distribution3      registries.OciRegistry (same fields; distribution v3, tag DELETE)
+token_server       token_auth.TokenServer (a token realm: users, requests, issuing())
+distribution3_token_auth  registries.OciRegistry (distribution v3 with `auth: token` at token_server)
 zot                registries.OciRegistry (same fields; CloudEvents to notify_url)
 ociregistry        registries.OciRegistry (referrers API, tag DELETE; no notifications)
+artifact_registry  artifact_registry.ArtifactRegistryStandIn (in-process stand-in for GAR's REST API; per test)
 model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
 podman             containers.Podman (podman + runc; base_image() made with mmdebstrap)
 =================  ===========================================================
@@ -27,6 +30,8 @@ layer's function) listens there, e.g. ``with NotificationSink(minio.notify_port)
 
 from __future__ import annotations
 
+import functools
+import secrets
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -35,6 +40,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.servers._proc import Process, ServerFailed, log_tail
+from tests.servers.artifact_registry import ArtifactRegistryStandIn
 from tests.servers.containers import Podman
 from tests.servers.kube import KubeApiServer, start_kube
 from tests.servers.model_registry import ModelRegistry, start_model_registry
@@ -47,6 +53,7 @@ from tests.servers.registries import (
     start_ociregistry,
     start_zot,
 )
+from tests.servers.token_auth import TokenServer
 
 T = TypeVar("T")
 _LOGS = pytest.StashKey[dict[str, tuple[Path, ...]]]()
@@ -130,6 +137,29 @@ def distribution3(
 
 
 @pytest.fixture(scope="session")
+def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenServer]:
+    """A token realm (in this process) with users ``writer`` (pull, push, delete) and
+    ``reader`` (pull), each with a random password (``token_server.users``)."""
+    users = {
+        "writer": (secrets.token_hex(8), {"pull", "push", "delete"}),
+        "reader": (secrets.token_hex(8), {"pull"}),
+    }
+    with TokenServer(tmp_path_factory.mktemp("token_server"), users=users) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def distribution3_token_auth(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    token_server: TokenServer,
+) -> Iterator[OciRegistry]:
+    """distribution v3 that wants a Bearer token from ``token_server`` for everything."""
+    start = functools.partial(start_distribution3, auth=token_server.registry_auth())
+    yield from _serve(request, tmp_path_factory, ("distribution3",), start)
+
+
+@pytest.fixture(scope="session")
 def zot(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OciRegistry]:
@@ -144,6 +174,14 @@ def ociregistry(
     """cue-labs' in-memory registry: the OCI referrers API (which no other harness
     registry has), tag DELETE; no notifications."""
     yield from _serve(request, tmp_path_factory, ("ociregistry",), start_ociregistry)
+
+
+@pytest.fixture
+def artifact_registry() -> Iterator[ArtifactRegistryStandIn]:
+    """A stand-in for Artifact Registry's REST API (Google ships no emulator), served from
+    this process: fresh and empty for each test, so its request counters start at zero."""
+    with ArtifactRegistryStandIn() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

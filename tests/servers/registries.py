@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import secrets
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,9 +38,16 @@ class OciRegistry:
     log_files: tuple[Path, ...]
 
 
-def _v2_ready(url: str) -> bool:
-    with urllib.request.urlopen(f"{url}/v2/", timeout=5) as response:
-        return bool(response.status == 200)
+def _v2_ready(url: str, challenged: bool = False) -> bool:
+    """`/v2/` answers 200, or (``challenged``: a registry with auth) 401 with a challenge."""
+    try:
+        with urllib.request.urlopen(f"{url}/v2/", timeout=5) as response:
+            return bool(response.status == 200)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if challenged and exc.code == 401 and exc.headers.get("WWW-Authenticate"):
+            return True
+        raise
 
 
 def _notify_target(kind: str) -> tuple[int, str, str]:
@@ -47,9 +56,14 @@ def _notify_target(kind: str) -> tuple[int, str, str]:
 
 
 def _start_distribution(
-    workdir: Path, kind: str, argv: list[str | Path], env: dict[str, str] | None = None
+    workdir: Path,
+    kind: str,
+    argv: list[str | Path],
+    env: dict[str, str] | None = None,
+    auth: dict[str, Any] | None = None,
 ) -> tuple[OciRegistry, list[Process]]:
-    """distribution 2.8 and v3 read the same configuration (version 0.1)."""
+    """distribution 2.8 and v3 read the same configuration (version 0.1); ``auth`` is its
+    `auth:` section (e.g. ``TokenServer.registry_auth()``), none by default."""
     port = free_port()
     notify_port, notify_url, token = _notify_target(kind)
     config = {
@@ -74,13 +88,15 @@ def _start_distribution(
             ]
         },
     }
+    if auth:
+        config["auth"] = auth
     config_file = workdir / f"{kind}.yml"
     config_file.write_text(yaml.safe_dump(config))
     process = Process(
         kind, [*argv, "serve", config_file], log_path=workdir / f"{kind}.log", env=env
     )
     url = f"http://127.0.0.1:{port}"
-    process.wait_ready(lambda: _v2_ready(url), timeout=30)
+    process.wait_ready(lambda: _v2_ready(url, challenged=bool(auth)), timeout=30)
     info = OciRegistry(
         kind, url, f"127.0.0.1:{port}", notify_port, notify_url, token, (process.log_path,)
     )
@@ -91,11 +107,14 @@ def start_docker_registry(workdir: Path) -> tuple[OciRegistry, list[Process]]:
     return _start_distribution(workdir, "docker-registry", [RECIPES["docker-registry"].binary()])
 
 
-def start_distribution3(workdir: Path) -> tuple[OciRegistry, list[Process]]:
+def start_distribution3(
+    workdir: Path, auth: dict[str, Any] | None = None
+) -> tuple[OciRegistry, list[Process]]:
+    """distribution v3; ``auth``: its `auth:` section (token: ``TokenServer.registry_auth()``)."""
     # v3 exports OpenTelemetry traces by default (OTLP to localhost); keep it quiet.
     env = {"OTEL_TRACES_EXPORTER": "none"}
     return _start_distribution(
-        workdir, "distribution3", [RECIPES["distribution3"].binary()], env=env
+        workdir, "distribution3", [RECIPES["distribution3"].binary()], env=env, auth=auth
     )
 
 

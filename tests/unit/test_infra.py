@@ -677,7 +677,11 @@ def test_gcr_push_subscription_is_authenticated_and_dead_lettered(
 
 
 def test_terraform_iam_bindings(terraform: dict[str, Any]) -> None:
-    bindings = terraform["resource"]["google_cloud_run_v2_service_iam_member"]
+    bindings = dict(terraform["resource"]["google_cloud_run_v2_service_iam_member"])
+    scheduled = bindings.pop("prune_schedule_invokes")  # Pub/Sub pushes prune's schedule
+    assert scheduled["member"] == "${google_service_account.push.member}"
+    assert scheduled["count"] == "${length(var.prune_schedules) > 0 ? 1 : 0}"
+    assert 'function["prune"]' in scheduled["name"]
     assert set(bindings) == {"eventarc_invokes", "push_invokes"}, (
         f"unexpected invokers: {sorted(bindings)}"
     )
@@ -801,3 +805,24 @@ def test_the_kustomization_installs_every_manifest_on_the_image_they_name() -> N
     (image,) = kustomization["images"]
     used = set(re.findall(r"image: (\S+):", "".join(p.read_text() for p in manifests)))
     assert used == {image["name"]}, used
+
+
+def test_prune_schedules_publish_canonical_requests_pushed_to_prune(
+    terraform: dict[str, Any],
+) -> None:
+    from modelhooks.events.model import PruneRequested
+
+    job = _resource(terraform, "google_cloud_scheduler_job", "prune")
+    assert job["for_each"] == "${var.prune_schedules}" and job["schedule"] == "${each.value}"
+    (target,) = job["pubsub_target"]
+    attributes = target["attributes"]
+    assert attributes["ce-type"] == PruneRequested.TYPE and attributes["ce-specversion"] == "1.0"
+    assert "ce-id" not in attributes  # the message id: each run is its own delivery
+    assert target["data"].replace(" ", "") == "${base64encode(jsonencode({uri=each.key}))}"
+    sub = _resource(terraform, "google_pubsub_subscription", "prune_schedule")
+    (push,) = sub["push_config"]
+    assert push["push_endpoint"] == '${google_cloudfunctions2_function.function["prune"].url}'
+    (oidc,) = push["oidc_token"]
+    assert oidc["service_account_email"] == "${google_service_account.push.email}"
+    (dead,) = sub["dead_letter_policy"]
+    assert dead["dead_letter_topic"] == '${google_pubsub_topic.dead_letter["prune"].id}'

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelhooks.core.retention import Plan, Policies, Policy, Tag, plan
+from modelhooks.core.records import Manifest
+from modelhooks.core.retention import Plan, Policies, Policy, Tag, model_policy, plan
 
 NOW = datetime(2026, 11, 24, tzinfo=UTC)
 POLICY = Policy(streams=("v*", "nightly-*"), keep=2, protect=(r"^latest$", r"^[0-9a-f]{8}$"))
@@ -101,3 +102,104 @@ def test_a_bad_policy_file_stops_start_up(home: Path, configure: Any) -> None:
     configure({"MODELHOOKS_PRUNE_POLICY_FILE": str(bad)})
     with pytest.raises(ConfigError, match="MODELHOOKS_PRUNE_POLICY_FILE"):
         build()
+
+
+UNTAGGED = Policy(streams=("v*",), keep=1, untagged=timedelta(hours=48))
+digests = st.sampled_from([f"sha256:{d}" for d in "abcdefgh"])
+ages = st.one_of(st.none(), st.integers(0, 240).map(lambda h: NOW - timedelta(hours=h)))
+
+
+@st.composite
+def repositories(draw: Any) -> tuple[list[Tag], list[Manifest]]:
+    """A consistent repository: each manifest has one push time and child list; tags name
+    some of them, and some of the rest are listed as untagged."""
+    found = {
+        d: Manifest(d, draw(ages), tuple(draw(st.lists(digests, max_size=2))))
+        for d in draw(st.lists(digests, min_size=1, unique=True))
+    }
+    names = st.builds(lambda n: f"v1.0.{n}", st.integers(0, 9)) | st.just("latest")
+    named = draw(st.dictionaries(names, st.sampled_from(sorted(found)), max_size=10))
+    tags = [Tag(n, d, found[d].pushed_at, found[d].children) for n, d in named.items()]
+    rest = [m for d, m in sorted(found.items()) if d not in named.values()]
+    return tags, [m for m in rest if draw(st.booleans())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(repository=repositories(), in_use=st.frozensets(digests))
+def test_manifests_go_only_when_nothing_needs_them(
+    repository: tuple[list[Tag], list[Manifest]], in_use: frozenset[str]
+) -> None:
+    history, untagged = repository
+    p = plan(history, UNTAGGED, untagged=untagged, in_use=in_use, now=NOW)
+    gone = {d.digest for d in p.manifests}
+    kept = {d.digest for d in p.keep}
+    assert not gone & in_use and not gone & kept  # in use, or named by a kept tag
+    listed = {c for t in history if t.digest in kept for c in t.children}
+    listed |= {c for m in untagged if m.digest not in gone for c in m.children}
+    listed |= {c for t in history if t.digest not in gone for c in t.children}
+    assert not gone & listed  # listed by an index that stays
+    pushed = {t.digest: t.pushed_at for t in history} | {m.digest: m.pushed_at for m in untagged}
+    for digest in gone:  # only what is untagged (now or by this plan), and old enough
+        assert digest in {d.digest for d in p.delete} | {m.digest for m in untagged}
+        at = pushed[digest]
+        assert at is not None and NOW - at >= UNTAGGED.untagged  # type: ignore[operator]
+    # applied, then planned again: nothing more goes
+    left = [t for t in history if t.name not in deleted(p)]
+    was = {t.digest: t for t in history if t.name in deleted(p)}
+    stay = [m for m in untagged if m.digest not in gone] + [
+        Manifest(t.digest, t.pushed_at, t.children)
+        for d, t in was.items()
+        if d not in gone and d not in {x.digest for x in left}
+        and d not in {m.digest for m in untagged}
+    ]  # fmt: skip
+    again = plan(left, UNTAGGED, untagged=stay, in_use=in_use, now=NOW)
+    assert again.delete == () and again.manifests == ()
+
+
+def test_the_referrers_index_tag_goes_with_its_manifest() -> None:
+    old = NOW - timedelta(days=30)
+    subject = "sha256:" + "a" * 64
+    history = [
+        Tag("v1.0.0", subject, old),
+        Tag("v2.0.0", "sha256:" + "b" * 64, old),
+        Tag("sha256-" + "a" * 64, "sha256:" + "c" * 64, old),  # its referrers (fallback)
+    ]
+    p = plan(history, UNTAGGED, now=NOW)
+    assert [d.tag for d in p.delete] == ["sha256-" + "a" * 64, "v1.0.0"]
+    assert [d.digest for d in p.manifests] == [subject, "sha256:" + "c" * 64]
+    assert [d.tag for d in p.keep] == ["v2.0.0"]
+
+
+def test_without_untagged_manifests_stay() -> None:
+    old = NOW - timedelta(days=30)
+    history = [Tag("v1.0.0", "sha256:a", old), Tag("v2.0.0", "sha256:b", old)]
+    assert plan(history, Policy(streams=("v*",), keep=1), now=NOW).manifests == ()
+
+
+def test_a_model_asks_for_its_policy() -> None:
+    p = model_policy({"retention": {"keepVersions": 2, "protectedTags": ["prod.1"]}})
+    assert p is not None and p.keep == 2 and p.streams == ("*",)
+    assert p.protect == (r"^latest$", r"^prod\.1$")  # exact names, not regexes
+    assert model_policy({"retention": {"keepVersions": 0}}) is None
+    assert model_policy({}) is None
+    with pytest.raises(ValueError, match="keepVersions"):
+        model_policy({"retention": {"keepVersions": "3"}})
+
+
+def test_untagged_hours_in_the_policy_file() -> None:
+    policies = Policies.from_yaml(
+        "policies: [{repositories: 'r/*', untagged_hours: 72}]", origin="p.yaml"
+    )
+    found = policies.for_repository("r/a")
+    assert found is not None and found.untagged == timedelta(hours=72)
+
+
+def test_an_index_that_stays_keeps_what_it_lists() -> None:
+    old, young = NOW - timedelta(days=30), NOW - timedelta(hours=1)
+    untagged = [
+        Manifest("sha256:index", young, ("sha256:child",)),  # too young to go
+        Manifest("sha256:child", old),
+        Manifest("sha256:lone", old),
+    ]
+    p = plan([], UNTAGGED, untagged=untagged, now=NOW)
+    assert [d.digest for d in p.manifests] == ["sha256:lone"]

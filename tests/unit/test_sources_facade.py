@@ -24,6 +24,7 @@ LAYOUT = ObjectLayout()
 HOST = "registry.local:5000"
 PUSHED = "dev.modelhooks.artifact.pushed"
 DELETED = "dev.modelhooks.artifact.deleted"
+PRUNE = "dev.modelhooks.prune.requested"
 
 # What every recorded delivery means. A new sample must say what it expects here.
 EXPECTED: dict[str, list[str]] = {
@@ -48,6 +49,7 @@ EXPECTED: dict[str, list[str]] = {
     "k8s-resource-delete": ["dev.modelhooks.model.deleted"],
     "k8s-resource-update": ["dev.modelhooks.model.updated"],
     "k8s-resource-update-deleting": ["dev.modelhooks.model.deleted"],
+    "knative-ping-prune": [PRUNE],
     "oci-distribution-blob-push": [],
     "oci-distribution-delete": [DELETED, DELETED],
     "oci-distribution-pull": [],
@@ -59,6 +61,7 @@ EXPECTED: dict[str, list[str]] = {
     "s3-minio-put-marker": [PUSHED],
     "s3-removed": [DELETED],
     "s3-test-event": [],
+    "scheduler-pubsub-prune-requested": [PRUNE],
     "zot-image-deleted": [DELETED],
     "zot-image-updated": [PUSHED],
     "zot-repository-created": [],
@@ -171,6 +174,7 @@ def test_the_package_exports_only_the_facade() -> None:
         "modelhooks.events.sources.gcs",
         "modelhooks.events.sources.kubernetes",
         "modelhooks.events.sources.s3",
+        "modelhooks.events.sources.schedule",
         "modelhooks.events.samples",
     ],
 )

@@ -1,9 +1,11 @@
 """`DistributionRegistry`: the `OciRegistry` port over the OCI distribution API, for any
-registry (distribution, zot, Harbor, GHCR, Artifact Registry's Docker path), with basic
-auth: tags (paginated), tag → digest, manifests, blobs, referrers (the API, or the
-`sha256-<hex>` fallback tag), deletes with capability detection. `OciClients` hands out one
-per registry host, with the credentials the composition root configured (`oci.username` /
-`oci.password`).
+registry (distribution, zot, Harbor, GHCR, Artifact Registry's Docker path), authenticated
+as each registry's 401 challenge asks (a Bearer token from its realm, or basic:
+`modelhooks.adapters.oci.auth`): tags (paginated), tag → digest, manifests, blobs,
+referrers (the API, or the `sha256-<hex>` fallback tag), deletes with capability
+detection. `OciClients` hands out a client per registry host, with the credentials the
+composition root configured (`oci.username` / `oci.password`), the tokens of a host shared
+by its clients.
 
 >>> client, repo, ref = OciClients().for_uri("oci://127.0.0.1:5000/models/bert:v1")  # doctest: +SKIP
 >>> client.manifest(repo, ref)  # doctest: +SKIP
@@ -13,9 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from modelhooks.adapters.oci.auth import RegistryAuth
+from modelhooks.adapters.oci.credentials import Credentials, StaticCredentials
 from modelhooks.core.errors import (
     BadRequest,
     Conflict,
@@ -23,12 +29,14 @@ from modelhooks.core.errors import (
     NotFound,
     Unavailable,
 )
+from modelhooks.core.records import Manifest, Tag
 from modelhooks.events.sources.oci_distribution import UNTAG_PLACEHOLDER, UNTAG_PLACEHOLDER_DIGEST
 
 if TYPE_CHECKING:
     import urllib.request
 
 __all__ = [
+    "CREATED",
     "EMPTY",
     "OCI_INDEX",
     "OCI_MANIFEST",
@@ -46,6 +54,7 @@ _ACCEPT = ", ".join(
 )
 EMPTY = {"mediaType": "application/vnd.oci.empty.v1+json", "digest": "", "size": 2}
 TITLE = "org.opencontainers.image.title"
+CREATED = "org.opencontainers.image.created"  # the manifest annotation of the push time
 
 
 def digest_of(data: bytes) -> str:
@@ -59,38 +68,58 @@ class DistributionRegistry:
         self,
         base_url: str,
         *,
-        auth: tuple[str, str] | None = None,
+        auth: tuple[str, str] | Credentials | RegistryAuth | None = None,
         opener: urllib.request.OpenerDirector | None = None,
+        workers: int = 8,
     ) -> None:
+        """`auth`: (user, password), `Credentials`, or a `RegistryAuth` shared with other
+        clients of this registry (its cached tokens); None: anonymous."""
         import urllib.request  # on first use: a function that never pulls pays nothing
 
         self.base_url = base_url.rstrip("/")
         self._open = (opener or urllib.request.build_opener()).open
         self._tag_delete: bool | None = None  # does DELETE by tag work here? (detected)
-        self._headers = {}
-        if auth:
-            import base64
-
-            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-            self._headers["Authorization"] = f"Basic {token}"
+        self.workers = workers  # concurrent requests for reading and deleting many
+        if isinstance(auth, RegistryAuth):
+            self.auth = auth
+        else:
+            credentials = StaticCredentials(*auth) if isinstance(auth, tuple) else auth
+            self.auth = RegistryAuth(self.base_url, credentials, self._open)
 
     def request(
         self, method: str, path: str, body: bytes | None = None, **headers: str
     ) -> tuple[int, dict[str, str], bytes]:
+        """One request. A 401 is answered once with what its challenge asks for (a token
+        from the realm, or basic credentials: `RegistryAuth`); refused again, it raises."""
         url = path if path.startswith("http") else f"{self.base_url}{path}"
         import urllib.error
         import urllib.request
 
-        req = urllib.request.Request(url, data=body, method=method)
-        for k, v in {**self._headers, **headers}.items():
-            req.add_header(k.replace("_", "-"), v)
-        try:
-            with self._open(req, timeout=60) as resp:
-                return resp.status, dict(resp.headers.items()), resp.read()
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers.items()), e.read()
-        except OSError as e:
-            raise Unavailable(f"registry {self.base_url} unreachable", reason=str(e)) from e
+        def send(authorization: str | None) -> tuple[int, dict[str, str], bytes, str]:
+            req = urllib.request.Request(url, data=body, method=method)
+            for k, v in headers.items():
+                req.add_header(k.replace("_", "-"), v)
+            if authorization:
+                req.add_header("Authorization", authorization)
+            try:
+                with self._open(req, timeout=60) as resp:
+                    found = resp.status, resp.headers, resp.read()
+            except urllib.error.HTTPError as e:
+                found = e.code, e.headers, e.read()
+            except OSError as e:
+                raise Unavailable(f"registry {self.base_url} unreachable", reason=str(e)) from e
+            status, got, data = found  # every challenge, should there be several headers
+            challenge = ", ".join(got.get_all("WWW-Authenticate") or ())
+            return status, dict(got.items()), data, challenge
+
+        sent = self.auth.header(method, url)
+        status, got, data, challenge = send(sent)
+        if status == 401:
+            sent = self.auth.answer(method, url, challenge, sent)
+            status, got, data, again = send(sent)
+            if status == 401:
+                raise self.auth.denied(method, url, again or challenge)
+        return status, got, data
 
     def _check(self, status: int, body: bytes, what: str) -> None:
         if status < 300:
@@ -172,12 +201,37 @@ class DistributionRegistry:
         found = _header(headers, "Docker-Content-Digest")
         return found or self.manifest(repo, tag)[1]
 
+    def history(self, repo: str) -> tuple[list[Tag], list[Manifest]]:
+        """Every tag with its digest and push time (the manifest's
+        org.opencontainers.image.created annotation, when it has one), one manifest read
+        per tag, `workers` at a time. The distribution API cannot list untagged manifests."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def read(name: str) -> Tag | None:
+            try:
+                manifest, digest, _ = self.manifest(repo, name)
+            except NotFound:  # deleted since it was listed (a concurrent run): not a tag
+                return None
+            children = tuple(str(m.get("digest")) for m in manifest.get("manifests") or ())
+            return Tag(name, digest, _created(manifest), children)
+
+        with ThreadPoolExecutor(self.workers) as pool:
+            found = list(pool.map(read, list(self.tags(repo))))
+        return [t for t in found if t is not None], []
+
     def delete_manifest(self, repo: str, digest: str) -> None:
         """Delete a manifest by digest; deleting what is gone succeeds. Delete its tags
         first (`delete_tag`): not every registry drops them with it (cue-labs' does not)."""
         status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{digest}")
         if status != 404:
             self._check(status, body, f"manifest delete {repo}@{digest}")
+
+    def delete_manifests(self, repo: str, digests: Sequence[str]) -> None:
+        """`delete_manifest` for each, `workers` at a time."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(self.workers) as pool:
+            list(pool.map(lambda d: self.delete_manifest(repo, d), digests))
 
     def delete_tag(self, repo: str, tag: str) -> None:
         """Remove `tag`, keeping the manifest it names. Registries that delete by tag do it
@@ -194,17 +248,37 @@ class DistributionRegistry:
             if status not in (400, 405, 501):
                 self._check(status, body, f"tag delete {repo}:{tag}")
             self._tag_delete = False
-        if self.resolve(repo, tag) is None:
-            return
-        self.push_blob(repo, b"{}")
-        status, _, body = self.request(
-            "PUT", f"/v2/{repo}/manifests/{tag}", UNTAG_PLACEHOLDER, Content_Type=OCI_MANIFEST
-        )
-        self._check(status, body, f"manifest push {repo}:{tag}")
-        self.delete_manifest(repo, UNTAG_PLACEHOLDER_DIGEST)
+        with _UNTAG:  # one at a time: interleaved, a placeholder delete can miss a tag
+            for _ in range(3):  # … of another process: look again, and once more if so
+                if self.resolve(repo, tag) is None:
+                    return
+                self.push_blob(repo, b"{}")
+                status, _, body = self.request(
+                    "PUT",
+                    f"/v2/{repo}/manifests/{tag}",
+                    UNTAG_PLACEHOLDER,
+                    Content_Type=OCI_MANIFEST,
+                )
+                self._check(status, body, f"manifest push {repo}:{tag}")
+                self.delete_manifest(repo, UNTAG_PLACEHOLDER_DIGEST)
+        if self.resolve(repo, tag) is not None:
+            raise Unavailable(f"registry {self.base_url} kept tag {repo}:{tag}; try again")
 
     def has_referrers_api(self, repo: str, digest: str) -> bool:
         return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
+
+
+_UNTAG = threading.Lock()
+
+
+def _created(manifest: dict[str, Any]) -> datetime | None:
+    """The push time a manifest declares (a time zone is required), or None."""
+    created = (manifest.get("annotations") or {}).get(CREATED)
+    try:
+        at = datetime.fromisoformat(created) if isinstance(created, str) else None
+    except ValueError:
+        return None
+    return at if at is not None and at.tzinfo else None
 
 
 def _header(headers: dict[str, str], name: str) -> str:
@@ -236,29 +310,41 @@ def parse_uri(uri: str) -> tuple[str, str, str]:
 
 class OciClients:
     """Clients for the registries events name, all with the same credentials (none by
-    default): plain HTTP for loopback registries, HTTPS otherwise. Connections go only to
-    public addresses unless `allow_local` (modelhooks.adapters.net)."""
+    default; `auth`: (user, password) or `Credentials`, e.g. Artifact Registry's access
+    token): plain HTTP for loopback registries, HTTPS otherwise. The clients of one host
+    share its tokens. Connections go only to public addresses unless `allow_local`
+    (modelhooks.adapters.net)."""
 
     def __init__(
         self,
-        auth: tuple[str, str] | None = None,
+        auth: tuple[str, str] | Credentials | None = None,
         *,
         allow_local: bool = True,
         allowed_hosts: frozenset[str] = frozenset(),
     ) -> None:
-        self.auth = auth
+        import threading
+
+        self.auth = StaticCredentials(*auth) if isinstance(auth, tuple) else auth
         self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
         self._opener: urllib.request.OpenerDirector | None = None
+        self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)
+        self._lock = threading.Lock()
 
     def for_uri(self, uri: str) -> tuple[DistributionRegistry, str, str]:
         """(client, repository, tag or digest) for an `oci://` URI."""
         host, repo, ref = parse_uri(uri)
         loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
         base = f"{'http' if loopback else 'https'}://{host}"
-        if self._opener is None:  # built on first use (cold start)
-            from modelhooks.adapters.net import guarded_opener
+        with self._lock:
+            if self._opener is None:  # built on first use (cold start)
+                from modelhooks.adapters.net import guarded_opener
 
-            self._opener = guarded_opener(
-                allow_local=self.allow_local, allowed_hosts=self.allowed_hosts
-            )
-        return DistributionRegistry(base, auth=self.auth, opener=self._opener), repo, ref
+                self._opener = guarded_opener(
+                    allow_local=self.allow_local, allowed_hosts=self.allowed_hosts
+                )
+            auth = self._hosts.get(base)
+            if auth is None:
+                if len(self._hosts) >= 256:  # hosts come from events: keep the cache bounded
+                    del self._hosts[next(iter(self._hosts))]
+                auth = self._hosts[base] = RegistryAuth(base, self.auth, self._opener.open)
+        return DistributionRegistry(base, auth=auth, opener=self._opener), repo, ref
