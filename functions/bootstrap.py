@@ -19,7 +19,7 @@ from pathlib import Path
 from threading import Lock
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.oci.distribution import OciClients
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import ConfigError
@@ -250,6 +250,7 @@ def _oci(settings: Settings) -> OciClients:
         credentials_for(user, secret),
         allow_local=settings.store.allow_local_targets,
         allowed_hosts=_allowed_hosts(settings),
+        artifact_registry_endpoint=settings.oci.artifact_registry_endpoint,
     )
 
 

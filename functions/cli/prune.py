@@ -61,7 +61,7 @@ def _registry(args: argparse.Namespace) -> tuple[Any, str]:
 
     settings = common.settings(args)
     uri = args.repository if args.repository.startswith("oci://") else f"oci://{args.repository}"
-    client, repo, _ = build(settings).deps.oci.for_uri(uri)
+    client, repo, _ = build(settings).deps.oci.registry_for(uri)
     return client, repo
 
 

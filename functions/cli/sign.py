@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from modelhooks.adapters.signing import sign_model
 
     if args.uri.startswith("oci://"):
-        from modelhooks.adapters.oci.distribution import OciClients
+        from modelhooks.adapters.oci.clients import OciClients
         from modelhooks.adapters.signing.oci import sign_oci
 
         client, repo, ref = OciClients().for_uri(args.uri)

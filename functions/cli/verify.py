@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     bar = model_args.Bar("verifying", args.quiet)
     try:
         if args.uri.startswith("oci://"):
-            from modelhooks.adapters.oci.distribution import OciClients
+            from modelhooks.adapters.oci.clients import OciClients
             from modelhooks.adapters.signing.oci import verify_oci
 
             client, repo, ref = OciClients().for_uri(args.uri)

@@ -233,6 +233,14 @@ class OciSettings(_Section, frozen=True, kw_only=True):
             secret=True,
         ),
     ] = ""
+    artifact_registry_endpoint: Annotated[
+        str,
+        doc(
+            "Artifact Registry API that prune uses for LOCATION-docker.pkg.dev repositories "
+            "(history in one listing, untagged versions, batched deletes; Application Default "
+            "Credentials); empty: their Docker path, like any registry"
+        ),
+    ] = "https://artifactregistry.googleapis.com"
 
 
 class PruneSettings(_Section, frozen=True, kw_only=True):

@@ -18,7 +18,8 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from modelhooks.adapters.oci.distribution import OciClients, parse_uri
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.oci.distribution import parse_uri
 from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.ports import ModelRegistry
@@ -63,7 +64,7 @@ def handle(
             raise Forbidden(f"namespace {data.namespace!r} may not prune {uri}", location=uri)
     else:
         return []
-    client, repo, _ = oci.for_uri(uri)
+    client, repo, _ = oci.registry_for(uri)
     tags, untagged = client.history(repo)
     planned = plan(
         tags,

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 
-from modelhooks.adapters.oci.distribution import OciClients
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import Conflict, Unavailable
 from modelhooks.core.function import Function, Skip

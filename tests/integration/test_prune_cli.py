@@ -92,7 +92,7 @@ def test_apply_refuses_a_plan_of_another_repository(registry: Any, tmp_path: Pat
 
 
 def test_the_prune_function_keeps_what_live_versions_use(registry: Any) -> None:
-    from modelhooks.adapters.oci.distribution import OciClients
+    from modelhooks.adapters.oci.clients import OciClients
     from modelhooks.core.retention import Policies, Policy
     from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
     from modelhooks.handlers import load
@@ -163,7 +163,7 @@ def test_apply_deletes_untagged_manifests_after_their_referrers(
 
 
 def test_a_schedule_or_a_model_asks_the_prune_function(registry: Any) -> None:
-    from modelhooks.adapters.oci.distribution import OciClients
+    from modelhooks.adapters.oci.clients import OciClients
     from modelhooks.core.errors import Forbidden
     from modelhooks.core.retention import Policies, Policy
     from modelhooks.events.model import CanonicalEvent, ModelCreated, PruneRequested

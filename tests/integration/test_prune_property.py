@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from modelhooks.adapters.oci.distribution import DistributionRegistry, OciClients
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.oci.distribution import DistributionRegistry
 from modelhooks.core.errors import NotFound
 from modelhooks.core.retention import Policies, Policy, plan
 from modelhooks.core.tenancy import Tenancy

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from modelhooks.adapters.object_store.local import LocalObjectStore
-from modelhooks.adapters.oci.distribution import OciClients
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing import HashOptions, KeySigner
 from modelhooks.bootstrap import build
 from modelhooks.core.errors import BadRequest

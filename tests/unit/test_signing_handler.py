@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modelhooks.adapters.oci.distribution import OciClients
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing import HashOptions, KeySigner, KeyVerifier, verify_model
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.bootstrap import build

@@ -3,12 +3,10 @@ registry (distribution, zot, Harbor, GHCR, Artifact Registry's Docker path), aut
 as each registry's 401 challenge asks (a Bearer token from its realm, or basic:
 `modelhooks.adapters.oci.auth`): tags (paginated), tag → digest, manifests, blobs,
 referrers (the API, or the `sha256-<hex>` fallback tag), deletes with capability
-detection. `OciClients` hands out a client per registry host, with the credentials the
-composition root configured (`oci.username` / `oci.password`), the tokens of a host shared
-by its clients.
+detection. `modelhooks.adapters.oci.clients.OciClients` hands them out per registry host.
 
->>> client, repo, ref = OciClients().for_uri("oci://127.0.0.1:5000/models/bert:v1")  # doctest: +SKIP
->>> client.manifest(repo, ref)  # doctest: +SKIP
+>>> client = DistributionRegistry("http://127.0.0.1:5000")  # doctest: +SKIP
+>>> client.manifest("models/bert", "v1")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ __all__ = [
     "OCI_MANIFEST",
     "TITLE",
     "DistributionRegistry",
-    "OciClients",
     "digest_of",
     "parse_uri",
 ]
@@ -306,45 +303,3 @@ def parse_uri(uri: str) -> tuple[str, str, str]:
     if not host or not repo:
         raise BadRequest(f"{uri}: expected oci://host/repository[:tag|@digest]")
     return host, repo, ref
-
-
-class OciClients:
-    """Clients for the registries events name, all with the same credentials (none by
-    default; `auth`: (user, password) or `Credentials`, e.g. Artifact Registry's access
-    token): plain HTTP for loopback registries, HTTPS otherwise. The clients of one host
-    share its tokens. Connections go only to public addresses unless `allow_local`
-    (modelhooks.adapters.net)."""
-
-    def __init__(
-        self,
-        auth: tuple[str, str] | Credentials | None = None,
-        *,
-        allow_local: bool = True,
-        allowed_hosts: frozenset[str] = frozenset(),
-    ) -> None:
-        import threading
-
-        self.auth = StaticCredentials(*auth) if isinstance(auth, tuple) else auth
-        self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
-        self._opener: urllib.request.OpenerDirector | None = None
-        self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)
-        self._lock = threading.Lock()
-
-    def for_uri(self, uri: str) -> tuple[DistributionRegistry, str, str]:
-        """(client, repository, tag or digest) for an `oci://` URI."""
-        host, repo, ref = parse_uri(uri)
-        loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
-        base = f"{'http' if loopback else 'https'}://{host}"
-        with self._lock:
-            if self._opener is None:  # built on first use (cold start)
-                from modelhooks.adapters.net import guarded_opener
-
-                self._opener = guarded_opener(
-                    allow_local=self.allow_local, allowed_hosts=self.allowed_hosts
-                )
-            auth = self._hosts.get(base)
-            if auth is None:
-                if len(self._hosts) >= 256:  # hosts come from events: keep the cache bounded
-                    del self._hosts[next(iter(self._hosts))]
-                auth = self._hosts[base] = RegistryAuth(base, self.auth, self._opener.open)
-        return DistributionRegistry(base, auth=auth, opener=self._opener), repo, ref

@@ -1,0 +1,88 @@
+"""`OciClients`: the registry client for each `oci://` reference events name, built by the
+composition root with the configured credentials: a `DistributionRegistry` (the OCI
+distribution API) for every registry, and for Artifact Registry hosts
+(`LOCATION-docker.pkg.dev`) the `ArtifactRegistry` adapter of its own API where the
+`OciRegistry` port is enough (retention: history in one listing, untagged manifests,
+batched deletes).
+
+>>> client, repo, ref = OciClients().for_uri("oci://127.0.0.1:5000/models/bert:v1")  # doctest: +SKIP
+>>> registry, repo, _ = OciClients().registry_for("oci://us-docker.pkg.dev/p/r/bert")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from modelhooks.adapters.oci.artifact_registry import ENDPOINT, ArtifactRegistry
+from modelhooks.adapters.oci.auth import RegistryAuth
+from modelhooks.adapters.oci.credentials import Credentials, StaticCredentials
+from modelhooks.adapters.oci.distribution import DistributionRegistry, parse_uri
+
+if TYPE_CHECKING:
+    import urllib.request
+
+    from modelhooks.core.ports import OciRegistry
+
+__all__ = ["OciClients"]
+
+ARTIFACT_REGISTRY_SUFFIX = "-docker.pkg.dev"
+
+
+class OciClients:
+    """Clients for the registries events name, all with the same credentials (none by
+    default; `auth`: (user, password) or `Credentials`, e.g. Artifact Registry's access
+    token): plain HTTP for loopback registries, HTTPS otherwise. The clients of one host
+    share its tokens. Connections go only to public addresses unless `allow_local`
+    (modelhooks.adapters.net)."""
+
+    def __init__(
+        self,
+        auth: tuple[str, str] | Credentials | None = None,
+        *,
+        allow_local: bool = True,
+        allowed_hosts: frozenset[str] = frozenset(),
+        artifact_registry_endpoint: str = ENDPOINT,
+        artifact_registry_credentials: Any = None,
+    ) -> None:
+        self.auth = StaticCredentials(*auth) if isinstance(auth, tuple) else auth
+        self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
+        self._opener: urllib.request.OpenerDirector | None = None
+        self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)
+        self._lock = threading.Lock()
+        # Artifact Registry's API (empty: its Docker path, like any registry); credentials:
+        # Application Default Credentials unless given (tests: anonymous, to a stand-in)
+        self.gar_endpoint = artifact_registry_endpoint
+        self.gar_credentials = artifact_registry_credentials
+
+    def for_uri(self, uri: str) -> tuple[DistributionRegistry, str, str]:
+        """(client, repository, tag or digest) for an `oci://` URI."""
+        host, repo, ref = parse_uri(uri)
+        loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+        base = f"{'http' if loopback else 'https'}://{host}"
+        with self._lock:
+            if self._opener is None:  # built on first use (cold start)
+                from modelhooks.adapters.net import guarded_opener
+
+                self._opener = guarded_opener(
+                    allow_local=self.allow_local, allowed_hosts=self.allowed_hosts
+                )
+            auth = self._hosts.get(base)
+            if auth is None:
+                if len(self._hosts) >= 256:  # hosts come from events: keep the cache bounded
+                    del self._hosts[next(iter(self._hosts))]
+                auth = self._hosts[base] = RegistryAuth(base, self.auth, self._opener.open)
+        return DistributionRegistry(base, auth=auth, opener=self._opener), repo, ref
+
+    def registry_for(self, uri: str) -> tuple[OciRegistry, str, str]:
+        """(the `OciRegistry` port, repository, tag or digest) for an `oci://` URI: Artifact
+        Registry's API for its hosts (when an endpoint is configured), the distribution API
+        otherwise."""
+        docker, repo, ref = self.for_uri(uri)
+        host = parse_uri(uri)[0]
+        if not (self.gar_endpoint and host.endswith(ARTIFACT_REGISTRY_SUFFIX)):
+            return docker, repo, ref
+        registry = ArtifactRegistry(
+            host, docker=docker, endpoint=self.gar_endpoint, credentials=self.gar_credentials
+        )
+        return registry, repo, ref
