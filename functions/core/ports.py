@@ -170,6 +170,10 @@ class OciRegistry(Protocol):
         """(manifest JSON, digest, size) of a tag or digest; NotFound when absent."""
         ...
 
+    def push_manifest(self, repo: str, ref: str, manifest: dict[str, Any]) -> str:
+        """Put a manifest under a tag or its digest (its blobs pushed already); its digest."""
+        ...
+
     def delete_manifests(self, repo: str, digests: Sequence[str]) -> None:
         """Delete manifests by digest (their tags first: some registries keep them
         dangling); deleting what is gone succeeds."""

@@ -252,15 +252,18 @@ def test_manifests_referrers_and_index_children_come_from_the_docker_path(
     index = push(
         docker, image, {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [descriptor]}
     )
-    signature = push(
-        docker,
-        image,
-        {**image_manifest, "artifactType": "application/vnd.example.sig", "subject": descriptor},
-    )
+    registry = connect(artifact_registry.url, docker=docker)
+    signed = {
+        **image_manifest,
+        "artifactType": "application/vnd.example.sig",
+        "subject": descriptor,
+    }
+    data = json.dumps(signed, separators=(",", ":")).encode()
+    signature = registry.push_manifest(image, digest_of(data), signed)  # the Docker path
+    assert docker.manifest(image, signature)[1] == signature
     artifact_registry.add_version(image, child, created=T0)
     artifact_registry.add_version(image, index, created=T0, media_type=OCI_INDEX)
     artifact_registry.tag(image, "v1", index)
-    registry = connect(artifact_registry.url, docker=docker)
     body, found, _ = registry.manifest(image, index)
     assert found == index and body["manifests"] == [descriptor]
     assert [r["digest"] for r in registry.referrers(image, child)] == [signature]

@@ -165,6 +165,10 @@ class ArtifactRegistry:
         """(manifest JSON, digest, size) through the Docker path."""
         return self.docker.manifest(repo, ref)
 
+    def push_manifest(self, repo: str, ref: str, manifest: dict[str, Any]) -> str:
+        """Put a manifest through the Docker path; its digest."""
+        return self.docker.push_manifest(repo, ref, manifest)
+
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:
         """Referrers of `digest` through the Docker path."""
         return self.docker.referrers(repo, digest)
