@@ -231,7 +231,15 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
 
     TYPE = "dev.modelhooks.artifact.purged"
     uri: str
-    deleted: list[str] = field(default_factory=list)
+    deleted: Annotated[
+        list[str], _doc("what went: keys, tags, referrer and manifest digests, in order")
+    ] = field(default_factory=list)
+    kept: Annotated[list[str], _doc("what stayed (in use, protected, retained)")] = field(
+        default_factory=list
+    )
+    failed: Annotated[dict[str, str], _doc("what could not be deleted, and why")] = field(
+        default_factory=dict
+    )
     policy: str
     namespace: str = "default"
 

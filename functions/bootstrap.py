@@ -13,14 +13,16 @@ function first uses it. Tests swap any dependency in one place:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from threading import Lock
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.config import SigningConfig
+from modelhooks.core.cleanup import Cleanup
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.function import Function
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["App", "Deps", "build", "model_registry", "object_store", "reset"]
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Deps:
@@ -57,6 +61,7 @@ class Deps:
     check_namespace: bool  # tenancy is on: only the owning namespace may act on a model
     retention: Policies  # prune's policies by repository
     tenancy: Tenancy  # which namespace may act on which bucket or repository
+    cleanup: Cleanup  # cleanup's policies by model name, and the ready marker
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
         retention=made("retention", lambda: _retention(settings)),
         tenancy=made("tenancy", lambda: Tenancy.parse(settings.tenancy.tenants)),
+        cleanup=made("cleanup", lambda: _cleanup(settings)),
     )
 
 
@@ -169,12 +175,23 @@ def _retention(settings: Settings) -> Policies:
     path = settings.prune.policy_file
     if not path:
         return Policies()
+    return _policy_file(path, "MODELHOOKS_PRUNE_POLICY_FILE", Policies.from_yaml)
+
+
+def _cleanup(settings: Settings) -> Cleanup:
+    """cleanup.policy_file (checked at start-up like prune's) and the ready marker."""
+    path, marker = settings.cleanup.policy_file, settings.layout.marker
+    if not path:
+        return Cleanup(marker=marker)
+    parse = lambda text, origin: Cleanup.from_yaml(text, origin, marker=marker)  # noqa: E731
+    return _policy_file(path, "MODELHOOKS_CLEANUP_POLICY_FILE", parse)
+
+
+def _policy_file(path: str, variable: str, parse: Callable[[str, str], T]) -> T:
     try:
-        return Policies.from_yaml(
-            Path(path).read_text(), origin=f"MODELHOOKS_PRUNE_POLICY_FILE={path}"
-        )
+        return parse(Path(path).read_text(), f"{variable}={path}")
     except OSError as exc:
-        raise ConfigError(f"MODELHOOKS_PRUNE_POLICY_FILE={path}: {exc.strerror}") from None
+        raise ConfigError(f"{variable}={path}: {exc.strerror}") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

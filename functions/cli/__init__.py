@@ -8,6 +8,7 @@
     sign, verify  model-signing signatures where a model lies
     dead-letter   keep dead-lettered events for replay
     prune         tag retention for an OCI repository: plan, then apply that plan
+    cleanup       a model's deletion policy by hand: the plan, then exactly that
 
 Every setting is also a flag (`--<section>-<name>`), with an environment twin; see
 `modelhooks settings`.
@@ -46,6 +47,7 @@ COMMANDS = (
     "verify",
     "dead_letter",
     "prune",
+    "cleanup",
 )
 
 

@@ -17,16 +17,20 @@ from modelhooks.core.records import (
     Tag,
 )
 
-__all__ = ["DeliveryLog", "ModelRegistry", "ObjectStore", "OciRegistry", "Signer", "Verifier"]
+__all__ = [
+    "DeliveryLog",
+    "ModelRegistry",
+    "ObjectReader",
+    "ObjectStore",
+    "OciRegistry",
+    "Signer",
+    "Verifier",
+]
 
 
 @runtime_checkable
-class ObjectStore(Protocol):
-    """Buckets of objects: a local directory, GCS or S3.
-
-    >>> store.put("models", "m/1/_SUCCESS", b"", if_absent=True)  # doctest: +SKIP
-    ObjectInfo(bucket='models', key='m/1/_SUCCESS', size=0, generation='...')
-    """
+class ObjectReader(Protocol):
+    """What reading a model needs (hashing for signing reads an OCI model through it too)."""
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
         """The object's info, or None when it does not exist."""
@@ -40,12 +44,40 @@ class ObjectStore(Protocol):
         """`length` bytes from `start` (fewer at the end of the object). NotFound if absent."""
         ...
 
+
+@runtime_checkable
+class ObjectStore(ObjectReader, Protocol):
+    """Buckets of objects: a local directory, GCS or S3.
+
+    >>> store.put("models", "m/1/_SUCCESS", b"", if_absent=True)  # doctest: +SKIP
+    ObjectInfo(bucket='models', key='m/1/_SUCCESS', size=0, generation='...')
+    """
+
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
         """Write an object. With `if_absent`, Conflict when it already exists."""
         ...
 
     def delete(self, bucket: str, key: str) -> None:
         """Delete an object; deleting what is gone succeeds."""
+        ...
+
+    def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every stored revision under `prefix`, the noncurrent ones of a versioned bucket
+        too (`ObjectInfo.current` says which), in key order; where the backend keeps no old
+        revisions, the same as `list`."""
+        ...
+
+    def delete_many(
+        self, bucket: str, objects: Sequence[ObjectInfo], *, versions: bool = False
+    ) -> dict[str, str]:
+        """Delete many objects in as few requests as the backend allows (S3: DeleteObjects,
+        at most 1000 keys a request; GCS: bounded concurrency), each only while it is still
+        the revision listed where the backend can check (GCS: if-generation-match; local:
+        the generation): a changed object stays. With `versions`, the listed revisions
+        themselves go (old versions of a versioned bucket), not the current object.
+        Deleting what is gone succeeds. Returns {key: why} for what it did not delete
+        (changed, refused); a transient failure raises Unavailable or Throttled after the
+        rest was attempted: a redelivery finishes the job."""
         ...
 
 

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from modelhooks.events.model import CanonicalEvent
 
 __all__ = [
+    "DELETED_AT",
+    "PUSHED_AT",
     "ArtifactState",
     "Manifest",
     "ModelArtifact",
@@ -19,7 +25,22 @@ __all__ = [
     "ObjectInfo",
     "RegisteredModel",
     "Tag",
+    "stamp",
 ]
+
+# The facts that make the registry's state independent of delivery order: when a version
+# was pushed, when its model was last deleted (sortable UTC strings, `stamp`).
+PUSHED_AT = "modelhooks.pushed_at"
+DELETED_AT = "modelhooks.deleted_at"
+_UNKNOWN = "9999-12-31T23:59:59.999999Z"  # an event without a time: newer than any time
+
+
+def stamp(event: CanonicalEvent) -> str:
+    """The event's time as a sortable UTC string (ingress keeps times within 1970-9998, so
+    the year has four digits and strings compare as times)."""
+    if event.time is None:
+        return _UNKNOWN
+    return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class ModelState(StrEnum):
@@ -82,6 +103,7 @@ class ObjectInfo:
     generation: str
     etag: str = ""
     checksum: str = ""
+    current: bool = True  # False: an old (noncurrent) revision of a versioned bucket
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,17 @@ class PruneSettings(_Section, frozen=True, kw_only=True):
     ] = ""
 
 
+class CleanupSettings(_Section, frozen=True, kw_only=True):
+    policy_file: Annotated[
+        str,
+        doc(
+            "YAML deletion policies by model name (`policies: [{models, deletionPolicy: "
+            "Retain|Delete|Untag, protect, old_versions}]`) for deletions that carry no "
+            "spec.deletionPolicy; empty: Retain"
+        ),
+    ] = ""
+
+
 class TenancySettings(_Section, frozen=True, kw_only=True):
     tenants: Annotated[
         str,
@@ -278,6 +289,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     signing: SigningSettings = field(default_factory=SigningSettings)
     oci: OciSettings = field(default_factory=OciSettings)
     prune: PruneSettings = field(default_factory=PruneSettings)
+    cleanup: CleanupSettings = field(default_factory=CleanupSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 

@@ -125,4 +125,5 @@ FUNCTION = Function(
         {ArtifactPushed.TYPE, PruneRequested.TYPE, ModelCreated.TYPE, ModelUpdated.TYPE}
     ),
     handle=handle,
+    extras=("gcp",),  # Artifact Registry's API
 )

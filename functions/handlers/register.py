@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from datetime import UTC
 from typing import TypeVar
 
 from modelhooks.core.errors import Conflict, Forbidden
 from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import (
+    DELETED_AT,
+    PUSHED_AT,
     ArtifactState,
     ModelArtifact,
     ModelState,
     ModelVersion,
     RegisteredModel,
+    stamp,
 )
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
@@ -43,9 +45,6 @@ from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
 __all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_model"]
 
 T = TypeVar("T")
-PUSHED_AT = "modelhooks.pushed_at"
-DELETED_AT = "modelhooks.deleted_at"
-_UNKNOWN = "9999-12-31T23:59:59.999999Z"  # an event without a time: newer than any time
 
 
 def handle(
@@ -177,14 +176,6 @@ def _archive(
     for version in registry.list_versions(model.id):
         live = _live(version.custom_properties.get(PUSHED_AT, ""), deleted_at)
         _update(registry.update_version, version, {}, live)
-
-
-def stamp(event: CanonicalEvent) -> str:
-    """The event's time as a sortable UTC string (ingress keeps times within 1970-9998, so
-    the year has four digits and strings compare as times)."""
-    if event.time is None:
-        return _UNKNOWN
-    return event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _live(pushed_at: str, deleted_at: str) -> bool:

@@ -82,6 +82,14 @@ variable "functions" {
       models_bucket_roles = []
       project_roles       = ["roles/artifactregistry.repoAdmin"]
     }
+    # cleanup is the one function that deletes data: it lists and deletes the objects of a
+    # deleted model version (objectUser: list, read, delete; no bucket administration) and
+    # deletes manifests and tags in Artifact Registry (repoAdmin; bind it on the model
+    # repositories instead of the project where you can).
+    cleanup = {
+      models_bucket_roles = ["roles/storage.objectUser"]
+      project_roles       = ["roles/artifactregistry.repoAdmin"]
+    }
   }
 
   validation {

@@ -1,12 +1,15 @@
 """`GcsObjectStore`: Google Cloud Storage through google-cloud-storage (imported lazily).
 
 A conditional write uses `ifGenerationMatch=0` (create only); ranged reads are media GETs
-with a Range header; an object's generation is its immutable revision id.
+with a Range header; an object's generation is its immutable revision id. Listings follow
+`nextPageToken` pages of `page_size` objects. `delete_many` sends one DELETE per object,
+`workers` at a time, each conditional on the listed generation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from modelhooks.core.errors import (
@@ -14,6 +17,7 @@ from modelhooks.core.errors import (
     Forbidden,
     ModelhooksError,
     NotFound,
+    Permanent,
     Throttled,
     Unauthenticated,
     Unavailable,
@@ -48,9 +52,18 @@ class GcsObjectStore:
     >>> store.read_range("models", "bert/1/config.json", 0, 1024)  # doctest: +SKIP
     """
 
-    def __init__(self, client: Any = None, *, project: str | None = None) -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        project: str | None = None,
+        workers: int = 16,
+        page_size: int = 1000,
+    ) -> None:
         self._client = client
         self._project = project
+        self._workers = max(1, workers)
+        self._page_size = page_size  # GCS's own maximum; asked for so every server pages
 
     @property
     def client(self) -> Any:
@@ -65,6 +78,7 @@ class GcsObjectStore:
 
     @staticmethod
     def _info(bucket: str, blob: Any) -> ObjectInfo:
+        # a noncurrent revision of a versioned bucket carries its deletion time
         return ObjectInfo(
             bucket=bucket,
             key=blob.name,
@@ -72,6 +86,7 @@ class GcsObjectStore:
             generation=str(blob.generation or ""),
             etag=str(blob.etag or ""),
             checksum=f"md5:{blob.md5_hash}" if blob.md5_hash else f"crc32c:{blob.crc32c or ''}",
+            current=blob.time_deleted is None,
         )
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
@@ -83,7 +98,24 @@ class GcsObjectStore:
 
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         try:
-            for blob in self.client.list_blobs(bucket, prefix=prefix or None):
+            blobs = self.client.list_blobs(bucket, prefix=prefix or None, page_size=self._page_size)
+            for blob in blobs:  # the iterator fetches the next page as it goes
+                yield self._info(bucket, blob)
+        except Exception as e:
+            raise gcs_error(e, bucket, prefix) from e
+
+    def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every revision (`versions=true`): noncurrent ones have `current=False`."""
+        try:
+            blobs = self.client.list_blobs(
+                bucket,
+                prefix=prefix or None,
+                page_size=self._page_size,
+                # the literal "true": the client would send Python's "True", which GCS
+                # takes but fake-gcs-server does not (it compares with "true")
+                versions="true",
+            )
+            for blob in blobs:
                 yield self._info(bucket, blob)
         except Exception as e:
             raise gcs_error(e, bucket, prefix) from e
@@ -115,3 +147,60 @@ class GcsObjectStore:
         except Exception as e:
             if getattr(e, "code", None) != 404:  # deleting what is gone succeeds
                 raise gcs_error(e, bucket, key) from e
+
+    def delete_many(
+        self, bucket: str, objects: Sequence[ObjectInfo], *, versions: bool = False
+    ) -> dict[str, str]:
+        """One DELETE per object, `workers` at a time, each with `ifGenerationMatch` on the
+        listed generation: a rewritten object answers 412 and is reported, not deleted;
+        404 (gone) is success. With `versions`, the listed generation itself is deleted
+        (`generation=`), which is how a noncurrent revision goes.
+
+        Why not a JSON batch (`client.batch()`, up to 100 calls a request): fake-gcs-server
+        does not implement the batch endpoint (v1.54 answers it with a body the client
+        rejects, "not multi-part"), so it can be neither tested nor measured there; GCS
+        also throttles each part of a batch like a request of its own. Measured against
+        fake-gcs-server on 2 cores, 2,500 deletes: 1 worker 4.5 s, 4: 3.2 s, 8: 3.1 s,
+        16: 2.9 s, 32: 2.8 s (the emulator, not the client, is the limit there). With more
+        than 10 workers, give the client's HTTP session a pool as large (requests keeps
+        10 connections a host by default and drops the extra ones).
+        """
+        if not objects:
+            return {}
+        handle = self.client.bucket(bucket)
+
+        def delete(obj: ObjectInfo) -> ModelhooksError | None:
+            generation = int(obj.generation) if obj.generation.isdigit() else None
+            try:
+                if versions:
+                    handle.blob(obj.key, generation=generation).delete()
+                else:
+                    handle.blob(obj.key).delete(if_generation_match=generation)
+            except Exception as e:
+                if getattr(e, "code", None) == 404:  # deleting what is gone succeeds
+                    return None
+                return gcs_error(e, bucket, obj.key)
+            return None
+
+        with ThreadPoolExecutor(self._workers, thread_name_prefix="gcs-delete") as pool:
+            outcomes = list(pool.map(delete, objects))
+        refused: dict[str, str] = {}
+        transient: list[ModelhooksError] = []
+        for obj, error in zip(objects, outcomes, strict=True):
+            if isinstance(error, Conflict):
+                refused[obj.key] = f"changed since listed (generation {obj.generation})"
+            elif isinstance(error, Permanent):
+                refused[obj.key] = f"{error.code}: {error.details.get('reason', error)}"
+            elif error is not None:
+                transient.append(error)
+        if transient:
+            throttled = all(isinstance(e, Throttled) for e in transient)
+            kind = Throttled if throttled else Unavailable
+            raise kind(
+                f"GCS failed to delete {len(transient)} of {len(objects)} objects in"
+                f" gs://{bucket}; the rest was attempted",
+                bucket=bucket,
+                failed=len(transient),
+                reason=transient[0].details.get("reason", ""),
+            )
+        return refused

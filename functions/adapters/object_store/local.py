@@ -2,7 +2,9 @@
 
 Real-shaped GCS and S3 notifications (bucket + object name) work against local files: a
 bucket `models` is the directory `<root>/models`. A file's generation is its modification
-time in nanoseconds and size, which changes whenever the file is rewritten.
+time in nanoseconds and size, which changes whenever the file is rewritten. No old
+revisions are kept: `list_versions` is `list`, and `delete_many` removes a file only while
+its generation is still the one listed.
 
 Only regular files are objects. Names taken from events never leave the root: a symbolic
 link anywhere on the way (bucket, model or version directory, or the file itself), a FIFO,
@@ -13,14 +15,15 @@ option for a local directory) follows links to regular files.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from modelhooks.core.errors import BadRequest, Conflict, NotFound
+from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.records import ObjectInfo
 
 __all__ = ["LocalObjectStore"]
@@ -129,6 +132,54 @@ class LocalObjectStore:
 
     def delete(self, bucket: str, key: str) -> None:
         self.path(bucket, key).unlink(missing_ok=True)
+
+    def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        """`list`: a directory keeps no old revisions (every object is current)."""
+        return self.list(bucket, prefix)
+
+    def delete_many(
+        self, bucket: str, objects: Sequence[ObjectInfo], *, versions: bool = False
+    ) -> dict[str, str]:
+        """Delete each file while its generation is still the listed one (a rewritten file
+        stays and is reported); `versions` changes nothing, there are no old revisions.
+
+        The check and the unlink are two system calls: a rewrite landing between them is
+        lost, a window of microseconds in a store one process owns. A generation is only as
+        fine as the file system's timestamps (a few ms): a same-size rewrite within that
+        tick is not seen as a change.
+        """
+        self.path(bucket)  # an invalid bucket refuses the whole call
+        refused: dict[str, str] = {}
+        failed = 0
+        for obj in objects:
+            try:
+                p = self.path(bucket, obj.key)
+                st = p.lstat()
+                if stat.S_ISDIR(st.st_mode):
+                    continue  # not an object: nothing to delete
+                if obj.generation and self._info(bucket, obj.key, st).generation != obj.generation:
+                    refused[obj.key] = f"changed since listed (generation {obj.generation})"
+                    continue
+                p.unlink()
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone already: success
+            except BadRequest as exc:  # a link on the way, an invalid name
+                refused[obj.key] = f"refused: {exc}"
+            except PermissionError as exc:
+                refused[obj.key] = f"access denied: {exc.strerror}"
+            except OSError as exc:
+                if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+                    refused[obj.key] = f"refused: {exc.strerror}"
+                else:  # EIO, ENOSPC on the journal: worth another delivery
+                    failed += 1
+        if failed:
+            raise Unavailable(
+                f"could not delete {failed} of {len(objects)} objects in {bucket!r};"
+                " the rest was attempted",
+                bucket=bucket,
+                failed=failed,
+            )
+        return refused
 
     @staticmethod
     def _regular(st: os.stat_result, bucket: str, key: str) -> None:

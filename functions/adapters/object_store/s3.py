@@ -3,11 +3,13 @@ lazily).
 
 A conditional write is PutObject with `If-None-Match: *`; ranged reads are GetObject with
 a Range header; an object's generation is its VersionId, or its ETag when unversioned.
+Listings are paginated underneath (ListObjectsV2, ListObjectVersions); `delete_many` is
+DeleteObjects, at most 1000 keys a request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from modelhooks.core.errors import (
@@ -16,6 +18,7 @@ from modelhooks.core.errors import (
     ModelhooksError,
     NotFound,
     Throttled,
+    Transient,
     Unauthenticated,
     Unavailable,
 )
@@ -28,6 +31,9 @@ _CONFLICT = {"412", "409", "PreconditionFailed", "ConditionalRequestConflict"}
 _THROTTLED = {"429", "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
 _DENIED = {"403", "AccessDenied", "AllAccessDisabled"}
 _UNAUTHENTICATED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+_GONE = _NOT_FOUND | {"NoSuchVersion"}  # per-key codes of DeleteObjects meaning "already gone"
+_TRANSIENT = {"InternalError", "ServiceUnavailable", "RequestTimeout", "500", "503"}
+DELETE_BATCH = 1000  # DeleteObjects' limit
 
 
 def _code(exc: Exception) -> str:
@@ -119,6 +125,29 @@ class S3ObjectStore:
         except Exception as e:
             raise s3_error(e, bucket, prefix) from e
 
+    def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every revision (ListObjectVersions, paginated): `IsLatest` is `current`, the
+        generation is the VersionId itself ("null" for an object stored while versioning
+        was off, or in an unversioned bucket). Delete markers are not objects: skipped."""
+        try:
+            pages = self.client.get_paginator("list_object_versions").paginate(
+                Bucket=bucket, Prefix=prefix
+            )
+            for page in pages:
+                for item in page.get("Versions", []):
+                    etag = str(item.get("ETag", "")).strip('"')
+                    yield ObjectInfo(
+                        bucket,
+                        item["Key"],
+                        int(item["Size"]),
+                        str(item.get("VersionId") or "null"),
+                        etag,
+                        f"etag:{etag}",
+                        current=bool(item.get("IsLatest", True)),
+                    )
+        except Exception as e:
+            raise s3_error(e, bucket, prefix) from e
+
     def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
@@ -148,3 +177,67 @@ class S3ObjectStore:
         except Exception as e:
             if _code(e) not in _NOT_FOUND:  # deleting what is gone succeeds
                 raise s3_error(e, bucket, key) from e
+
+    def delete_many(
+        self, bucket: str, objects: Sequence[ObjectInfo], *, versions: bool = False
+    ) -> dict[str, str]:
+        """DeleteObjects (`Quiet`), ⌈n/1000⌉ requests; per-key `Errors` become the returned
+        {key: reason}, a key already gone counts as deleted.
+
+        No generation check for current objects: S3 has no precondition on DeleteObjects
+        for general-purpose buckets (its per-object ETag/size/time conditions are for
+        directory buckets only), so an object rewritten since it was listed is deleted by
+        key all the same (in a versioned bucket that adds a delete marker, and the
+        rewritten data stays as a noncurrent version). With `versions`, each object's
+        VersionId (its generation from `list_versions`) is deleted: exactly that revision.
+
+        A whole request that fails transiently (5xx, throttling, connection) is counted
+        and the other chunks are still sent; then Unavailable or Throttled is raised. A
+        whole request refused for good (access denied on the bucket) raises at once.
+        """
+        refused: dict[str, str] = {}
+        failed: list[ModelhooksError] = []
+        for start in range(0, len(objects), DELETE_BATCH):
+            chunk = objects[start : start + DELETE_BATCH]
+            identifiers = [self._identifier(obj, versions) for obj in chunk]
+            try:
+                response = self.client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": identifiers, "Quiet": True}
+                )
+            except Exception as e:
+                error = s3_error(e, bucket)
+                if isinstance(error, NotFound):  # no such bucket: everything is gone
+                    continue
+                if not isinstance(error, Transient):
+                    raise error from e
+                failed.extend([error] * len(chunk))
+                continue
+            for item in response.get("Errors", []):
+                key, code = str(item.get("Key", "")), str(item.get("Code", ""))
+                reason = f"{code}: {item.get('Message', '')}".rstrip(": ")
+                if code in _GONE:
+                    continue
+                if code in _THROTTLED:
+                    failed.append(Throttled(f"S3 throttled deleting {key}", reason=reason))
+                elif code in _TRANSIENT:
+                    failed.append(Unavailable(f"S3 failed deleting {key}", reason=reason))
+                else:  # AccessDenied, a locked object: this key stays, for good
+                    refused[key] = f"{refused[key]}; {reason}" if key in refused else reason
+        if failed:
+            throttled = all(isinstance(e, Throttled) for e in failed)
+            kind = Throttled if throttled else Unavailable
+            raise kind(
+                f"S3 failed to delete {len(failed)} of {len(objects)} objects in"
+                f" s3://{bucket}; the rest was attempted",
+                bucket=bucket,
+                failed=len(failed),
+                reason=failed[0].details.get("reason", ""),
+            )
+        return refused
+
+    @staticmethod
+    def _identifier(obj: ObjectInfo, versions: bool) -> dict[str, str]:
+        # an ETag as generation means `list` (no VersionId known): delete by key
+        if versions and obj.generation and obj.generation != obj.etag:
+            return {"Key": obj.key, "VersionId": obj.generation}
+        return {"Key": obj.key}

@@ -1,4 +1,4 @@
-"""Hash a model where it lies, through the ObjectStore port: parallel ranged reads, bounded
+"""Hash a model where it lies, through the ObjectReader port: parallel ranged reads, bounded
 memory, nothing written to disk.
 
 Each unit (a file, or a shard in shard mode) is hashed in order by one worker, which keeps
@@ -31,7 +31,7 @@ from modelhooks.adapters.signing.manifest import (
     is_ignored,
 )
 from modelhooks.core.errors import Conflict, PayloadTooLarge
-from modelhooks.core.ports import ObjectStore
+from modelhooks.core.ports import ObjectReader
 from modelhooks.core.records import ObjectInfo
 
 __all__ = ["HashOptions", "Progress", "hash_model", "list_model", "model_name", "read_object"]
@@ -85,7 +85,7 @@ class HashOptions:
             ignore_paths=tuple(sorted(p for p in ignored if p)),
         )
 
-    def tuned(self, store: ObjectStore) -> HashOptions:
+    def tuned(self, store: ObjectReader) -> HashOptions:
         """These options with every `None` tuning knob decided for `store`."""
         local = isinstance(store, LocalObjectStore)
         return replace(
@@ -95,7 +95,7 @@ class HashOptions:
             readahead=self.readahead if self.readahead is not None else (0 if local else 1),
         )
 
-    def max_buffered(self, store: ObjectStore) -> int:
+    def max_buffered(self, store: ObjectReader) -> int:
         """Upper bound of the bytes one `hash_model` call holds in memory for `store`."""
         t = self.tuned(store)
         return (t.workers or 1) * ((t.readahead or 0) + 1) * (t.chunk_size or 1)
@@ -120,7 +120,7 @@ def model_name(bucket: str, prefix: str) -> str:
 
 
 def list_model(
-    store: ObjectStore, bucket: str, prefix: str, ignored: tuple[str, ...]
+    store: ObjectReader, bucket: str, prefix: str, ignored: tuple[str, ...]
 ) -> list[tuple[str, ObjectInfo]]:
     """(model-relative name, info) of every object of the model that is not ignored."""
     root = _prefix(prefix)
@@ -133,7 +133,7 @@ def list_model(
     return found
 
 
-def read_object(store: ObjectStore, bucket: str, key: str, *, limit: int = 16 * MiB) -> bytes:
+def read_object(store: ObjectReader, bucket: str, key: str, *, limit: int = 16 * MiB) -> bytes:
     """A whole (small) object, through ranged reads."""
     data = bytearray()
     while True:
@@ -189,7 +189,7 @@ def _local_chunks(
 
 
 def hash_model(
-    store: ObjectStore,
+    store: ObjectReader,
     bucket: str,
     prefix: str,
     serialization: Serialization,

@@ -1,0 +1,264 @@
+"""Deletion by policy when a model is deleted: what goes, what stays and why, then exactly
+that, in the safe order.
+
+A deletion policy says what happens to a deleted model version's artifact:
+- `Retain` (the default): nothing.
+- `Delete`: every object under the version's prefix (data, ready marker, signature; old
+  revisions too with `old_versions`), or its OCI manifest with its referrers and tags.
+- `Untag`: the ready marker of an object-store version (the data stays, no longer ready);
+  for OCI the mutable tags naming the version's digest, except tags matching `protect`
+  (e.g. a 40-hex git SHA); the content stays.
+
+Whatever the policy says, nothing another live version uses goes: an object inside a
+location a live version names, a digest a live version names, or a manifest a protected
+tag names. `plan_*` only read; `apply` deletes exactly the plan — referrers, tags,
+manifests; objects in as few requests as the store allows — and deleting what is gone
+succeeds, so a second delivery deletes nothing.
+
+>>> Policy.parse("Delete").name
+'Delete'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from modelhooks.core.errors import BadRequest
+from modelhooks.core.records import ObjectInfo
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ObjectStore, OciRegistry
+
+__all__ = [
+    "POLICIES",
+    "Cleanup",
+    "Deletion",
+    "Policy",
+    "Progress",
+    "Purge",
+    "apply_objects",
+    "apply_oci",
+    "check_prefix",
+    "plan_objects",
+    "plan_oci",
+]
+
+POLICIES = ("Retain", "Delete", "Untag")
+CHUNK = 1000  # objects per delete_many call (S3 DeleteObjects takes at most 1000 keys)
+Progress = Callable[[int], object]
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str = "Retain"
+    protect: tuple[str, ...] = (r"^[0-9a-f]{40}$",)  # tags Untag keeps (a git SHA)
+    old_versions: bool = False  # Delete also removes old revisions (versioned buckets)
+
+    @classmethod
+    def parse(cls, name: object, **options: object) -> Policy:
+        """The policy called `name`; BadRequest naming the allowed values otherwise."""
+        if name not in POLICIES:
+            raise BadRequest(
+                f"deletionPolicy {name!r} is not one of {', '.join(POLICIES)}",
+                field="deletionPolicy",
+            )
+        return cls(str(name), **options)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Deletion:
+    kind: str  # "object", "revision", "referrer", "tag" or "manifest"
+    name: str  # the key, the tag or the digest
+    reason: str
+    generation: str = ""  # objects: the revision listed (deleted only while it is current)
+
+
+@dataclass(frozen=True)
+class Purge:
+    """The plan for one location: what goes (in order) and what stays, with why."""
+
+    location: str
+    deletions: tuple[Deletion, ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()
+    failed: dict[str, str] = field(default_factory=dict)  # after apply: name → why
+
+
+def check_prefix(key: str, where: str) -> str:
+    """A version's key prefix as events name it, refused when it could reach elsewhere:
+    `..` segments, an absolute path or control characters. Ends with `/` (so `m/1/` never
+    covers `m/10/`)."""
+    if _CONTROL.search(key) or key.startswith("/") or ".." in key.split("/"):
+        raise BadRequest(f"{where}: key prefix {key!r} is not a plain relative path", key=key)
+    if not key.strip("/"):
+        raise BadRequest(f"{where}: names a whole bucket, not a model version", key=key)
+    return key if key.endswith("/") else key + "/"
+
+
+def plan_objects(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    policy: Policy,
+    *,
+    marker: str,
+    in_use: Iterable[str] = (),
+) -> Purge:
+    """The plan for an object-store version under `bucket`/`prefix` (from `check_prefix`).
+    `in_use`: key prefixes in this bucket that live versions name ("" for the whole
+    bucket); a version whose own location lies inside one of them is kept whole, objects
+    inside one stay."""
+    location = f"{bucket}/{prefix}"
+    used = [p if p.endswith("/") or not p else p + "/" for p in in_use]  # "": the bucket
+    if policy.name == "Retain":
+        return Purge(location, kept=((prefix, "deletionPolicy Retain"),))
+    if any(prefix.startswith(p) for p in used):
+        return Purge(location, kept=((prefix, "a live version uses this location"),))
+    if policy.name == "Untag":
+        found = store.stat(bucket, prefix + marker)
+        if found is None:
+            return Purge(location)  # not ready (or untagged already): nothing to do
+        why = "Untag: the ready marker (the data stays)"
+        return Purge(location, (Deletion("object", found.key, why, found.generation),))
+    listing = (
+        store.list_versions(bucket, prefix) if policy.old_versions else store.list(bucket, prefix)
+    )
+    deletions, kept = [], []
+    for info in listing:
+        if not info.key.startswith(prefix):  # a store must not list outside; never delete it
+            continue
+        inside = next((p for p in used if info.key.startswith(p)), None)
+        if inside is not None:
+            kept.append((info.key, f"inside {inside}, a live version's location"))
+            continue
+        kind = "object" if info.current else "revision"
+        deletions.append(Deletion(kind, info.key, "Delete: the version's objects", info.generation))
+    return Purge(location, tuple(deletions), tuple(kept))
+
+
+def plan_oci(
+    registry: OciRegistry,
+    repo: str,
+    digest: str,
+    policy: Policy,
+    *,
+    tags: Sequence[str] = (),
+    in_use: Iterable[str] = (),
+) -> Purge:
+    """The plan for an OCI version: `digest` in `repo`, named by `tags` (its tags, as the
+    registry lists them). A digest a live version names stays, with its tags."""
+    location = f"{repo}@{digest}"
+    if policy.name == "Retain":
+        return Purge(location, kept=((digest, "deletionPolicy Retain"),))
+    if digest in set(in_use):
+        return Purge(location, kept=((digest, "a live version uses this digest"),))
+    protected = [t for t in tags if any(re.fullmatch(p, t) for p in policy.protect)]
+    kept = [(t, "protected tag") for t in protected]
+    untag = [
+        Deletion("tag", t, f"{policy.name}: names the version") for t in tags if t not in protected
+    ]
+    if policy.name == "Untag":
+        return Purge(location, tuple(untag), tuple(kept))
+    if protected:  # a protected tag still names the content: the manifest stays
+        kept.append((digest, f"named by the protected tag {protected[0]}"))
+        return Purge(location, tuple(untag), tuple(kept))
+    referrers = [
+        Deletion("referrer", str(r["digest"]), f"refers to {digest}")
+        for r in registry.referrers(repo, digest)
+    ]
+    manifest = Deletion("manifest", digest, "Delete: the version's manifest")
+    return Purge(location, (*referrers, *untag, manifest), tuple(kept))
+
+
+def apply_objects(
+    store: ObjectStore, bucket: str, purge: Purge, *, progress: Progress = lambda n: None
+) -> Purge:
+    """Delete the plan's objects (current ones while still the listed revision; old
+    revisions themselves), `CHUNK` at a time (S3's DeleteObjects limit; `progress(n)` after
+    each); the plan with what failed, by key. A transient failure raises after the rest of
+    its chunk was attempted."""
+
+    def infos(kind: str) -> list[ObjectInfo]:
+        current = kind == "object"
+        return [
+            ObjectInfo(bucket, d.name, 0, d.generation, current=current)
+            for d in purge.deletions
+            if d.kind == kind
+        ]
+
+    failed: dict[str, str] = {}
+    for kind in ("object", "revision"):
+        objects = infos(kind)
+        for start in range(0, len(objects), CHUNK):
+            chunk = objects[start : start + CHUNK]
+            failed |= store.delete_many(bucket, chunk, versions=kind == "revision")
+            progress(len(chunk))
+    return Purge(purge.location, purge.deletions, purge.kept, failed)
+
+
+def apply_oci(
+    registry: OciRegistry, repo: str, purge: Purge, *, progress: Progress = lambda n: None
+) -> Purge:
+    """Delete the plan in order: referrers, tags, the manifest (gone already: fine)."""
+    by_kind = {
+        k: [d.name for d in purge.deletions if d.kind == k] for k in ("referrer", "tag", "manifest")
+    }
+    registry.delete_manifests(repo, by_kind["referrer"])
+    for tag in by_kind["tag"]:
+        registry.delete_tag(repo, tag)
+    registry.delete_manifests(repo, by_kind["manifest"])
+    progress(len(purge.deletions))
+    return purge
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """cleanup's configuration: the ready marker's name and the policies by model-name
+    glob (`cleanup.policy_file`) for models whose deletion carries none (a Model's
+    `spec.deletionPolicy` wins); the first match wins, none: Retain.
+
+    >>> Cleanup.from_yaml("policies: [{models: 'bert-*', deletionPolicy: Delete}]", "p.yaml").policy_for("bert-2").name
+    'Delete'
+    """
+
+    rules: tuple[tuple[str, Policy], ...] = ()
+    marker: str = "_SUCCESS"
+
+    def policy_for(self, model: str) -> Policy:
+        from fnmatch import fnmatchcase
+
+        return next((p for pattern, p in self.rules if fnmatchcase(model, pattern)), Policy())
+
+    @classmethod
+    def from_yaml(cls, text: str, origin: str, *, marker: str = "_SUCCESS") -> Cleanup:
+        """`policies: [{models, deletionPolicy, protect, old_versions}, …]`; ValueError
+        naming `origin` and the entry for anything else."""
+        import yaml
+
+        doc = yaml.safe_load(text) or {}
+        entries = doc.get("policies") if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            raise ValueError(f"{origin}: expected `policies:` with a list of policies")
+        rules = []
+        for n, entry in enumerate(entries):
+            where = f"{origin}: policies[{n}]"
+            if not isinstance(entry, dict) or not isinstance(entry.get("models"), str):
+                raise ValueError(f"{where}: needs `models` (a model-name glob)")
+            unknown = set(entry) - {"models", "deletionPolicy", "protect", "old_versions"}
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+            try:
+                policy = Policy.parse(
+                    entry.get("deletionPolicy", "Retain"),
+                    protect=tuple(str(x) for x in entry.get("protect", Policy.protect)),
+                    old_versions=bool(entry.get("old_versions", False)),
+                )
+                for pattern in policy.protect:
+                    re.compile(pattern)
+            except (BadRequest, re.error) as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            rules.append((entry["models"], policy))
+        return cls(tuple(rules), marker)

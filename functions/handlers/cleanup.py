@@ -1,0 +1,218 @@
+"""`cleanup`: on `model.deleted`, apply the deletion policy to the model's artifacts.
+
+The policy is the Model's `spec.deletionPolicy` when the deletion carries one, otherwise
+the first `cleanup.policy_file` entry whose glob matches the model name, otherwise Retain
+(modelhooks.core.cleanup says what each deletes). What goes is the Model's own source
+(`spec.source` and `status.resolvedDigest`), or, for a deletion that names none (a
+registry's webhook), every version the registry holds of the model that was pushed before
+the deletion. Never deleted: anything a live version of another model, or a version of
+this one pushed after the deletion, uses; anything outside the locations the Model's
+namespace may act on (tenancy: 403 naming it). One `artifact.purged` reply per location,
+listing what went, what stayed and what failed; a transient failure answers 5xx so a
+redelivery finishes the job, and a second delivery deletes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.oci.distribution import parse_uri
+from modelhooks.core.cleanup import (
+    Cleanup,
+    Policy,
+    Progress,
+    Purge,
+    apply_objects,
+    apply_oci,
+    check_prefix,
+    plan_objects,
+    plan_oci,
+)
+from modelhooks.core.errors import BadRequest, Forbidden
+from modelhooks.core.function import Function
+from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.records import PUSHED_AT, ModelState, stamp
+from modelhooks.core.stores import Stores
+from modelhooks.core.tenancy import Tenancy
+from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
+
+__all__ = ["FUNCTION", "Target", "in_use", "plan", "policy_of", "targets"]
+
+
+@dataclass(frozen=True)
+class Target:
+    uri: str  # gs://b/prefix/, s3://b/prefix/, file://…/, oci://host/repo[:tag|@digest]
+    digest: str = ""  # OCI: the manifest digest, when known
+
+
+def handle(
+    event: CanonicalEvent,
+    *,
+    stores: Stores,
+    oci: OciClients,
+    registry: ModelRegistry,
+    tenancy: Tenancy,
+    cleanup: Cleanup,
+) -> list[CanonicalEvent]:
+    data = event.data
+    if not isinstance(data, ModelDeleted):
+        return []
+    policy = policy_of(data, cleanup)
+    found = targets(data, registry, since=stamp(event))
+    if not found and policy.name != "Retain":
+        raise BadRequest(
+            f"model {data.name!r}: no source to clean up (spec.source, or a registered "
+            "version); nothing deleted",
+            field="spec.source",
+        )
+    used = in_use(registry, data.name, since=stamp(event))
+    replies = []
+    for n, target in enumerate(found):
+        if tenancy.rules and not tenancy.allows(data.namespace, target.uri):
+            raise Forbidden(
+                f"namespace {data.namespace!r} may not delete {target.uri}",
+                namespace=data.namespace,
+                location=target.uri,
+            )
+        planned, apply = plan(
+            target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used
+        )
+        done = apply(planned, lambda n: None)
+        reply = ArtifactPurged(
+            uri=target.uri,
+            deleted=[d.name for d in done.deletions if d.name not in done.failed],
+            kept=[name for name, _ in done.kept],
+            failed=done.failed,
+            policy=policy.name,
+            namespace=data.namespace,
+        )
+        replies.append(
+            CanonicalEvent.new(
+                reply,
+                source="modelhooks/cleanup",
+                subject=event.subject,
+                id=f"{event.id}/purged/{n}",
+            )
+        )
+    return replies
+
+
+def plan(
+    target: Target,
+    policy: Policy,
+    *,
+    stores: Stores,
+    oci: OciClients,
+    marker: str,
+    in_use: frozenset[str],
+) -> tuple[Purge, Callable[[Purge, Progress], Purge]]:
+    """The plan for one location, and what applies it (exactly that plan)."""
+    stores.check_location(target.uri)
+    if target.uri.startswith("oci://"):
+        registry, repo, ref = oci.registry_for(target.uri)
+        digest = target.digest or (
+            ref if ref.startswith("sha256:") else registry.resolve(repo, ref)
+        )
+        if digest is None:  # the tag is gone and nothing else names the digest: done
+            return Purge(target.uri), lambda planned, _: planned
+        tags = [t.name for t in registry.history(repo)[0] if t.digest == digest]
+        planned = plan_oci(registry, repo, digest, policy, tags=tags, in_use=in_use)
+        return planned, lambda p, progress: apply_oci(registry, repo, p, progress=progress)
+    store, bucket, key = stores.resolve(target.uri)
+    prefix = check_prefix(key, target.uri)
+    used = [
+        found[2]
+        for uri in in_use
+        if (found := _location(stores, uri)) and found[:2] == (store, bucket)
+    ]
+    planned = plan_objects(store, bucket, prefix, policy, marker=marker, in_use=used)
+    return planned, lambda p, progress: apply_objects(store, bucket, p, progress=progress)
+
+
+def _location(stores: Stores, uri: str) -> tuple[Any, str, str] | None:
+    """(store, bucket, key) of an object location the registry holds; None for others."""
+    if uri.startswith("oci://") or not uri.partition("://")[1]:
+        return None
+    try:
+        return stores.resolve(uri)
+    except (BadRequest, Forbidden):
+        return None  # not a location this process can reach: it cannot overlap a target
+
+
+def targets(data: ModelDeleted, registry: ModelRegistry, *, since: str) -> list[Target]:
+    """What the deletion is about: the Model's own source, else the registered versions of
+    the model pushed before the deletion (`since`), of the named version if there is one."""
+    source = data.spec.get("source")
+    if isinstance(source, dict) and source:
+        return [_from_source(source, data.status)]
+    model = registry.get_model(data.name)
+    if model is None:
+        return []
+    found = []
+    for version in registry.list_versions(model.id):
+        if data.version is not None and version.name != data.version:
+            continue
+        if version.custom_properties.get(PUSHED_AT, "") > since:
+            continue  # pushed after the deletion: alive again, not this deletion's
+        for artifact in registry.list_artifacts(version.id):
+            found.append(
+                Target(artifact.uri, artifact.digest if artifact.uri.startswith("oci://") else "")
+            )
+    return found
+
+
+def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
+    oci, gcs, s3 = source.get("oci"), source.get("gcs"), source.get("s3")
+    if isinstance(oci, dict) and isinstance(oci.get("reference"), str):
+        uri = f"oci://{oci['reference']}"
+        parse_uri(uri)  # BadRequest for a malformed reference
+        resolved = status.get("resolvedDigest")
+        digest = resolved if isinstance(resolved, str) and resolved.startswith("sha256:") else ""
+        return Target(uri, digest)
+    for found in (gcs, s3):
+        if isinstance(found, dict) and isinstance(found.get("uri"), str):
+            return Target(found["uri"])
+    raise BadRequest(
+        "spec.source: expected oci.reference, gcs.uri or s3.uri; nothing deleted",
+        field="spec.source",
+    )
+
+
+def policy_of(data: ModelDeleted, cleanup: Cleanup) -> Policy:
+    """The Model's spec.deletionPolicy (with the policy file's options), else the file's."""
+    name = data.spec.get("deletionPolicy")
+    if name is None:
+        return cleanup.policy_for(data.name)
+    base = cleanup.policy_for(data.name)
+    return Policy.parse(name, protect=base.protect, old_versions=base.old_versions)
+
+
+def in_use(registry: ModelRegistry, model_name: str, *, since: str) -> frozenset[str]:
+    """The locations and digests live versions use: every live version of other models,
+    and the versions of this model pushed after the deletion."""
+    used: set[str] = set()
+    for model in registry.list_models():
+        if model.state != ModelState.LIVE and model.name != model_name:
+            continue
+        for version in registry.list_versions(model.id):
+            if model.name == model_name:
+                if version.custom_properties.get(PUSHED_AT, "") <= since:
+                    continue
+            elif version.state != ModelState.LIVE:
+                continue
+            for artifact in registry.list_artifacts(version.id):
+                used.add(artifact.uri)
+                if artifact.digest.startswith("sha256:"):
+                    used.add(artifact.digest)
+    return frozenset(used)
+
+
+FUNCTION = Function(
+    name="cleanup",
+    accepts=frozenset({ModelDeleted.TYPE}),
+    handle=handle,
+    extras=("gcp", "aws"),  # GCS and S3 deletes; Artifact Registry's API
+)
