@@ -134,7 +134,9 @@ def plan_objects(
         if inside is not None:
             kept.append((info.key, f"inside {inside}, a live version's location"))
             continue
-        kind = "object" if info.current else "revision"
+        # with old_versions a current object goes as its listed revision too: deleted by
+        # key, a versioned bucket would keep its data as one more old revision
+        kind = "object" if info.current and not policy.old_versions else "revision"
         deletions.append(Deletion(kind, info.key, "Delete: the version's objects", info.generation))
     return Purge(location, tuple(deletions), tuple(kept))
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELETED_AT",
+    "DELETION_POLICY",
     "PUSHED_AT",
     "ArtifactState",
     "Manifest",
@@ -32,6 +33,7 @@ __all__ = [
 # was pushed, when its model was last deleted (sortable UTC strings, `stamp`).
 PUSHED_AT = "modelhooks.pushed_at"
 DELETED_AT = "modelhooks.deleted_at"
+DELETION_POLICY = "modelhooks.deletion_policy"  # the latest deletion's spec.deletionPolicy
 _UNKNOWN = "9999-12-31T23:59:59.999999Z"  # an event without a time: newer than any time
 
 

@@ -5,7 +5,8 @@ the first `cleanup.policy_file` entry whose glob matches the model name, otherwi
 (modelhooks.core.cleanup says what each deletes). What goes is the Model's own source
 (`spec.source` and `status.resolvedDigest`), or, for a deletion that names none (a
 registry's webhook), every version the registry holds of the model that was pushed before
-the deletion. Never deleted: anything a live version of another model, or a version of
+the deletion — one registered later, its push older than the deletion, gets the deletion
+said again by `register`, so the effect does not depend on the order. Never deleted: anything a live version of another model, or a version of
 this one pushed after the deletion, uses; anything outside the locations the Model's
 namespace may act on (tenancy: 403 naming it). One `artifact.purged` reply per location,
 listing what went, what stayed and what failed; a transient failure answers 5xx so a
@@ -61,13 +62,8 @@ def handle(
     if not isinstance(data, ModelDeleted):
         return []
     policy = policy_of(data, cleanup)
-    found = targets(data, registry, since=stamp(event))
-    if not found and policy.name != "Retain":
-        raise BadRequest(
-            f"model {data.name!r}: no source to clean up (spec.source, or a registered "
-            "version); nothing deleted",
-            field="spec.source",
-        )
+    found = targets(data, registry, since=stamp(event))  # none known yet: nothing to do (a
+    # push older than the deletion, registered later, brings its own deletion: register)
     used = in_use(registry, data.name, since=stamp(event))
     replies = []
     for n, target in enumerate(found):

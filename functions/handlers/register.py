@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from modelhooks.core.errors import Conflict, Forbidden
@@ -31,6 +32,7 @@ from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import (
     DELETED_AT,
+    DELETION_POLICY,
     PUSHED_AT,
     ArtifactState,
     ModelArtifact,
@@ -118,8 +120,8 @@ def _register(
             )
         )
         created = True
-    if not live:
-        return []  # a push older than the model's deletion: recorded, archived, no reply
+    if not live:  # a push older than the model's deletion: recorded, archived, and …
+        return [_deleted_before(event, pushed, namespace, model.custom_properties)]
     reply = ModelRegistered(
         model=pushed.model,
         version=pushed.version,
@@ -172,10 +174,38 @@ def _archive(
         )
     deleted_at = max(model.custom_properties.get(DELETED_AT, ""), at)
     pushed_at = model.custom_properties.get(PUSHED_AT, "")
-    _update(registry.update_model, model, {DELETED_AT: deleted_at}, _live(pushed_at, deleted_at))
+    facts = {DELETED_AT: deleted_at}
+    policy = deleted.spec.get("deletionPolicy")
+    if deleted_at == at and isinstance(policy, str):  # the latest deletion's policy
+        facts[DELETION_POLICY] = policy
+    _update(registry.update_model, model, facts, _live(pushed_at, deleted_at))
     for version in registry.list_versions(model.id):
         live = _live(version.custom_properties.get(PUSHED_AT, ""), deleted_at)
         _update(registry.update_version, version, {}, live)
+
+
+def _deleted_before(
+    event: CanonicalEvent, pushed: ArtifactPushed, namespace: str, facts: Mapping[str, str]
+) -> CanonicalEvent:
+    """… the deletion said again for this version, as of the deletion's time and with its
+    policy: cleanup, which may have run before this push was known, cleans it up too (the
+    same whatever the order of the push and the deletion)."""
+    policy = facts.get(DELETION_POLICY)
+    deleted = ModelDeleted(
+        name=pushed.model,
+        namespace=namespace,
+        version=pushed.version,
+        spec={"deletionPolicy": policy} if policy else {},
+    )
+    at = facts.get(DELETED_AT, "")
+    return CanonicalEvent(
+        id=f"{event.id}/deleted-before",
+        source="modelhooks/register",
+        type=deleted.TYPE,
+        data=deleted,
+        subject=event.subject,
+        time=datetime.strptime(at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC),
+    )
 
 
 def _live(pushed_at: str, deleted_at: str) -> bool:

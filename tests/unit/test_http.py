@@ -300,7 +300,10 @@ def test_out_of_order_delete_before_create(client: FlaskClient, home: Path) -> N
         json=structured("canonical-artifact-pushed"),
         content_type="application/cloudevents+json",
     )
-    assert push.status_code == 204
+    assert push.status_code == 200  # the deletion, said again for this version (cleanup)
+    reply = push.get_json()
+    assert push.headers["ce-type"] == "dev.modelhooks.model.deleted", push.headers
+    assert reply["version"] == "1" and reply["spec"] == {"deletionPolicy": "Retain"}
     model = registry(home).get_model("sentiment")
     assert model is not None and model.state.value == "ARCHIVED"
     states = {v.name: v.state.value for v in registry(home).list_versions(model.id)}

@@ -139,7 +139,10 @@ def test_delete_archives_model_and_versions() -> None:
 def test_delete_before_create_leaves_a_tombstone_that_stale_pushes_respect() -> None:
     reg = InMemoryModelRegistry()
     archive(deleted(T0 + timedelta(minutes=5)), reg)  # arrives first, happened later
-    assert register(pushed(at=T0), reg) == []  # the older push is stale: recorded, archived
+    (again,) = register(pushed(at=T0), reg)  # the older push is stale: recorded, archived,
+    assert isinstance(again.data, ModelDeleted)  # and the deletion is said again for it
+    assert (again.data.name, again.data.version) == ("bert", "1")
+    assert again.time == T0 + timedelta(minutes=5)  # as of the deletion (cleanup's horizon)
     model = reg.get_model("bert")
     assert model is not None and model.state == ModelState.ARCHIVED
     assert [(v.name, v.state) for v in reg.list_versions(model.id)] == [("1", ModelState.ARCHIVED)]
