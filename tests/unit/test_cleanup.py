@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modelhooks.bootstrap import build
-from modelhooks.core.errors import BadRequest, Forbidden
+from modelhooks.core.errors import BadRequest, Forbidden, ModelhooksError
 from modelhooks.core.settings import load_settings
 from modelhooks.core.tenancy import Tenancy
+from modelhooks.delivery.statuses import status_of
 from modelhooks.events.model import (
     ArtifactPurged,
     ArtifactPushed,
@@ -179,3 +182,47 @@ def test_the_cli_prints_the_plan_then_deletes_exactly_it(
     assert main(["cleanup", "bert/1", "--policy", "Delete", "--quiet", *home]) == 0
     assert world.left("bert/1") == [] and world.left("bert/2") == sorted(FILES)
     assert main(["cleanup", "bert/9", *home]) == 2  # no such version: nothing to clean up
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+sources = st.fixed_dictionaries(
+    {},
+    optional={
+        "gcs": st.fixed_dictionaries({"uri": st.text(max_size=40) | st.sampled_from(
+            ["gs://", "s3://b/", "file:///etc/", "gs://b/../x/", "gs://b/m/\x00/", "oci://h/r"])}),
+        "oci": st.fixed_dictionaries({"reference": st.text(max_size=40)}) | json_values,
+        "s3": json_values,
+    },
+)  # fmt: skip
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    policy=st.sampled_from(["Delete", "Untag", "Retain"]) | json_values,
+    source=sources | json_values,
+    status=st.dictionaries(st.sampled_from(["resolvedDigest", "x"]), json_values, max_size=2),
+)
+def test_hostile_specs_are_refused_with_a_reason_and_delete_nothing(
+    world: World, policy: Any, source: Any, status: dict[str, Any]
+) -> None:
+    world.version("bert", "1", "bert/1")
+    data = ModelDeleted(
+        name="bert", spec={"deletionPolicy": policy, "source": source}, status=status
+    )
+    event = CanonicalEvent(
+        id="fuzz", source="t", type=data.TYPE, data=data, time=T0 + timedelta(days=1)
+    )
+    try:
+        world.cleanup.handle(event)
+    except ModelhooksError as exc:
+        assert status_of(exc) < 500, exc  # refused with a reason, never a 5xx
+    if policy not in ("Delete", "Untag"):
+        assert world.left("bert/1") == sorted(FILES)
