@@ -19,9 +19,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from modelhooks.core.addresses import refused_address
-from modelhooks.core.errors import Forbidden, Unavailable
+from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 
 __all__ = ["guarded_opener"]
+
+# getaddrinfo's answers that a name does not exist (not a transient DNS failure: EAI_AGAIN)
+_NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 
 
 def _connector(allow_local: bool, allowed_hosts: frozenset[str]) -> Any:
@@ -32,6 +35,8 @@ def _connector(allow_local: bool, allowed_hosts: frozenset[str]) -> Any:
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
+            if exc.errno in _NO_SUCH_NAME:  # the name does not exist: retrying cannot help
+                raise BadRequest(f"{host} does not resolve: {exc.strerror}", host=host) from None
             raise Unavailable(f"cannot resolve {host}: {exc.strerror}", host=host) from None
         if (
             not allow_local

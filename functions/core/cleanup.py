@@ -172,7 +172,19 @@ def plan_oci(
         for r in registry.referrers(repo, digest)
     ]
     manifest = Deletion("manifest", digest, "Delete: the version's manifest")
-    return Purge(location, (*referrers, *untag, manifest), tuple(kept))
+    # A registry without the referrers API lists them in an index tagged `sha256-<hex>`
+    # (the fallback scheme): it goes with the manifest (as prune's plan does).
+    fallback = digest.replace(":", "-")
+    index = registry.resolve(repo, fallback)
+    indexes = (
+        (
+            Deletion("tag", fallback, f"the referrers index of {digest}"),
+            Deletion("manifest", index, f"the referrers index {fallback}"),
+        )
+        if index is not None and index != digest
+        else ()
+    )
+    return Purge(location, (*referrers, *untag, manifest, *indexes), tuple(kept))
 
 
 def apply_objects(

@@ -64,19 +64,22 @@ def handle(
     policy = policy_of(data, cleanup)
     found = targets(data, registry, since=stamp(event))  # none known yet: nothing to do (a
     # push older than the deletion, registered later, brings its own deletion: register)
-    used = in_use(registry, data.name, since=stamp(event))
-    replies = []
-    for n, target in enumerate(found):
+    for target in found:  # every location is checked before anything is deleted
         if tenancy.rules and not tenancy.allows(data.namespace, target.uri):
             raise Forbidden(
                 f"namespace {data.namespace!r} may not delete {target.uri}",
                 namespace=data.namespace,
                 location=target.uri,
             )
-        planned, apply = plan(
-            target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used
-        )
-        done = apply(planned, lambda n: None)
+        stores.check_location(target.uri)
+    used = in_use(registry, data.name, since=stamp(event))
+    planned = [
+        (target, *plan(target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used))
+        for target in found
+    ]
+    replies = []
+    for n, (target, purge, apply) in enumerate(planned):
+        done = apply(purge, lambda _: None)
         reply = ArtifactPurged(
             uri=target.uri,
             deleted=[d.name for d in done.deletions if d.name not in done.failed],
@@ -168,8 +171,12 @@ def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
         resolved = status.get("resolvedDigest")
         digest = resolved if isinstance(resolved, str) and resolved.startswith("sha256:") else ""
         return Target(uri, digest)
-    for found in (gcs, s3):
+    for found, scheme in ((gcs, "gs://"), (s3, "s3://")):
         if isinstance(found, dict) and isinstance(found.get("uri"), str):
+            if not found["uri"].startswith((scheme, "file://")):  # file://: the local store
+                raise BadRequest(
+                    f"spec.source: {found['uri']!r} is not a {scheme} URI", field="spec.source"
+                )
             return Target(found["uri"])
     raise BadRequest(
         "spec.source: expected oci.reference, gcs.uri or s3.uri; nothing deleted",

@@ -71,3 +71,22 @@ def test_credentials_do_not_follow_a_redirect_to_another_host(listener: int) -> 
         assert resp.read() == b"ok"
     first, final = _Listener.seen
     assert "Authorization" in first and "Authorization" not in final
+
+
+def test_a_name_that_does_not_exist_is_bad_input_not_a_transient_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from modelhooks.core.errors import BadRequest, Unavailable
+
+    opener = guarded_opener(allow_local=False)
+    with pytest.raises(BadRequest, match="does not resolve"):  # .invalid never resolves
+        opener.open("https://no-such-host.invalid/v2/", timeout=5)
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", flaky)
+    with pytest.raises(Unavailable, match="cannot resolve"):  # DNS down: try again later
+        opener.open("https://registry.example.com/v2/", timeout=5)
