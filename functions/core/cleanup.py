@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from modelhooks.core.errors import BadRequest
+from modelhooks.core.policy_files import entries
 from modelhooks.core.records import ObjectInfo
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 POLICIES = ("Retain", "Delete", "Untag")
+_OPTIONS = {"deletionPolicy", "protect", "old_versions"}  # of a cleanup.policy_file entry
 CHUNK = 1000  # objects per delete_many call (S3 DeleteObjects takes at most 1000 keys)
 Progress = Callable[[int], object]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -250,20 +252,8 @@ class Cleanup:
     def from_yaml(cls, text: str, origin: str, *, marker: str = "_SUCCESS") -> Cleanup:
         """`policies: [{models, deletionPolicy, protect, old_versions}, …]`; ValueError
         naming `origin` and the entry for anything else."""
-        import yaml
-
-        doc = yaml.safe_load(text) or {}
-        entries = doc.get("policies") if isinstance(doc, dict) else None
-        if not isinstance(entries, list):
-            raise ValueError(f"{origin}: expected `policies:` with a list of policies")
         rules = []
-        for n, entry in enumerate(entries):
-            where = f"{origin}: policies[{n}]"
-            if not isinstance(entry, dict) or not isinstance(entry.get("models"), str):
-                raise ValueError(f"{where}: needs `models` (a model-name glob)")
-            unknown = set(entry) - {"models", "deletionPolicy", "protect", "old_versions"}
-            if unknown:
-                raise ValueError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        for where, glob, entry in entries(text, origin, selector="models", options=_OPTIONS):
             try:
                 policy = Policy.parse(
                     entry.get("deletionPolicy", "Retain"),
@@ -274,5 +264,5 @@ class Cleanup:
                     re.compile(pattern)
             except (BadRequest, re.error) as exc:
                 raise ValueError(f"{where}: {exc}") from None
-            rules.append((entry["models"], policy))
+            rules.append((glob, policy))
         return cls(tuple(rules), marker)

@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
+from modelhooks.core.policy_files import entries
 from modelhooks.core.records import Manifest, Tag
 
 if TYPE_CHECKING:
@@ -264,20 +265,8 @@ class Policies:
     def from_yaml(cls, text: str, origin: str) -> Policies:
         """`policies: [{repositories, streams, keep, protect, grace_hours, untagged_hours},
         …]`; ValueError naming `origin` and the entry for anything else."""
-        import yaml
-
-        doc = yaml.safe_load(text) or {}
-        entries = doc.get("policies") if isinstance(doc, dict) else None
-        if not isinstance(entries, list):
-            raise ValueError(f"{origin}: expected `policies:` with a list of policies")
         rules = []
-        for n, entry in enumerate(entries):
-            where = f"{origin}: policies[{n}]"
-            if not isinstance(entry, dict) or not isinstance(entry.get("repositories"), str):
-                raise ValueError(f"{where}: needs `repositories` (a host/repository glob)")
-            unknown = set(entry) - {*_KEYS, "repositories"}
-            if unknown:
-                raise ValueError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
+        for where, glob, entry in entries(text, origin, selector="repositories", options=_KEYS):
             try:
                 policy = Policy(
                     streams=tuple(str(x) for x in entry.get("streams", ())),
@@ -288,11 +277,11 @@ class Policies:
                 )
             except (TypeError, ValueError, re.error) as exc:
                 raise ValueError(f"{where}: {exc}") from None
-            rules.append((entry["repositories"], policy))
+            rules.append((glob, policy))
         return cls(tuple(rules))
 
 
-_KEYS = ("streams", "keep", "protect", "grace_hours", "untagged_hours")
+_KEYS = {"streams", "keep", "protect", "grace_hours", "untagged_hours"}
 
 
 def _hours(value: Any) -> timedelta | None:

@@ -14,13 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import (
-    EMPTY,
-    OCI_MANIFEST,
     DistributionRegistry,
-    OciClients,
 )
 from modelhooks.core.errors import Forbidden
+from tests.integration.test_oci_registry import image
 from tests.servers.registries import OciRegistry
 from tests.servers.token_auth import TokenServer
 
@@ -38,19 +37,6 @@ def _client(
     return clients, clients.for_uri(f"oci://{registry.host}/{repo}:v1")[0]
 
 
-def _image(client: DistributionRegistry, repo: str, tag: str, content: bytes) -> str:
-    layer = client.push_blob(repo, content)
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {**EMPTY, "digest": client.push_blob(repo, b"{}")},
-        "layers": [
-            {"mediaType": "application/octet-stream", "digest": layer, "size": len(content)}
-        ],
-    }
-    return client.push_manifest(repo, tag, manifest)
-
-
 def _repo(kind: str) -> str:
     return f"auth/{kind}-{uuid.uuid4().hex[:8]}"
 
@@ -60,8 +46,8 @@ def test_push_list_resolve_untag_with_one_token_per_scope(
 ) -> None:
     repo = _repo("flow")
     clients, client = _client(distribution3_token_auth, _writer(token_server), repo)
-    digest = _image(client, repo, "v1", b"weights")
-    _image(client, repo, "v2", b"weights")
+    digest = image(client, repo, "v1", b"weights")
+    image(client, repo, "v2", b"weights")
     assert sorted(client.tags(repo)) == ["v1", "v2"]
     assert client.resolve(repo, "v1") == digest
     client.delete_tag(repo, "v2")
@@ -87,7 +73,7 @@ def test_threads_share_one_token(
 ) -> None:
     repo = _repo("threads")
     _, client = _client(distribution3_token_auth, _writer(token_server), repo)
-    digest = _image(client, repo, "v1", b"weights")
+    digest = image(client, repo, "v1", b"weights")
     _, fresh = _client(distribution3_token_auth, _writer(token_server), repo)  # empty cache
     before = token_server.fetches(f"repository:{repo}:pull")
     with ThreadPoolExecutor(8) as pool:
@@ -138,7 +124,7 @@ def test_a_token_past_its_expiry_is_fetched_again(
 ) -> None:
     repo = _repo("expiry")
     _, client = _client(distribution3_token_auth, _writer(token_server), repo)
-    digest = _image(client, repo, "v1", b"weights")
+    digest = image(client, repo, "v1", b"weights")
     pull = f"repository:{repo}:pull"
     with token_server.issuing(expires_in=2):
         _, short = _client(distribution3_token_auth, _writer(token_server), repo)
@@ -156,7 +142,7 @@ def test_a_token_the_registry_rejects_is_fetched_again(
 ) -> None:
     repo = _repo("rejected")
     _, client = _client(distribution3_token_auth, _writer(token_server), repo)
-    digest = _image(client, repo, "v1", b"weights")
+    digest = image(client, repo, "v1", b"weights")
     pull = f"repository:{repo}:pull"
     _, stale = _client(distribution3_token_auth, _writer(token_server), repo)
     before = token_server.fetches(pull)

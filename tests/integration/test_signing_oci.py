@@ -12,11 +12,11 @@ from typing import Any
 import model_signing
 import pytest
 
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import (
     OCI_MANIFEST,
     TITLE,
     DistributionRegistry,
-    OciClients,
 )
 from modelhooks.adapters.signing import KeySigner, KeyVerifier
 from modelhooks.adapters.signing.bundle import MEDIA_TYPE

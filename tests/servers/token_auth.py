@@ -34,9 +34,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import jwt
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
+
+from tests.servers.tls import CertificateAuthority
 
 
 @dataclass(frozen=True)
@@ -49,23 +49,6 @@ class TokenRequest:
     service: str
     issued: bool
     authorization: str | None
-
-
-def _self_signed(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=2))
-        .sign(key, hashes.SHA256())
-    )
-    return key, cert
 
 
 class TokenServer:
@@ -83,11 +66,11 @@ class TokenServer:
         self.requests: list[TokenRequest] = []
         self.expires_in, self.backdate, self.redirect_to = 300, 0, ""
         self._lock = threading.Lock()
-        self._key, cert = _self_signed(self.issuer)
+        root = CertificateAuthority.create(directory, self.issuer)  # signs the tokens itself
+        self._key = serialization.load_pem_private_key(root.key_file.read_bytes(), password=None)
+        cert = x509.load_pem_x509_certificate(root.cert_pem)
         self._x5c = [base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()]
-        directory.mkdir(parents=True, exist_ok=True)
-        self.cert_file = directory / "token-root.pem"
-        self.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        self.cert_file = root.cert_file  # the registry's rootcertbundle
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.port = int(self._server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}/token"

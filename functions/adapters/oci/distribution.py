@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -268,6 +269,15 @@ class DistributionRegistry:
 _UNTAG = threading.Lock()
 
 
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPO = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[A-Za-z0-9=_-]+")
+_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+)
+
+
 def _created(manifest: dict[str, Any]) -> datetime | None:
     """The push time a manifest declares (a time zone is required), or None."""
     created = (manifest.get("annotations") or {}).get(CREATED)
@@ -292,14 +302,29 @@ def _next_link(headers: dict[str, str]) -> str | None:
 
 
 def parse_uri(uri: str) -> tuple[str, str, str]:
-    """(host, repository, tag or digest) of `oci://host[:port]/repo[:tag|@digest]`."""
+    """(host, repository, tag or digest) of `oci://host[:port]/repo[:tag|@digest]`, each as
+    the distribution spec's grammar allows (lower-case path components, tags of at most 128
+    word characters, `algorithm:encoded` digests); BadRequest naming the part otherwise.
+
+    >>> parse_uri("oci://r.example:5000/models/bert:v1@sha256:" + "a" * 64)[:2]
+    ('r.example:5000', 'models/bert')
+    """
     host, _, rest = uri.removeprefix("oci://").partition("/")
-    if "@" in rest:
+    if "@" in rest:  # `repo:tag@digest` names the digest (the tag is informative)
         repo, _, ref = rest.partition("@")
+        if ":" in repo.rsplit("/", 1)[-1]:
+            repo = repo.rpartition(":")[0]
+        valid_ref = _DIGEST.fullmatch(ref)
     elif ":" in rest.rsplit("/", 1)[-1]:
         repo, _, ref = rest.rpartition(":")
+        valid_ref = _TAG.fullmatch(ref)
     else:
-        repo, ref = rest, "latest"
+        repo, ref, valid_ref = rest, "latest", _TAG.fullmatch("latest")
     if not host or not repo:
-        raise BadRequest(f"{uri}: expected oci://host/repository[:tag|@digest]")
+        raise BadRequest(f"{uri!r}: expected oci://host/repository[:tag|@digest]")
+    for part, ok in (("host", _HOST.fullmatch(host)), ("repository", _REPO.fullmatch(repo))):
+        if not ok:
+            raise BadRequest(f"{uri!r}: not a valid registry {part}", field=part)
+    if not valid_ref:
+        raise BadRequest(f"{uri!r}: not a valid tag or digest", field="reference")
     return host, repo, ref

@@ -1,0 +1,40 @@
+"""The shape every policy file shares (`prune.policy_file`, `cleanup.policy_file`):
+
+    policies:
+      - <selector>: "glob"     # which repositories or models the entry covers
+        <option>: value        # the options the file knows
+
+`entries` walks it, refusing anything else with a ValueError naming the file and the entry;
+each caller turns an entry's options into its policy.
+
+>>> [(glob, opts) for _, glob, opts in entries("policies: [{models: 'b*', keep: 1}]", "p.yaml",
+...     selector="models", options={"keep"})]
+[('b*', {'keep': 1})]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["entries"]
+
+
+def entries(
+    text: str, origin: str, *, selector: str, options: set[str]
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(where, glob, options) of each entry, in order; `where` names the entry for errors."""
+    import yaml
+
+    doc = yaml.safe_load(text) or {}
+    found = doc.get("policies") if isinstance(doc, dict) else None
+    if not isinstance(found, list):
+        raise ValueError(f"{origin}: expected `policies:` with a list of policies")
+    for n, entry in enumerate(found):
+        where = f"{origin}: policies[{n}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get(selector), str):
+            raise ValueError(f"{where}: needs `{selector}` (a glob)")
+        unknown = set(entry) - options - {selector}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {', '.join(sorted(map(str, unknown)))}")
+        yield where, entry[selector], {k: v for k, v in entry.items() if k != selector}
