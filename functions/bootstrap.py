@@ -27,7 +27,7 @@ from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
-from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Signer
+from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Secrets, Signer
 from modelhooks.core.retention import Policies
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
@@ -62,6 +62,7 @@ class Deps:
     retention: Policies  # prune's policies by repository
     tenancy: Tenancy  # which namespace may act on which bucket or repository
     cleanup: Cleanup  # cleanup's policies by model name, and the ready marker
+    secrets: Secrets | None  # Models' namespaces' Secrets (cleanup); None: no cluster access
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         retention=made("retention", lambda: _retention(settings)),
         tenancy=made("tenancy", lambda: Tenancy.parse(settings.tenancy.tenants)),
         cleanup=made("cleanup", lambda: _cleanup(settings)),
+        secrets=made("secrets", lambda: _secrets(settings)),
     )
 
 
@@ -185,6 +187,14 @@ def _cleanup(settings: Settings) -> Cleanup:
         return Cleanup(marker=marker)
     parse = lambda text, origin: Cleanup.from_yaml(text, origin, marker=marker)  # noqa: E731
     return _policy_file(path, "MODELHOOKS_CLEANUP_POLICY_FILE", parse)
+
+
+def _secrets(settings: Settings) -> Secrets | None:
+    """Secrets through cleanup.kubeconfig, else the pod's in-cluster config; None outside
+    a cluster (the kubernetes client is imported when a Secret is first read)."""
+    from modelhooks.adapters.kubernetes.secrets import kubernetes_secrets
+
+    return kubernetes_secrets(settings.cleanup.kubeconfig)
 
 
 def _policy_file(path: str, variable: str, parse: Callable[[str, str], T]) -> T:
@@ -299,7 +309,7 @@ def reset() -> None:
 
 
 def _close(app: App) -> None:
-    for resource in (app.deps.registry, app.delivery.dedupe.log):
+    for resource in (app.deps.registry, app.delivery.dedupe.log, app.deps.secrets):
         close = getattr(resource, "close", None)
         if callable(close):
             close()

@@ -23,6 +23,7 @@ __all__ = [
     "ObjectReader",
     "ObjectStore",
     "OciRegistry",
+    "Secrets",
     "Signer",
     "Verifier",
 ]
@@ -218,4 +219,21 @@ class OciRegistry(Protocol):
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:
         """Descriptors of the manifests that refer to `digest` (signatures, SBOMs)."""
+        ...
+
+
+@runtime_checkable
+class Secrets(Protocol):
+    """Kubernetes Secrets, read by namespace and name: the credentials a namespace lends
+    cleanup for its own Models (`spec.source.secretRef`). Implementation:
+    `KubernetesSecrets`; tests use a dict.
+
+    >>> secrets.get("ml", "s3-credentials")["AWS_ACCESS_KEY_ID"]  # doctest: +SKIP
+    b'AKIA…'
+    """
+
+    def get(self, namespace: str, name: str) -> dict[str, bytes]:
+        """The Secret's data, decoded. NotFound when it does not exist, Forbidden when RBAC
+        refuses (both naming the namespace and the Secret), Unavailable when the API server
+        does not answer."""
         ...

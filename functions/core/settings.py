@@ -263,6 +263,14 @@ class CleanupSettings(_Section, frozen=True, kw_only=True):
             "spec.deletionPolicy; empty: Retain"
         ),
     ] = ""
+    kubeconfig: Annotated[
+        str,
+        doc(
+            "kubeconfig through which cleanup reads the Secret a Model's spec.source.secretRef "
+            "names, in the Model's namespace; empty: the pod's in-cluster config when running "
+            "in Kubernetes, else none (a Model naming a secretRef is then a configuration error)"
+        ),
+    ] = ""
 
 
 class TenancySettings(_Section, frozen=True, kw_only=True):

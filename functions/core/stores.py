@@ -54,6 +54,19 @@ class Stores:
         self._made: dict[str, ObjectStore] = {}
         self._lock = Lock()
 
+    def replacing(self, scheme: str, store: ObjectStore) -> Stores:
+        """A copy with the same rules in which `store` serves `scheme` (e.g. with a Model's
+        own credentials); the other schemes keep the stores built already."""
+        copy = Stores(
+            self.factories,
+            local_root=self.local_root,
+            allow_local_targets=self.allow_local_targets,
+            allowed_hosts=self.allowed_hosts,
+        )
+        with self._lock:
+            copy._made = {**self._made, scheme: store}
+        return copy
+
     def resolve(self, uri: str) -> tuple[ObjectStore, str, str]:
         """The store, bucket and key of a URI taken from an event. `file://` URIs must lie
         in the local store ($MODELHOOKS_HOME/store): an event never names the rest of the

@@ -11,14 +11,23 @@ this one pushed after the deletion, uses; anything outside the locations the Mod
 namespace may act on (tenancy: 403 naming it). One `artifact.purged` reply per location,
 listing what went, what stayed and what failed; a transient failure answers 5xx so a
 redelivery finishes the job, and a second delivery deletes nothing.
+
+A Model whose `spec.source.secretRef` names a Secret is cleaned up with that Secret's
+credentials (modelhooks.adapters.credentials_from_secret says which keys), read in the
+Model's own namespace: only the name comes from the spec. A missing Secret answers 404, one
+RBAC refuses 403 (a namespace opts in by binding `modelhooks-cleanup-secrets`), and no
+cluster access configured answers 503 (retried, dead-lettered, replayed once fixed).
+Retain deletes nothing and reads no Secret.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from modelhooks.adapters.credentials_from_secret import clients_for
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import parse_uri
 from modelhooks.core.cleanup import (
@@ -32,15 +41,17 @@ from modelhooks.core.cleanup import (
     plan_objects,
     plan_oci,
 )
-from modelhooks.core.errors import BadRequest, Forbidden
+from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 from modelhooks.core.function import Function
-from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.ports import ModelRegistry, Secrets
 from modelhooks.core.records import PUSHED_AT, ModelState, stamp
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
 
-__all__ = ["FUNCTION", "Target", "in_use", "plan", "policy_of", "targets"]
+__all__ = ["FUNCTION", "Target", "in_use", "plan", "policy_of", "secret_name", "targets"]
+
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ def handle(
     registry: ModelRegistry,
     tenancy: Tenancy,
     cleanup: Cleanup,
+    secrets: Secrets | None,
 ) -> list[CanonicalEvent]:
     data = event.data
     if not isinstance(data, ModelDeleted):
@@ -72,6 +84,8 @@ def handle(
                 location=target.uri,
             )
         stores.check_location(target.uri)
+    if found and policy.name != "Retain":
+        stores, oci = _acting_as(data, found, stores=stores, oci=oci, secrets=secrets)
     used = in_use(registry, data.name, since=stamp(event))
     planned = [
         (target, *plan(target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used))
@@ -129,6 +143,46 @@ def plan(
     ]
     planned = plan_objects(store, bucket, prefix, policy, marker=marker, in_use=used)
     return planned, lambda p, progress: apply_objects(store, bucket, p, progress=progress)
+
+
+def _acting_as(
+    data: ModelDeleted,
+    found: list[Target],
+    *,
+    stores: Stores,
+    oci: OciClients,
+    secrets: Secrets | None,
+) -> tuple[Stores, OciClients]:
+    """The clients to delete with: the Model's own Secret's when its source names one, read
+    in the Model's namespace (never another's); the process's otherwise."""
+    name = secret_name(data.spec)
+    if name is None:
+        return stores, oci
+    where = f"Secret {name!r} in namespace {data.namespace!r}"
+    if secrets is None:  # a deployment gap, not bad input: 503, retried, then dead-lettered
+        raise Unavailable(  # for a replay once it is fixed
+            f"Model {data.namespace}/{data.name} names {where} (spec.source.secretRef), but "
+            "cleanup has no cluster access: run it in the cluster or set "
+            "MODELHOOKS_CLEANUP_KUBECONFIG"
+        )
+    secret = secrets.get(data.namespace, name)
+    (target,) = found  # a secretRef comes with the Model's own source: one location
+    return clients_for(secret, target.uri, stores=stores, oci=oci, where=where)
+
+
+def secret_name(spec: dict[str, Any]) -> str | None:
+    """`spec.source.secretRef.name`, or None; BadRequest when it is not a Secret's name."""
+    source = spec.get("source")
+    ref = source.get("secretRef") if isinstance(source, dict) else None
+    if ref is None:
+        return None
+    name = ref.get("name") if isinstance(ref, dict) else None
+    if not isinstance(name, str) or not _SECRET_NAME.fullmatch(name):
+        raise BadRequest(
+            f"spec.source.secretRef.name: {name!r} is not a Secret's name",
+            field="spec.source.secretRef.name",
+        )
+    return name
 
 
 def _location(stores: Stores, uri: str) -> tuple[Any, str, str] | None:
@@ -217,5 +271,5 @@ FUNCTION = Function(
     name="cleanup",
     accepts=frozenset({ModelDeleted.TYPE}),
     handle=handle,
-    extras=("gcp", "aws"),  # GCS and S3 deletes; Artifact Registry's API
+    extras=("gcp", "aws", "k8s"),  # GCS and S3 deletes; Artifact Registry's API; Secrets
 )

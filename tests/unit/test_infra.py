@@ -413,6 +413,12 @@ def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, 
             [("modelhooks.dev", "models", {"patch"}), ("modelhooks.dev", "models", {"delete"})],
         ),
         (
+            "modelhooks-cleanup",
+            [("modelhooks.dev", "models", {"get", "list", "watch"})],
+            # Secrets only where a namespace binds modelhooks-cleanup-secrets (none here)
+            [("", "secrets", {"get"}), ("modelhooks.dev", "models", {"delete"})],
+        ),
+        (
             "modelhooks-admission",
             [("modelhooks.dev", "verificationpolicies", {"get", "list", "watch"})],
             [("modelhooks.dev", "models", {"get"}), ("", "secrets", {"get"})],
@@ -430,6 +436,27 @@ def test_least_privilege(
         assert _allows(rules, group, resource, verbs), (account, resource, verbs)
     for group, resource, verbs in denied:
         assert not _allows(rules, group, resource, verbs), (account, resource, verbs)
+
+
+def test_cleanup_reads_secrets_only_in_namespaces_that_bind_its_role(
+    rbac: list[dict[str, Any]],
+) -> None:
+    from modelhooks.adapters.kubernetes.secrets import GRANT
+
+    roles = {d["metadata"]["name"]: d for d in rbac if d["kind"] == "ClusterRole"}
+    assert roles[GRANT]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    ]  # the role the 403 names: get, no list or watch (a namespace's Secrets unseen)
+    bound = [d for d in rbac if d["kind"].endswith("Binding") and d["roleRef"]["name"] == GRANT]
+    assert not bound, "opt-in per namespace: never bound by modelhooks itself"
+    text = (RBAC / "cleanup.yaml").read_text()
+    example = yaml.safe_load("\n".join(
+        line.removeprefix("#   ") for line in text.splitlines() if line.startswith("#   ")
+    ))  # fmt: skip
+    assert example["kind"] == "RoleBinding" and example["roleRef"]["name"] == GRANT
+    assert example["subjects"] == [
+        {"kind": "ServiceAccount", "name": "modelhooks-cleanup", "namespace": "modelhooks"}
+    ]
 
 
 # --- the dead-letter sink ----------------------------------------------------------------

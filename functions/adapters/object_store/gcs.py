@@ -59,18 +59,30 @@ class GcsObjectStore:
         project: str | None = None,
         workers: int = 16,
         page_size: int = 1000,
+        credentials: Any = None,
     ) -> None:
         self._client = client
         self._project = project
         self._workers = max(1, workers)
         self._page_size = page_size  # GCS's own maximum; asked for so every server pages
+        self._credentials = credentials  # google.auth credentials; None: ADC
+
+    def with_credentials(self, credentials: Any, project: str | None = None) -> GcsObjectStore:
+        """The same store acting with `credentials` (e.g. a service-account key's) instead of
+        Application Default Credentials (a Model's own Secret, for cleanup)."""
+        return GcsObjectStore(
+            project=project or self._project,
+            workers=self._workers,
+            page_size=self._page_size,
+            credentials=credentials,
+        )
 
     @property
     def client(self) -> Any:
         if self._client is None:
             from google.cloud import storage
 
-            self._client = storage.Client(project=self._project)
+            self._client = storage.Client(project=self._project, credentials=self._credentials)
         return self._client
 
     def _blob(self, bucket: str, key: str) -> Any:

@@ -9,7 +9,7 @@ DeleteObjects, at most 1000 keys a request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from modelhooks.core.errors import (
@@ -73,11 +73,29 @@ class S3ObjectStore:
         endpoint_url: str | None = None,
         region: str | None = None,
         max_connections: int = 32,
+        credentials: Mapping[str, str] | None = None,
     ) -> None:
         self._client = client
         self._endpoint_url = endpoint_url
         self._region = region
         self._max_connections = max_connections
+        # aws_access_key_id, aws_secret_access_key[, aws_session_token]; None: boto3's chain
+        self._credentials = dict(credentials) if credentials else None
+
+    def with_credentials(
+        self, access_key_id: str, secret_access_key: str, session_token: str | None = None
+    ) -> S3ObjectStore:
+        """The same store (endpoint, region, pool size) acting with these keys instead of
+        the process's (a Model's own Secret, for cleanup)."""
+        keys = {"aws_access_key_id": access_key_id, "aws_secret_access_key": secret_access_key}
+        if session_token:
+            keys["aws_session_token"] = session_token
+        return S3ObjectStore(
+            endpoint_url=self._endpoint_url,
+            region=self._region,
+            max_connections=self._max_connections,
+            credentials=keys,
+        )
 
     @property
     def client(self) -> Any:
@@ -90,7 +108,11 @@ class S3ObjectStore:
                 retries={"mode": "adaptive", "max_attempts": 5},
                 s3={"addressing_style": "path" if self._endpoint_url else "auto"},
             )
-            self._client = boto3.client(
+            # a session of its own (boto3's default one is shared: creating clients on it
+            # from concurrent deliveries is not thread-safe, and it keeps the credentials it
+            # first found); its own keys, else the usual chain (environment, files, role)
+            session = boto3.session.Session(**(self._credentials or {}))
+            self._client = session.client(
                 "s3", endpoint_url=self._endpoint_url, region_name=self._region, config=config
             )
         return self._client

@@ -55,6 +55,17 @@ class OciClients:
         self.gar_endpoint = artifact_registry_endpoint
         self.gar_credentials = artifact_registry_credentials
 
+    def with_auth(self, auth: tuple[str, str] | Credentials) -> OciClients:
+        """Clients for the same registries, under the same address rules, acting with `auth`
+        instead (a Model's own Secret, for cleanup). Artifact Registry hosts go through
+        their Docker path then, with `auth` too: never the process's own credentials."""
+        return OciClients(
+            auth,
+            allow_local=self.allow_local,
+            allowed_hosts=self.allowed_hosts,
+            artifact_registry_endpoint="",
+        )
+
     def for_uri(self, uri: str) -> tuple[DistributionRegistry, str, str]:
         """(client, repository, tag or digest) for an `oci://` URI."""
         host, repo, ref = parse_uri(uri)
