@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from modelhooks.cli import common
-from modelhooks.core.errors import ConfigError, ModelhooksError
+from modelhooks.core.errors import BadRequest, ConfigError, ModelhooksError
 
 __all__ = ["add_parser"]
+
+_MODES = {"resource": False, "reference": True}
 
 
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
@@ -19,34 +23,78 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
         "watch-models",
         parents=[common_flags],
         help="send Model resource changes as ApiServerSource events (a local ApiServerSource)",
+        description="Watch Model resources and send each add, update and delete as the "
+        "CloudEvent Knative's ApiServerSource sends (dev.knative.apiserver.resource.* or .ref.*)"
+        ", resuming from the last resourceVersion after a disconnect and listing again (only "
+        "what changed is sent) when it has expired.",
     )
     wm.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or ~/.kube/config)")
     wm.add_argument("--namespace", help="one namespace (default: all)")
+    wm.add_argument(
+        "--mode",
+        type=str.lower,
+        choices=sorted(_MODES),
+        default=os.environ.get("MODELHOOKS_WATCH_MODE", "resource").lower(),
+        help="ApiServerSource mode: Resource (data = the whole Model) or Reference (data = "
+        "{kind, namespace, name, apiVersion}) (env MODELHOOKS_WATCH_MODE; default Resource)",
+    )
+    wm.add_argument(
+        "--state",
+        type=Path,
+        default=os.environ.get("MODELHOOKS_WATCH_STATE") or None,
+        metavar="FILE",
+        help="keep the last resourceVersion and what was sent here, so a restarted watcher "
+        "sends only what changed meanwhile (env MODELHOOKS_WATCH_STATE; default: none, a "
+        "start sends every Model as added)",
+    )
     wm.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
+    wm.add_argument(
+        "--raw",
+        action="store_true",
+        help="with --to: POST the ApiServerSource events themselves (as Knative does), "
+        "so the server translates them; default: the canonical events they translate to",
+    )
     wm.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from kubernetes import config
+    from modelhooks.adapters.kubernetes.model_source import ModelWatcher
 
-    from modelhooks.adapters.kubernetes.model_source import watch_models
-    from modelhooks.cli.replay import to_events
-
+    if args.mode not in _MODES:  # from the environment, which argparse does not check
+        raise ConfigError(f"MODELHOOKS_WATCH_MODE: {args.mode!r} is not Resource or Reference")
+    if args.raw and not args.to:
+        raise BadRequest("--raw sends to a server: give --to URL")
     settings = common.settings(args)
-    try:
-        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            api = config.new_client_from_config(config_file=args.kubeconfig)
-        else:
-            config.load_incluster_config()
-            from kubernetes import client
+    api = _api_client(args.kubeconfig)
+    send = _raw_sender(args.to) if args.raw else _canonical_sender(args, settings)
+    watcher = ModelWatcher(
+        api, send, namespace=args.namespace, reference=_MODES[args.mode], state_file=args.state
+    )
+    print(f"watching Models on {api.configuration.host}", file=sys.stderr, flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        watcher.run()
+    return 0
 
-            api = client.ApiClient()
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return config.new_client_from_config(config_file=kubeconfig)
+        config.load_incluster_config()
+        return client.ApiClient()
     except (config.ConfigException, OSError) as exc:
-        where = args.kubeconfig or "~/.kube/config (or $KUBECONFIG)"
+        where = kubeconfig or "~/.kube/config (or $KUBECONFIG)"
         raise ConfigError(
             f"no usable Kubernetes configuration in {where}: {exc}; "
             "pass --kubeconfig FILE, or run inside a cluster"
         ) from None
+
+
+def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
+    from modelhooks.cli.replay import to_events
+
     send_one = (
         common.http_sender(args.to, "structured") if args.to else common.local_sender(settings)
     )
@@ -58,7 +106,23 @@ def run(args: argparse.Namespace) -> int:
             )
             print(f"{doc['type']} {doc['subject']}: {'ok' if ok else reason}", file=sys.stderr)
 
-    print(f"watching Models on {api.configuration.host}", file=sys.stderr, flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        watch_models(api, send, namespace=args.namespace)
-    return 0
+    return send
+
+
+def _raw_sender(url: str) -> Any:
+    import requests
+
+    session = requests.Session()
+
+    def send(doc: dict[str, Any]) -> None:
+        headers = {"Content-Type": "application/cloudevents+json"}
+        try:
+            resp = session.post(url, data=json.dumps(doc).encode(), headers=headers, timeout=60)
+            outcome = (
+                "ok" if resp.status_code < 300 else common.http_reason(resp.status_code, resp.text)
+            )
+        except requests.RequestException as exc:
+            outcome = f"{type(exc).__name__}: {exc}"
+        print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
+
+    return send

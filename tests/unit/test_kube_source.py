@@ -1,15 +1,26 @@
-"""watch-models speaks ApiServerSource's Resource mode: the translator reads it back."""
+"""watch-models speaks ApiServerSource (Resource and Reference modes) as Knative's adapter
+does, the translator reads both back, and a relist sends exactly what changed."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
+from typing import Any
 
-from modelhooks.adapters.kubernetes.model_source import to_cloudevent
+import pytest
+
+from modelhooks.adapters.kubernetes.model_source import (
+    WatchState,
+    relist_changes,
+    to_cloudevent,
+)
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
-from modelhooks.events.model import ModelCreated, ModelDeleted
+from modelhooks.events.model import ModelCreated, ModelDeleted, ModelUpdated
 from modelhooks.events.sources import translate
 
+SAMPLES = Path(__file__).resolve().parents[2] / "events" / "samples"
 MODEL = {
     "apiVersion": "modelhooks.dev/v1alpha1",
     "kind": "Model",
@@ -18,30 +29,108 @@ MODEL = {
 }
 
 
-def roundtrip(kind: str) -> object:
-    ce = to_cloudevent(kind, MODEL, "https://127.0.0.1:6443")
-    assert ce is not None
+def model(uid: str, rv: str, name: str = "bert") -> dict[str, Any]:
+    return {
+        **MODEL,
+        "metadata": {"name": name, "namespace": "ml", "uid": uid, "resourceVersion": rv},
+    }
+
+
+def roundtrip(action: Any, *, reference: bool = False) -> Any:
+    ce = to_cloudevent(action, MODEL, "https://127.0.0.1:6443", reference=reference)
     (inbound,) = decode({"Content-Type": "application/cloudevents+json"}, json.dumps(ce).encode())
     (event,) = translate(inbound, layout=ObjectLayout())
     return event
 
 
-def test_added_and_deleted_models_become_canonical_events() -> None:
-    created = roundtrip("ADDED")
-    deleted = roundtrip("DELETED")
-    assert isinstance(created.data, ModelCreated)  # type: ignore[attr-defined]
-    assert isinstance(deleted.data, ModelDeleted)  # type: ignore[attr-defined]
-    assert deleted.data.name == "bert" and deleted.data.namespace == "ml"  # type: ignore[attr-defined]
-    assert deleted.data.version == "3"  # type: ignore[attr-defined]
-    assert deleted.time is not None  # type: ignore[attr-defined]
+@pytest.mark.parametrize("reference", [False, True])
+def test_every_action_translates_to_its_lifecycle_event(reference: bool) -> None:
+    expected = {"add": ModelCreated, "update": ModelUpdated, "delete": ModelDeleted}
+    for action, kind in expected.items():
+        event = roundtrip(action, reference=reference)
+        assert isinstance(event.data, kind)
+        assert (event.data.name, event.data.namespace) == ("bert", "ml")
+        assert event.time is not None
+    assert roundtrip("delete").data.version == "3"  # Resource mode carries the spec
 
 
-def test_ids_are_stable_per_resource_version_and_action() -> None:
-    a = to_cloudevent("MODIFIED", MODEL, "s")
-    b = to_cloudevent("MODIFIED", MODEL, "s")
-    assert a is not None and b is not None and a["id"] == b["id"] == "u-1/42/update"
+def test_resource_mode_has_knatives_attributes_and_the_whole_object() -> None:
+    ce = to_cloudevent("update", MODEL, "https://10.96.0.1:443")
+    sample = json.loads((SAMPLES / "k8s-resource-update.json").read_text())
+    assert set(ce) == set(sample) | {"apiversion"}  # Knative added it in 2023 (#6696)
+    assert ce["type"] == "dev.knative.apiserver.resource.update"
+    assert ce["source"] == "https://10.96.0.1:443"
+    assert ce["subject"] == "/apis/modelhooks.dev/v1alpha1/namespaces/ml/models/bert"
+    assert (ce["kind"], ce["apiversion"], ce["name"], ce["namespace"]) == (
+        "Model",
+        "modelhooks.dev/v1alpha1",
+        "bert",
+        "ml",
+    )
+    assert ce["data"] == MODEL and ce["datacontenttype"] == "application/json"
 
 
-def test_bookmarks_and_nameless_objects_send_nothing() -> None:
-    assert to_cloudevent("BOOKMARK", MODEL, "s") is None
-    assert to_cloudevent("ADDED", {"metadata": {}}, "s") is None
+def test_reference_mode_data_is_an_object_reference_in_knatives_field_order() -> None:
+    ce = to_cloudevent("delete", MODEL, "s", reference=True)
+    sample = json.loads((SAMPLES / "k8s-ref-delete.json").read_text())
+    assert ce["type"] == sample["type"] == "dev.knative.apiserver.ref.delete"
+    assert ce["data"] == {
+        "kind": "Model",
+        "namespace": "ml",
+        "name": "bert",
+        "apiVersion": "modelhooks.dev/v1alpha1",
+    }
+    assert list(ce["data"]) == list(sample["data"])
+    cluster_scoped = to_cloudevent(
+        "add", {"kind": "Model", "metadata": {"name": "x"}}, "s", reference=True
+    )
+    assert "namespace" not in cluster_scoped["data"]  # ObjectReference fields are omitempty
+
+
+def test_subject_pluralizes_the_kind_as_apimachinery_guesses_it() -> None:
+    def subject(api_version: str, kind: str) -> str:
+        obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "n", "namespace": "d"}}
+        return str(to_cloudevent("add", obj, "s")["subject"])
+
+    assert subject("v1", "Pod") == "/apis/v1/namespaces/d/pods/n"
+    assert subject("x.dev/v1", "Policy") == "/apis/x.dev/v1/namespaces/d/policies/n"
+    assert subject("x.dev/v1", "Address") == "/apis/x.dev/v1/namespaces/d/addresses/n"
+    assert subject("x.dev", "Model") == "/apis/x.dev/versionUnknown/namespaces/d/models/n"
+
+
+def test_ids_are_uuids_stable_per_uid_resource_version_and_action() -> None:
+    a, b = to_cloudevent("update", MODEL, "s"), to_cloudevent("update", MODEL, "s2")
+    assert a["id"] == b["id"] and uuid.UUID(a["id"]).version == 5
+    assert to_cloudevent("delete", MODEL, "s")["id"] != a["id"]
+    assert to_cloudevent("update", model("u-1", "43"), "s")["id"] != a["id"]
+    assert to_cloudevent("update", MODEL, "s", reference=True)["id"] == a["id"]
+
+
+def test_relist_sends_deletes_first_then_adds_and_updates_and_nothing_unchanged() -> None:
+    sent = {"a": model("a", "1", "a"), "b": model("b", "2", "b"), "c": model("c", "3", "c")}
+    listed = [model("b", "2", "b"), model("c", "9", "c"), model("d", "8", "d")]
+    changes = [(action, obj["metadata"]["uid"]) for action, obj in relist_changes(sent, listed)]
+    assert changes == [("delete", "a"), ("update", "c"), ("add", "d")]
+    assert relist_changes(sent, list(sent.values())) == []
+    assert [a for a, _ in relist_changes({}, listed)] == ["add", "add", "add"]
+
+
+def test_a_model_recreated_under_its_name_is_a_delete_then_an_add() -> None:
+    changes = relist_changes({"old": model("old", "1")}, [model("new", "5")])
+    assert [(a, o["metadata"]["uid"]) for a, o in changes] == [("delete", "old"), ("add", "new")]
+    assert changes[0][1]["metadata"]["resourceVersion"] == "1"  # the delete is as last sent
+
+
+def test_state_skips_what_was_sent_and_survives_a_save(tmp_path: Path) -> None:
+    state = WatchState("ml", "42")
+    assert state.is_news("add", MODEL)
+    state.record("add", MODEL)
+    assert not state.is_news("update", MODEL) and state.is_news("update", model("u-1", "43"))
+    assert state.is_news("delete", MODEL)
+    path = tmp_path / "state.json"
+    state.save(path)
+    assert WatchState.load(path, "ml") == state
+    assert WatchState.load(path, "other") == WatchState("other")  # another scope: start over
+    assert WatchState.load(tmp_path / "none.json", None) == WatchState()
+    state.record("delete", model("u-1", "50"))
+    assert state.sent == {}

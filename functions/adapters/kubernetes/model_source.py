@@ -1,100 +1,322 @@
-"""`modelhooks watch-models`: a local stand-in for Knative's ApiServerSource.
+"""`modelhooks watch-models`: Knative's ApiServerSource for `Model` resources, resumable.
 
-Watches `Model` resources (modelhooks.dev) on a cluster and turns every add, update and
-delete into the CloudEvent ApiServerSource sends in Resource mode
-(`dev.knative.apiserver.resource.{add,update,delete}`, data = the whole object,
-extensions kind/name/namespace), so a laptop or a test walks the same path as the cluster.
-Event ids are the object's uid and resourceVersion: a re-list re-sends the same ids.
+Every add, update and delete of a Model (modelhooks.dev/v1alpha1) becomes the CloudEvent
+that ApiServerSource sends (knative.dev/eventing, pkg/adapter/apiserver/events):
+
+    type        dev.knative.apiserver.resource.{add,update,delete}   (mode Resource)
+                dev.knative.apiserver.ref.{add,update,delete}        (mode Reference)
+    source      the API server's URL
+    subject     /apis/<apiVersion>/namespaces/<namespace>/<kind, lowercased and pluralized>/<name>
+    kind, apiversion, name, namespace   extensions (what Triggers filter on)
+    data        the whole object (Resource) or {kind, namespace, name, apiVersion} (Reference)
+    id          Knative sends a random UUID; here the UUID derives from the object's uid,
+                resourceVersion and the action, so an event sent twice keeps its id and
+                the ingress drops the second copy.
+
+Resuming, where Knative's adapter loses what happened while its watch was down: the watch
+asks for bookmarks and keeps the resourceVersion of the last event or bookmark; a broken
+connection re-watches from it. On 410 Gone the Models are listed again and only the
+difference to what was already sent goes out (`relist_changes`, by uid and
+resourceVersion; a Model missing from the list is sent as deleted, as it was last sent).
+With a state file that resourceVersion and the objects sent survive a restart. What a
+relist cannot show: a Model created and deleted while the watch was expired, and the
+intermediate updates of one (they collapse into one update).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import threading
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from modelhooks.core.logs import log
 
-__all__ = ["GROUP", "PLURAL", "VERSION", "to_cloudevent", "watch_models"]
+__all__ = [
+    "GROUP",
+    "PLURAL",
+    "VERSION",
+    "ModelWatcher",
+    "WatchState",
+    "relist_changes",
+    "to_cloudevent",
+]
 
 GROUP, VERSION, PLURAL = "modelhooks.dev", "v1alpha1", "models"
-_TYPES = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
+Action = Literal["add", "update", "delete"]
+Object = dict[str, Any]
+_ACTIONS: dict[str, Action] = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
+_IDS = uuid.UUID("6f1d2c3e-8a4b-5c6d-9e0f-1a2b3c4d5e6f")  # the namespace of event ids
 
 
-def to_cloudevent(kind: str, obj: dict[str, Any], source: str) -> dict[str, Any] | None:
-    """The structured CloudEvent ApiServerSource (Resource mode) sends for one watch event."""
-    action = _TYPES.get(kind)
+def to_cloudevent(
+    action: Action, obj: Mapping[str, Any], source: str, *, reference: bool = False
+) -> dict[str, Any]:
+    """The structured CloudEvent ApiServerSource sends for one change of `obj`.
+
+    >>> ce = to_cloudevent("add", {"apiVersion": "modelhooks.dev/v1alpha1", "kind": "Model",
+    ...     "metadata": {"name": "bert", "namespace": "ml"}}, "https://k8s", reference=True)
+    >>> ce["type"], ce["subject"], ce["data"]["name"]
+    ('dev.knative.apiserver.ref.add', '/apis/modelhooks.dev/v1alpha1/namespaces/ml/models/bert', 'bert')
+    """
     meta = obj.get("metadata") or {}
-    if action is None or not meta.get("name"):
-        return None
-    ns, name = meta.get("namespace", ""), meta["name"]
+    api_version = str(obj.get("apiVersion") or f"{GROUP}/{VERSION}")
+    kind, name, ns = (
+        str(obj.get("kind") or "Model"),
+        meta.get("name", ""),
+        meta.get("namespace", ""),
+    )
+    ref = {"kind": kind, "namespace": ns, "name": name, "apiVersion": api_version}
+    key = f"{meta.get('uid', name)}/{meta.get('resourceVersion', '')}/{action}"
     return {
         "specversion": "1.0",
-        "id": f"{meta.get('uid', name)}/{meta.get('resourceVersion', '0')}/{action}",
+        "id": str(uuid.uuid5(_IDS, key)),
         "source": source,
-        "type": f"dev.knative.apiserver.resource.{action}",
-        "subject": f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}/{name}",
-        "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "type": f"dev.knative.apiserver.{'ref' if reference else 'resource'}.{action}",
+        "subject": _self_link(api_version, kind, ns, name),
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "datacontenttype": "application/json",
-        "kind": obj.get("kind", "Model"),
+        "kind": kind,
+        "apiversion": api_version,
         "name": name,
         "namespace": ns,
-        "data": obj,
+        "data": {k: v for k, v in ref.items() if v} if reference else dict(obj),
     }
 
 
-def watch_models(
-    api_client: Any,
-    send: Callable[[dict[str, Any]], None],
-    *,
-    namespace: str | None = None,
-    stop: threading.Event | None = None,
-) -> None:
-    """Send one CloudEvent per Model change until `stop` is set (re-watching on expiry)."""
-    stop = stop or threading.Event()
-    source = str(api_client.configuration.host)
-    since = ""
-    while not stop.is_set():
-        try:
-            for kind, obj, version in _stream(api_client, namespace, since):
-                since = version
-                if stop.is_set():
-                    return
-                event = to_cloudevent(kind, obj, source)
-                if event is not None:
-                    send(event)
-        except _Expired:
-            log(logging.WARNING, "watch expired; listing Models again")
-            since = ""
+def _self_link(api_version: str, kind: str, namespace: str, name: str) -> str:
+    """Knative's createSelfLink: the plural guessed from the kind as apimachinery does."""
+    lower = kind.lower()
+    if lower.endswith("s"):
+        plural = lower + "es"
+    elif lower.endswith("y"):
+        plural = lower[:-1] + "ies"
+    else:
+        plural = lower + "s"
+    if "." in api_version and "/" not in api_version:
+        api_version += "/versionUnknown"
+    return f"/apis/{api_version}/namespaces/{namespace}/{plural}/{name}"
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def relist_changes(
+    sent: Mapping[str, Object], listed: Sequence[Object]
+) -> list[tuple[Action, Object]]:
+    """What to send so that whoever received `sent` (by uid) learns the `listed` state.
+
+    Deletions first (a Model deleted and re-created under its name is two uids: the old
+    one goes before the new one comes), as last sent; then adds and updates, in list order.
+
+    >>> old = {"metadata": {"uid": "a", "resourceVersion": "1"}}
+    >>> relist_changes({"a": old}, [{"metadata": {"uid": "b", "resourceVersion": "5"}}])
+    [('delete', {'metadata': {'uid': 'a', 'resourceVersion': '1'}}), ('add', {'metadata': {'uid': 'b', 'resourceVersion': '5'}})]
+    """
+    present = {_uid(obj) for obj in listed}
+    changes: list[tuple[Action, Object]] = [
+        ("delete", obj) for uid, obj in sent.items() if uid not in present
+    ]
+    for obj in listed:
+        last = sent.get(_uid(obj))
+        if last is None:
+            changes.append(("add", obj))
+        elif _rv(last) != _rv(obj):
+            changes.append(("update", obj))
+    return changes
+
+
+@dataclass
+class WatchState:
+    """What was sent: every live Model as last sent (by uid) and the resourceVersion the
+    watch resumes from ("" = list first). Saved as JSON by `ModelWatcher` after each change."""
+
+    namespace: str | None = None
+    resource_version: str = ""
+    sent: dict[str, Object] = field(default_factory=dict)
+
+    def is_news(self, action: Action, obj: Mapping[str, Any]) -> bool:
+        """False for an add or update of what was already sent at this resourceVersion."""
+        last = self.sent.get(_uid(obj))
+        return action == "delete" or last is None or _rv(last) != _rv(obj)
+
+    def record(self, action: Action, obj: Mapping[str, Any]) -> None:
+        if action == "delete":
+            self.sent.pop(_uid(obj), None)
+        else:
+            self.sent[_uid(obj)] = dict(obj)
+
+    def save(self, path: Path) -> None:
+        doc = {"namespace": self.namespace, "resourceVersion": self.resource_version}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({**doc, "sent": self.sent}))
+        os.replace(tmp, path)  # a crash leaves the old state or the new, never half of one
+
+    @classmethod
+    def load(cls, path: Path, namespace: str | None) -> WatchState:
+        """The saved state, or a fresh one (none yet, or saved for another namespace)."""
+        if not path.exists():
+            return cls(namespace)
+        doc = json.loads(path.read_text())
+        if doc.get("namespace") != namespace:
+            log(
+                logging.WARNING, f"{path} was saved for namespace {doc.get('namespace')!r}: ignored"
+            )
+            return cls(namespace)
+        return cls(namespace, str(doc.get("resourceVersion") or ""), dict(doc.get("sent") or {}))
 
 
 class _Expired(Exception):
-    """The watch's resourceVersion is too old (HTTP 410)."""
+    """The resourceVersion to resume from is no longer served (410 Gone)."""
 
 
-def _stream(api_client: Any, namespace: str | None, since: str) -> Iterator[tuple[str, Any, str]]:
-    from kubernetes import client, watch
-    from kubernetes.client.exceptions import ApiException
+class _Interrupted(Exception):
+    """The watch ended with an error event other than 410: watch again."""
 
-    api = client.CustomObjectsApi(api_client)
-    args: dict[str, Any] = {"timeout_seconds": 30, "allow_watch_bookmarks": False}
-    if since:
-        args["resource_version"] = since
-    list_fn, list_args = (
-        (api.list_namespaced_custom_object, (GROUP, VERSION, namespace, PLURAL))
-        if namespace
-        else (api.list_cluster_custom_object, (GROUP, VERSION, PLURAL))
-    )
-    w = watch.Watch()
-    try:
-        for item in w.stream(list_fn, *list_args, **args):
-            obj = item["object"]
-            yield item["type"], obj, obj.get("metadata", {}).get("resourceVersion", since)
-    except ApiException as exc:
-        if exc.status == 410:
-            raise _Expired from None
-        raise
-    finally:
-        w.stop()
+
+class ModelWatcher:
+    """Sends one CloudEvent per Model change until `close()`, resuming after disconnects.
+
+    >>> watcher = ModelWatcher(api_client, send, reference=True, state_file=Path("w.json"))  # doctest: +SKIP
+    >>> threading.Thread(target=watcher.run).start()   # doctest: +SKIP
+    >>> watcher.close()                                 # doctest: +SKIP
+
+    `send` raising stops `run` before the state records that event: it is sent again next time.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        send: Callable[[dict[str, Any]], None],
+        *,
+        namespace: str | None = None,
+        reference: bool = False,
+        state_file: Path | None = None,
+        timeout_seconds: int = 240,
+    ) -> None:
+        self._api, self._send, self._reference = api_client, send, reference
+        self._state_file, self._timeout = state_file, timeout_seconds
+        self.state = WatchState.load(state_file, namespace) if state_file else WatchState(namespace)
+        self._source = str(api_client.configuration.host)
+        self._closed = threading.Event()
+        self._response: Any = None
+
+    def run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        delay = 0.0
+        while not self._closed.is_set():
+            try:
+                if not self.state.resource_version:
+                    self._relist()
+                self._watch()
+                delay = 0.0
+            except _Expired:
+                log(logging.WARNING, "resourceVersion expired (410 Gone): listing Models again")
+                self.state.resource_version = ""
+            except (ApiException, HTTPError, OSError, _Interrupted) as exc:
+                if isinstance(exc, ApiException) and exc.status in (401, 403):
+                    raise  # credentials or RBAC: retrying will not help
+                if self._closed.is_set():
+                    return
+                delay = min(max(delay * 2, 0.2), 10.0)
+                log(
+                    logging.WARNING,
+                    f"watch interrupted ({type(exc).__name__}: {exc}); resuming from "
+                    f"resourceVersion {self.state.resource_version or '(list)'} in {delay:.1f}s",
+                )
+                self._closed.wait(delay)
+
+    def close(self) -> None:
+        """Stop `run`, breaking off a watch that is waiting for the next event."""
+        self._closed.set()
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            import socket
+
+            with contextlib.suppress(OSError):  # already closed by the server
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _call(self, **kwargs: Any) -> Any:
+        from kubernetes import client
+
+        api = client.CustomObjectsApi(self._api)
+        ns = self.state.namespace
+        if ns:
+            return api.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, **kwargs)
+        return api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+
+    def _relist(self) -> None:
+        listed = self._call()
+        for action, obj in relist_changes(self.state.sent, listed.get("items") or []):
+            self._emit(action, obj)
+        self.state.resource_version = str(listed["metadata"]["resourceVersion"])
+        self._save()
+
+    def _watch(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._response = resp = self._call(
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=self.state.resource_version,
+                timeout_seconds=self._timeout,
+                _preload_content=False,
+                _request_timeout=(10, self._timeout + 30),
+            )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Expired from None
+            raise
+        try:
+            for event in _events(resp):
+                if self._closed.is_set():
+                    return
+                obj, action = event.get("object") or {}, _ACTIONS.get(event.get("type", ""))
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Expired
+                    raise _Interrupted(f"{obj.get('reason')}: {obj.get('message')}")
+                if action is not None and self.state.is_news(action, obj):
+                    self._emit(action, obj)
+                self.state.resource_version = _rv(obj) or self.state.resource_version
+                self._save()
+        finally:
+            self._response = None
+            resp.release_conn()
+
+    def _emit(self, action: Action, obj: Object) -> None:
+        self._send(to_cloudevent(action, obj, self._source, reference=self._reference))
+        self.state.record(action, obj)
+        if self.state.resource_version == "":  # during a relist: keep what was sent so far
+            self._save()
+
+    def _save(self) -> None:
+        if self._state_file is not None:
+            self.state.save(self._state_file)
+
+
+def _events(resp: Any) -> Iterator[dict[str, Any]]:
+    """The JSON lines of a watch response, as they arrive."""
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
