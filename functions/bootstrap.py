@@ -27,7 +27,14 @@ from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
-from modelhooks.core.ports import DeliveryLog, ModelRegistry, ObjectStore, Secrets, Signer
+from modelhooks.core.ports import (
+    Cluster,
+    DeliveryLog,
+    ModelRegistry,
+    ObjectStore,
+    Secrets,
+    Signer,
+)
 from modelhooks.core.retention import Policies
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
@@ -63,6 +70,8 @@ class Deps:
     tenancy: Tenancy  # which namespace may act on which bucket or repository
     cleanup: Cleanup  # cleanup's policies by model name, and the ready marker
     secrets: Secrets | None  # Models' namespaces' Secrets (cleanup); None: no cluster access
+    cluster: Cluster | None  # Models' status, finalizer, Events (notify); None: no cluster
+    rollout: bool  # notify rolls out the workloads of a Model that becomes Ready
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,8 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         tenancy=made("tenancy", lambda: Tenancy.parse(settings.tenancy.tenants)),
         cleanup=made("cleanup", lambda: _cleanup(settings)),
         secrets=made("secrets", lambda: _secrets(settings)),
+        cluster=made("cluster", lambda: _cluster(settings)),
+        rollout=made("rollout", lambda: settings.notify.rollout),
     )
 
 
@@ -195,6 +206,14 @@ def _secrets(settings: Settings) -> Secrets | None:
     from modelhooks.adapters.kubernetes.secrets import kubernetes_secrets
 
     return kubernetes_secrets(settings.cleanup.kubeconfig)
+
+
+def _cluster(settings: Settings) -> Cluster | None:
+    """The cluster through notify.kubeconfig, else the pod's in-cluster config; None outside
+    a cluster (the kubernetes client is imported when notify first acts)."""
+    from modelhooks.adapters.kubernetes.cluster import kubernetes_cluster
+
+    return kubernetes_cluster(settings.notify.kubeconfig)
 
 
 def _policy_file(path: str, variable: str, parse: Callable[[str, str], T]) -> T:
@@ -224,6 +243,14 @@ def model_registry(settings: Settings) -> ModelRegistry:
         return KubeflowModelRegistry(
             settings.registry.url,
             token=resolve_value(token, "MODELHOOKS_REGISTRY_TOKEN") if token else None,
+        )
+    if settings.registry.backend == "kubernetes":
+        from modelhooks.adapters.kube_client import check_kubeconfig
+        from modelhooks.adapters.model_registry.kubernetes import VARIABLE, KubernetesModelRegistry
+
+        check_kubeconfig(settings.registry.kubeconfig, VARIABLE)  # the client connects lazily
+        return KubernetesModelRegistry(
+            namespace=settings.registry.namespace, kubeconfig=settings.registry.kubeconfig
         )
     from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 
@@ -309,7 +336,8 @@ def reset() -> None:
 
 
 def _close(app: App) -> None:
-    for resource in (app.deps.registry, app.delivery.dedupe.log, app.deps.secrets):
+    deps = app.deps
+    for resource in (deps.registry, app.delivery.dedupe.log, deps.secrets, deps.cluster):
         close = getattr(resource, "close", None)
         if callable(close):
             close()

@@ -1,15 +1,22 @@
 """`modelhooks registry list` / `modelhooks registry show NAME[/VERSION]`: the model
-registry's models, versions, artifacts and signatures."""
+registry's models, versions, artifacts and signatures. `modelhooks registry export` /
+`import FILE` move it between backends (modelhooks.core.registry_copy), e.g.:
+
+    modelhooks registry export --registry-backend sqlite > registry.json
+    modelhooks registry import registry.json --registry-backend kubernetes
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from modelhooks.cli import common
-from modelhooks.core.errors import ConfigError, NotFound
+from modelhooks.core.errors import BadRequest, ConfigError, NotFound
 from modelhooks.core.ports import ModelRegistry
 
 __all__ = ["SETTINGS", "add_parser"]
@@ -30,6 +37,18 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     )
     show.add_argument("name", metavar="NAME[/VERSION]")
     show.set_defaults(func=run_show)
+    export = reg_sub.add_parser(
+        "export", parents=[common_flags], help="every record as one JSON document"
+    )
+    export.add_argument("-o", "--output", type=Path, help="write here (default: stdout)")
+    export.set_defaults(func=run_export)
+    load = reg_sub.add_parser(
+        "import",
+        parents=[common_flags],
+        help="write an export into this registry (idempotent; old ids kept as properties)",
+    )
+    load.add_argument("file", type=Path, help="an export (- for stdin)")
+    load.set_defaults(func=run_import)
 
 
 def _registry(args: argparse.Namespace) -> ModelRegistry:
@@ -107,3 +126,32 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(str(r[c]).ljust(widths[c]) for c in cols))
     return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from modelhooks.core.registry_copy import export_registry
+
+    text = json.dumps(export_registry(_registry(args)), indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from modelhooks.bootstrap import model_registry
+    from modelhooks.core.registry_copy import import_registry
+
+    try:
+        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+        doc = json.loads(text)
+    except OSError as exc:
+        raise BadRequest(f"{args.file}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BadRequest(f"{args.file}: not JSON ({exc})") from None
+    report = import_registry(model_registry(common.settings(args)), doc)  # sqlite: created
+    for refusal in report.refused:
+        print(f"refused: {refusal}", file=sys.stderr)
+    print(report.summary())
+    return 1 if report.refused else 0

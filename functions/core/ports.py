@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
+from modelhooks.core.conditions import ModelEvent
 from modelhooks.core.records import (
     Manifest,
     ModelArtifact,
@@ -18,6 +19,7 @@ from modelhooks.core.records import (
 )
 
 __all__ = [
+    "Cluster",
     "DeliveryLog",
     "ModelRegistry",
     "ObjectReader",
@@ -236,4 +238,58 @@ class Secrets(Protocol):
         """The Secret's data, decoded. NotFound when it does not exist, Forbidden when RBAC
         refuses (both naming the namespace and the Secret), Unavailable when the API server
         does not answer."""
+        ...
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """The `Model` resources (modelhooks.dev/v1alpha1) of a cluster, as notify sees them: read
+    them, write their status, hold and release their finalizer, record Events on them and
+    roll out the workloads that serve them. Implementation: `KubernetesCluster`; tests use
+    `InMemoryCluster`. Models are plain dicts, as the API server returns them.
+
+    >>> cluster.get_model("ml", "bert")["metadata"]["generation"]  # doctest: +SKIP
+    1
+
+    Every method raises NotFound / Forbidden (naming what and where), Throttled or
+    Unavailable (the API server did not answer) as the API server answers.
+    """
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Model, or None when it does not exist."""
+        ...
+
+    def list_models(self, namespace: str) -> list[dict[str, Any]]:
+        """Every Model of the namespace."""
+        ...
+
+    def apply_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str
+    ) -> dict[str, Any]:
+        """Server-side apply of `status` on the status subresource (field manager
+        `modelhooks-notify`, forced), only while the Model is still at `resource_version`:
+        Conflict when it changed since it was read (read it again, apply again). The fields
+        notify applied before and leaves out are removed. Returns the Model."""
+        ...
+
+    def add_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
+        """Add `finalizer` unless present, never losing another writer's finalizers; False
+        when it was there already or the Model is gone."""
+        ...
+
+    def remove_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
+        """Remove `finalizer` if present, never another; False when it was not there or the
+        Model is gone."""
+        ...
+
+    def record(self, event: ModelEvent) -> bool:
+        """Create the Event (events.k8s.io/v1) named `event.name`; False when it exists
+        already (a redelivery)."""
+        ...
+
+    def roll_out(self, namespace: str, model: str, version: str) -> list[str]:
+        """Set the annotation `modelhooks.dev/model-version: <version>` on the pod template of
+        every Deployment, and on every KServe InferenceService (its predictor's pods), of
+        `namespace` annotated `modelhooks.dev/model: <model>`; those already there are left
+        alone. Returns `Kind/name` of each workload changed."""
         ...

@@ -50,20 +50,37 @@ class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 class RegistrySettings(_Section, frozen=True, kw_only=True):
     backend: Annotated[
-        Literal["sqlite", "kubeflow"],
+        Literal["sqlite", "kubeflow", "kubernetes"],
         doc(
-            "where registrations go: sqlite ($MODELHOOKS_HOME/registry.db) or kubeflow "
-            "(a Kubeflow Model Registry REST server)"
+            "where registrations go: sqlite ($MODELHOOKS_HOME/registry.db), kubeflow "
+            "(a Kubeflow Model Registry REST server) or kubernetes (RegisteredModel and "
+            "ModelVersion resources, infra/k8s/crds, in registry.namespace)"
         ),
     ] = "sqlite"
     url: Annotated[str, doc("Kubeflow Model Registry base URL (backend=kubeflow)")] = ""
     token: Annotated[
         str, doc("bearer token for the registry: a literal, env:NAME or file:PATH", secret=True)
     ] = ""
+    kubeconfig: Annotated[
+        str,
+        doc(
+            "kubeconfig of the cluster that holds the registry (backend=kubernetes); empty: "
+            "the pod's in-cluster config"
+        ),
+    ] = ""
+    namespace: Annotated[
+        str,
+        doc(
+            "the namespace whose RegisteredModels and ModelVersions are the registry "
+            "(backend=kubernetes): the shared namespace, its RBAC the registry's access"
+        ),
+    ] = "modelhooks"
 
     def __post_init__(self) -> None:
         if self.backend == "kubeflow" and not self.url:
             raise ValueError("url: the kubeflow backend needs a URL (MODELHOOKS_REGISTRY_URL)")
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", self.namespace):
+            raise ValueError(f"namespace: {self.namespace!r} is not a Kubernetes namespace name")
 
 
 class StoreSettings(_Section, frozen=True, kw_only=True):
@@ -273,6 +290,26 @@ class CleanupSettings(_Section, frozen=True, kw_only=True):
     ] = ""
 
 
+class NotifySettings(_Section, frozen=True, kw_only=True):
+    kubeconfig: Annotated[
+        str,
+        doc(
+            "kubeconfig through which notify writes Models' status, finalizer and Events; "
+            "empty: the pod's in-cluster config when running in Kubernetes, else none "
+            "(notify then skips every event)"
+        ),
+    ] = ""
+    rollout: Annotated[
+        bool,
+        doc(
+            "when a Model becomes Ready, annotate the Deployments and KServe InferenceServices "
+            "of its namespace that carry `modelhooks.dev/model: <its name>` with "
+            "`modelhooks.dev/model-version: <version>@<digest>` (needs the ClusterRole "
+            "modelhooks-notify-rollout bound in that namespace)"
+        ),
+    ] = False
+
+
 class TenancySettings(_Section, frozen=True, kw_only=True):
     tenants: Annotated[
         str,
@@ -298,6 +335,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     oci: OciSettings = field(default_factory=OciSettings)
     prune: PruneSettings = field(default_factory=PruneSettings)
     cleanup: CleanupSettings = field(default_factory=CleanupSettings)
+    notify: NotifySettings = field(default_factory=NotifySettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 

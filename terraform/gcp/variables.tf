@@ -90,6 +90,14 @@ variable "functions" {
       models_bucket_roles = ["roles/storage.objectUser"]
       project_roles       = ["roles/artifactregistry.repoAdmin"]
     }
+    # notify writes Model status, finalizers and Events on a Kubernetes cluster (GKE): it
+    # reads no bucket and no registry; its cluster access is Kubernetes RBAC through a
+    # kubeconfig (MODELHOOKS_NOTIFY_KUBECONFIG), not a project role.
+    notify = {
+      memory              = "256M"
+      timeout_seconds     = 60
+      models_bucket_roles = []
+    }
   }
 
   validation {

@@ -418,20 +418,29 @@ def test_notify_may_patch_status_and_create_events_only(
                 raise AssertionError(f"role binding not effective yet: {exc.status}") from exc
 
         assert _retry(patch_status)["status"]["signatureRef"] == "r"
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name="noted-"),
-            involved_object=client.V1ObjectReference(
-                api_version=f"{GROUP}/{VERSION}", kind="Model", name="noted", namespace=namespace
-            ),
-            reason="Registered",
-            message="model version 1 registered",
-            type="Normal",
+        event = {  # events.k8s.io/v1 only (tests/integration/test_notify_cluster.py does more)
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"generateName": "noted-"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "modelhooks.dev/notify",
+            "reportingInstance": "test",
+            "action": "UpdateStatus",
+            "reason": "Registered",
+            "note": "model version 1 registered",
+            "type": "Normal",
+            "regarding": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Model",
+                "name": "noted",
+                "namespace": namespace,
+            },
+        }
+        assert custom.create_namespaced_custom_object(
+            "events.k8s.io", "v1", namespace, "events", event
         )
-        assert client.CoreV1Api(limited_api).create_namespaced_event(namespace, event)
-        with pytest.raises(client.ApiException) as denied:
-            custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, "noted", {"spec": {"deletionPolicy": "Delete"}}
-            )
+        with pytest.raises(client.ApiException) as denied:  # patch (the finalizer), not delete
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "noted")
         assert denied.value.status == 403
 
 

@@ -373,9 +373,11 @@ def test_serve_routes_by_the_knative_triggers(serve: FlaskClient, home: Path) ->
     resp = serve.post("/", json=samples.load("s3-minio-put-marker"))
     assert resp.status_code == 200, resp.get_data(as_text=True)
     outcomes = resp.json["outcomes"]
-    # triggers.yaml order: register, sign (signing off: skipped, 204), prune (not OCI: 204)
+    # triggers.yaml order: register, sign (signing off: skipped, 204), prune (not OCI: 204);
+    # register's reply reaches notify (no cluster here: skipped, 204)
     assert [(o["function"], o["status"]) for o in outcomes] == [
         ("register", 200),
+        ("notify", 204),
         ("sign", 204),
         ("prune", 204),
     ]

@@ -407,10 +407,19 @@ def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, 
         (
             "modelhooks-notify",
             [
-                ("", "events", {"create"}),
+                ("events.k8s.io", "events", {"create"}),
+                ("modelhooks.dev", "models", {"get", "list", "patch"}),  # patch: the finalizer
                 ("modelhooks.dev", "models/status", {"patch"}),
             ],
-            [("modelhooks.dev", "models", {"patch"}), ("modelhooks.dev", "models", {"delete"})],
+            [
+                ("modelhooks.dev", "models", {"delete"}),
+                ("modelhooks.dev", "models", {"update"}),
+                ("", "secrets", {"get"}),
+                ("events.k8s.io", "events", {"delete"}),
+                # rollout only where a namespace binds modelhooks-notify-rollout (none here)
+                ("apps", "deployments", {"patch"}),
+                ("serving.kserve.io", "inferenceservices", {"patch"}),
+            ],
         ),
         (
             "modelhooks-cleanup",

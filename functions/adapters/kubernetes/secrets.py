@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
-import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from modelhooks.adapters.kubernetes.connection import Connection
 from modelhooks.core.errors import (
-    ConfigError,
     Forbidden,
     ModelhooksError,
     NotFound,
@@ -41,14 +38,10 @@ def kubernetes_secrets(
     """Secrets through `kubeconfig` when one is configured (ConfigError at start-up when the
     file is missing), else through the pod's in-cluster configuration when the process runs
     in one (KUBERNETES_SERVICE_HOST); None otherwise: no cluster to read from."""
-    env = os.environ if env is None else env
-    if kubeconfig:
-        if not Path(kubeconfig).is_file():
-            raise ConfigError(f"{VARIABLE}={kubeconfig}: no such file")
-        return KubernetesSecrets(kubeconfig=kubeconfig)
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return KubernetesSecrets()
-    return None
+    connection = Connection.configured(
+        kubeconfig, variable=VARIABLE, needs="reading Secrets", env=env
+    )
+    return None if connection is None else KubernetesSecrets(connection=connection)
 
 
 def secret_error(exc: Exception, namespace: str, name: str) -> ModelhooksError:
@@ -75,35 +68,22 @@ class KubernetesSecrets:
     `kubeconfig`, else from the pod's in-cluster configuration. `timeout` bounds each
     request (seconds)."""
 
-    def __init__(self, api_client: Any = None, *, kubeconfig: str = "", timeout: float = 10.0):
-        self._api_client = api_client
-        self._kubeconfig = kubeconfig
+    def __init__(
+        self,
+        api_client: Any = None,
+        *,
+        kubeconfig: str = "",
+        timeout: float = 10.0,
+        connection: Connection | None = None,
+    ):
+        self._connection = connection or Connection(
+            api_client, kubeconfig=kubeconfig, variable=VARIABLE, needs="reading Secrets"
+        )
         self._timeout = timeout
-        self._lock = threading.Lock()
 
     @property
     def api_client(self) -> Any:
-        with self._lock:
-            if self._api_client is None:
-                self._api_client = self._connect()
-            return self._api_client
-
-    def _connect(self) -> Any:
-        try:
-            from kubernetes import client, config
-        except ImportError:
-            raise ConfigError(
-                "reading Secrets needs kubernetes (install modelhooks[k8s])"
-            ) from None
-        where = f"{VARIABLE}={self._kubeconfig}" if self._kubeconfig else "in-cluster config"
-        try:
-            if self._kubeconfig:
-                return config.new_client_from_config(config_file=self._kubeconfig)
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        except (config.ConfigException, OSError, ValueError) as exc:
-            raise Unavailable(f"no usable Kubernetes configuration ({where}): {exc}") from None
+        return self._connection.api_client
 
     def get(self, namespace: str, name: str) -> dict[str, bytes]:
         from kubernetes import client
@@ -122,7 +102,4 @@ class KubernetesSecrets:
             raise Unavailable(f"Secret {namespace}/{name}: undecodable data: {exc}") from None
 
     def close(self) -> None:
-        with self._lock:
-            if self._api_client is not None:
-                self._api_client.close()
-                self._api_client = None
+        self._connection.close()

@@ -1,0 +1,495 @@
+"""`KubernetesModelRegistry`: the model registry as Kubernetes resources
+(registry.backend=kubernetes), so `kubectl get registeredmodels,modelversions` shows it and
+namespaces and RBAC are its tenancy.
+
+Mapping (infra/k8s/crds/registeredmodel.yaml, modelversion.yaml; group modelhooks.dev):
+- a RegisteredModel is a `RegisteredModel` resource; its id is the resource's name,
+  `object_name(model name)`: a DNS slug of the name plus a short hash of it (model names may
+  hold "/", ":" and capitals), the real name kept in spec.name;
+- a ModelVersion is a `ModelVersion` resource named `object_name(model id, version name)`,
+  labelled `modelhooks.dev/registered-model=<model id>` (how a model's versions are listed);
+- its ModelArtifacts are entries of the version's spec.artifacts (a list keyed by name);
+  an artifact's id is `<version id>/<artifact name>`.
+Uniqueness is the API server's: names are derived from the natural identity, so a second
+create of the same model or version is 409 AlreadyExists, i.e. Conflict, and the caller's
+find-or-create reads what the winner created.
+
+Every write is conditional: an update PUTs the object as this thread last read it, with
+that resourceVersion, so a write based on a stale read is refused (409) instead of
+overwriting what another delivery wrote; it surfaces as `StaleWrite`, a Transient error,
+and the redelivery reads again. A transaction also checks, as it ends, that what it read
+and did not write is unchanged (optimistic concurrency: see `transaction`). That is what
+keeps the registry's state a function of the set of events across processes and threads
+(tests/contract/register_order.py), with no lock anywhere. The records live in one
+namespace (`registry.namespace`, default modelhooks): the shared namespace of the issue,
+whose Roles say who may read and write the registry.
+
+>>> registry = KubernetesModelRegistry(namespace="modelhooks", kubeconfig="~/.kube/config")  # doctest: +SKIP
+>>> registry.get_model("bert")  # doctest: +SKIP
+RegisteredModel(id='bert-3f1c2a9b0d', name='bert', ...)
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from modelhooks.core.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    ModelhooksError,
+    NotFound,
+    Throttled,
+    Transient,
+    Unavailable,
+)
+from modelhooks.core.records import (
+    ArtifactState,
+    ModelArtifact,
+    ModelState,
+    ModelVersion,
+    RegisteredModel,
+)
+
+__all__ = [
+    "GROUP",
+    "MODEL_LABEL",
+    "VERSION",
+    "KubernetesModelRegistry",
+    "StaleWrite",
+    "object_name",
+]
+
+GROUP, VERSION = "modelhooks.dev", "v1alpha1"
+MODELS, VERSIONS = "registeredmodels", "modelversions"
+KINDS = {MODELS: "RegisteredModel", VERSIONS: "ModelVersion"}
+MODEL_LABEL = "modelhooks.dev/registered-model"
+VARIABLE = "MODELHOOKS_REGISTRY_KUBECONFIG"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_REMEMBERED = 512  # objects a thread remembers outside a transaction (what its writes base on)
+Json = dict[str, Any]
+
+
+class StaleWrite(Transient):
+    """A conditional write lost: the object changed since this delivery read it. A
+    redelivery reads it again (the platform retries: 503)."""
+
+    code = "stale_write"
+
+
+def object_name(*parts: str) -> str:
+    """A DNS label (≤ 63 characters, valid as a label value too) for the identity `parts`:
+    readable slug + 10 hex digits of their SHA-256.
+
+    >>> object_name("team/BERT:base")
+    'team-bert-base-f839db38b0'
+    """
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+    slug = re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")[:52].rstrip("-")
+    return f"{slug}-{digest}" if slug else f"r-{digest}"
+
+
+class _Seen(threading.local):
+    """Per thread: the objects it last read or wrote (their resourceVersion is what its next
+    write of them is conditional on), which of them it only read in the current transaction
+    (checked as it ends), and how deep in `transaction()` it is."""
+
+    def __init__(self) -> None:
+        self.objects: OrderedDict[tuple[str, str], Json] = OrderedDict()
+        self.read: set[tuple[str, str]] = set()
+        self.depth = 0
+
+    def clear(self) -> None:
+        self.objects.clear()
+        self.read.clear()
+
+
+class KubernetesModelRegistry:
+    """The registry's records in `namespace`, through `kubeconfig` (else the pod's in-cluster
+    configuration) or an injected `api_client`. `timeout` bounds each request (seconds)."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        *,
+        namespace: str = "modelhooks",
+        kubeconfig: str = "",
+        api_client: Any = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.namespace = namespace
+        self._kubeconfig = kubeconfig
+        self._api_client = api_client
+        self._owns_client = api_client is None
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._seen = _Seen()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._api_client is not None and self._owns_client:
+                self._api_client.close()
+                self._api_client = None
+
+    @property
+    def _custom(self) -> Any:
+        with self._lock:
+            if self._api_client is None:  # ConfigError when the client is not installed
+                from modelhooks.adapters.kube_client import connect
+
+                self._api_client = connect(
+                    self._kubeconfig, variable=VARIABLE, needs="registry.backend=kubernetes"
+                )
+            api_client = self._api_client
+        from kubernetes import client
+
+        return client.CustomObjectsApi(api_client)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Optimistic, not atomic. Inside it, each write is conditional on the object as this
+        transaction read it (resourceVersion), and as it ends it checks that every object it
+        read and did not write is still as read; either failing raises StaleWrite (the
+        platform redelivers, the handler reads again). So a handler's decision never stands
+        on a read another delivery changed meanwhile: of two deliveries that each read what
+        the other writes (a push reading its model while a deletion archives the model's
+        versions), at least one is redone. What a redone delivery wrote first stays until
+        its redelivery rewrites it: handlers derive every state they write from facts they
+        re-read, so the redelivery corrects it. Nested calls join the outer one.
+
+        Without a transaction, writes are still conditional on this thread's last read."""
+        seen = self._seen
+        if seen.depth == 0:
+            seen.clear()
+        seen.depth += 1
+        try:
+            yield
+            if seen.depth == 1:
+                self._validate(seen.read)
+        finally:
+            seen.depth -= 1
+            if seen.depth == 0:
+                seen.clear()
+
+    def _validate(self, read: set[tuple[str, str]]) -> None:
+        """StaleWrite when an object read (and not written since) has changed or gone."""
+        for plural, name in sorted(read):
+            now = self._get(plural, name, remember=False)
+            if now is None or _rv(now) != _rv(self._seen.objects[(plural, name)]):
+                raise StaleWrite(
+                    f"registry: {KINDS[plural]} {name!r} changed while a delivery acted on "
+                    "what it read; a redelivery reads it again",
+                    namespace=self.namespace,
+                )
+
+    # registered models
+    def get_model(self, name: str) -> RegisteredModel | None:
+        found = self._get(MODELS, object_name(name))
+        if found is None:
+            return None
+        _check_identity(found, name=name)
+        return _model(found)
+
+    def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
+        spec = {"name": name, "state": str(ModelState.LIVE), "customProperties": dict(properties)}
+        return _model(self._create(MODELS, object_name(name), {}, spec))
+
+    def update_model(self, model: RegisteredModel) -> RegisteredModel:
+        obj = self._base(MODELS, model.id)
+        obj["spec"].update(_writable(model.state, model.description, model.custom_properties))
+        return _model(self._replace(MODELS, obj))
+
+    def list_models(self) -> list[RegisteredModel]:
+        return sorted((_model(o) for o in self._list(MODELS)), key=lambda m: m.name)
+
+    # versions
+    def get_version(self, model_id: str, name: str) -> ModelVersion | None:
+        if not _DNS_LABEL.match(model_id):
+            return None
+        found = self._get(VERSIONS, object_name(model_id, name))
+        if found is None:
+            return None
+        _check_identity(found, name=name, model_id=model_id)
+        return _version(found)
+
+    def create_version(
+        self, model_id: str, name: str, *, properties: Mapping[str, str]
+    ) -> ModelVersion:
+        model = self._get(MODELS, model_id) if _DNS_LABEL.match(model_id) else None
+        if model is None:
+            raise NotFound(f"registry: no registered model {model_id!r} in {self.namespace!r}")
+        spec = {
+            "registeredModelRef": {"name": model_id},
+            "modelName": model["spec"]["name"],
+            "name": name,
+            "state": str(ModelState.LIVE),
+            "customProperties": dict(properties),
+            "artifacts": [],
+        }
+        labels = {MODEL_LABEL: model_id}
+        return _version(self._create(VERSIONS, object_name(model_id, name), labels, spec))
+
+    def update_version(self, version: ModelVersion) -> ModelVersion:
+        obj = self._base(VERSIONS, version.id)
+        obj["spec"].update(_writable(version.state, version.description, version.custom_properties))
+        return _version(self._replace(VERSIONS, obj))
+
+    def list_versions(self, model_id: str) -> list[ModelVersion]:
+        if not _DNS_LABEL.match(model_id):
+            return []
+        items = self._list(VERSIONS, label_selector=f"{MODEL_LABEL}={model_id}")
+        items.sort(key=lambda o: (o["metadata"].get("creationTimestamp", ""), o["spec"]["name"]))
+        return [_version(o) for o in items]
+
+    # artifacts
+    def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
+        found = self._get(VERSIONS, version_id) if _DNS_LABEL.match(version_id) else None
+        return _artifacts(found) if found else []
+
+    def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
+        version_id, name = artifact.version_id, artifact.name
+        if artifact.id:
+            version_id, _, name = artifact.id.partition("/")
+        if not _DNS_LABEL.match(version_id):
+            raise NotFound(f"registry: no model version {version_id!r} in {self.namespace!r}")
+        obj = self._base(VERSIONS, version_id)
+        entries: list[Json] = obj["spec"].setdefault("artifacts", [])
+        entry = {
+            "name": name,
+            "uri": artifact.uri,
+            "digest": artifact.digest,
+            "state": str(artifact.state),
+            "customProperties": dict(artifact.custom_properties),
+        }
+        index = next((i for i, e in enumerate(entries) if e.get("name") == name), None)
+        if artifact.id and index is None:
+            raise NotFound(f"registry: no artifact {artifact.id!r}")
+        if not artifact.id and index is not None:
+            raise Conflict(f"registry: model version {version_id!r} has an artifact {name!r}")
+        if index is None:
+            entries.append(entry)
+        else:
+            entries[index] = entry
+        stored = self._replace(VERSIONS, obj)
+        return next(a for a in _artifacts(stored) if a.name == name)
+
+    # the API
+    def _remember(self, plural: str, obj: Json, *, read: bool) -> Json:
+        seen = self._seen
+        key = (plural, obj["metadata"]["name"])
+        before = seen.objects.get(key)
+        if read and seen.depth and before is not None and _rv(before) != _rv(obj):
+            # read again, changed: what the transaction decided on the first read is stale
+            raise StaleWrite(
+                f"registry: {KINDS[plural]} {key[1]!r} changed while a delivery acted on it; "
+                "a redelivery reads it again",
+                namespace=self.namespace,
+            )
+        seen.objects[key] = obj
+        seen.objects.move_to_end(key)
+        if seen.depth == 0:
+            while len(seen.objects) > _REMEMBERED:
+                seen.objects.popitem(last=False)
+        elif read:
+            seen.read.add(key)
+        else:  # written: the conditional write checked the read already
+            seen.read.discard(key)
+        return obj
+
+    def _base(self, plural: str, name: str) -> Json:
+        """A copy of the object as this thread last saw it (a write is conditional on that),
+        else as it is now; NotFound when it does not exist."""
+        seen = self._seen.objects.get((plural, name))
+        obj = seen if seen is not None else self._get(plural, name)
+        if obj is None:
+            raise NotFound(f"registry: no {KINDS[plural]} {name!r} in {self.namespace!r}")
+        return copy.deepcopy(obj)
+
+    def _get(self, plural: str, name: str, *, remember: bool = True) -> Json | None:
+        try:
+            obj = self._call(
+                "get_namespaced_custom_object", plural, f"GET {plural}/{name}", name=name
+            )
+        except NotFound:
+            return None
+        return self._remember(plural, obj, read=True) if remember else obj
+
+    def _list(self, plural: str, label_selector: str = "") -> list[Json]:
+        items: list[Json] = []
+        token = ""
+        while True:
+            page = self._call(
+                "list_namespaced_custom_object",
+                plural,
+                f"LIST {plural}",
+                label_selector=label_selector or None,
+                limit=500,
+                _continue=token or None,
+            )
+            items.extend(self._remember(plural, o, read=True) for o in page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    def _create(self, plural: str, name: str, labels: Mapping[str, str], spec: Json) -> Json:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KINDS[plural],
+            "metadata": {
+                "name": name,
+                "labels": {"app.kubernetes.io/managed-by": "modelhooks", **labels},
+            },
+            "spec": spec,
+        }
+        obj = self._call("create_namespaced_custom_object", plural, f"CREATE {name}", body=body)
+        return self._remember(plural, obj, read=False)
+
+    def _replace(self, plural: str, obj: Json) -> Json:
+        name = obj["metadata"]["name"]
+        try:
+            stored = self._call(
+                "replace_namespaced_custom_object", plural, f"UPDATE {name}", name=name, body=obj
+            )
+        except Conflict as exc:
+            self._seen.objects.pop((plural, name), None)
+            self._seen.read.discard((plural, name))
+            raise StaleWrite(
+                f"registry: {KINDS[plural]} {name!r} changed since it was read; "
+                "a redelivery reads it again",
+                namespace=self.namespace,
+            ) from exc
+        return self._remember(plural, stored, read=False)
+
+    def _call(self, method: str, plural: str, where: str, **kwargs: Any) -> Json:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            answer = getattr(self._custom, method)(
+                GROUP,
+                VERSION,
+                self.namespace,
+                plural,
+                _request_timeout=self._timeout,
+                **{k: v for k, v in kwargs.items() if v is not None},
+            )
+        except ApiException as exc:
+            raise self._error(exc, where, plural) from None
+        except ModelhooksError:
+            raise
+        except Exception as exc:  # urllib3 connection errors, timeouts
+            raise Unavailable(
+                f"registry: the Kubernetes API failed ({where}): {exc}", namespace=self.namespace
+            ) from None
+        return dict(answer)
+
+    def _error(self, exc: Any, where: str, plural: str) -> ModelhooksError:
+        status = getattr(exc, "status", None)
+        body = _body(exc)
+        message = str(body.get("message") or exc.reason or exc)
+        text = f"registry: the Kubernetes API answered {status} to {where} in {self.namespace!r}: {message}"
+        details = {"namespace": self.namespace}
+        if (
+            status == 404
+            and "name" in (body.get("details") or {})
+            and body["details"].get("kind") in (plural, KINDS[plural])
+        ):
+            return NotFound(text, **details)
+        if status == 404:  # no such resource type or namespace: not the object
+            return Unavailable(
+                f"{text} (install infra/k8s/crds/registeredmodel.yaml and modelversion.yaml "
+                f"and create the namespace registry.namespace names)",
+                **details,
+            )
+        if status == 409:
+            return Conflict(text, **details)
+        if status == 403:
+            return Forbidden(
+                f"{text} (grant this identity get, list, create and update on "
+                f"{MODELS} and {VERSIONS}.{GROUP} in {self.namespace!r})",
+                **details,
+            )
+        if status == 429:
+            return Throttled(text, **details)
+        if status in (400, 422):
+            return BadRequest(text, **details)
+        # 401 (an expired or rotated token: the client reloads it), 5xx
+        return Unavailable(text, **details)
+
+
+def _body(exc: Any) -> Json:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _rv(obj: Json) -> str:
+    return str(obj["metadata"].get("resourceVersion", ""))
+
+
+def _check_identity(obj: Json, *, name: str, model_id: str = "") -> None:
+    """A derived name found: it must be this record (a hash collision is a Conflict)."""
+    spec = obj.get("spec") or {}
+    ref = (spec.get("registeredModelRef") or {}).get("name", "")
+    if spec.get("name") != name or (model_id and ref != model_id):
+        raise Conflict(
+            f"registry: {obj['metadata']['name']!r} holds {spec.get('name')!r}, not {name!r}",
+            object=obj["metadata"]["name"],
+        )
+
+
+def _writable(state: ModelState, description: str, properties: Mapping[str, str]) -> Json:
+    return {
+        "state": str(state),
+        "description": description,
+        "customProperties": dict(properties),
+    }
+
+
+def _model(obj: Json) -> RegisteredModel:
+    spec = obj["spec"]
+    return RegisteredModel(
+        id=obj["metadata"]["name"],
+        name=spec["name"],
+        state=ModelState(spec.get("state", ModelState.LIVE)),
+        description=spec.get("description", ""),
+        custom_properties=dict(spec.get("customProperties") or {}),
+    )
+
+
+def _version(obj: Json) -> ModelVersion:
+    spec = obj["spec"]
+    return ModelVersion(
+        id=obj["metadata"]["name"],
+        model_id=spec["registeredModelRef"]["name"],
+        name=spec["name"],
+        state=ModelState(spec.get("state", ModelState.LIVE)),
+        description=spec.get("description", ""),
+        custom_properties=dict(spec.get("customProperties") or {}),
+    )
+
+
+def _artifacts(obj: Json) -> list[ModelArtifact]:
+    version_id = obj["metadata"]["name"]
+    return [
+        ModelArtifact(
+            id=f"{version_id}/{a['name']}",
+            version_id=version_id,
+            name=a["name"],
+            uri=a.get("uri", ""),
+            digest=a.get("digest", ""),
+            state=ArtifactState(a.get("state", ArtifactState.UNKNOWN)),
+            custom_properties=dict(a.get("customProperties") or {}),
+        )
+        for a in obj["spec"].get("artifacts") or ()
+    ]

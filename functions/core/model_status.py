@@ -1,0 +1,121 @@
+"""The status notify applies to a `Model`, computed from the Model as read plus one event.
+
+notify owns status.registeredModelId / modelVersionId / resolvedDigest / signatureRef /
+observedGeneration and the conditions Registered, Signed, Ready and CleanupFailed. Each
+apply carries every one of them that is already there (a server-side apply removes what its
+manager leaves out) and sets what this event says, so the result is a function of the set of
+events: registered-then-signed and signed-then-registered end alike.
+
+    Ready = Registered and (Signed, or spec.signing.enabled is false)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelhooks.core.conditions import FINALIZER, Condition, merge
+from modelhooks.events.model import ArtifactPurged, ModelRegistered, ModelSigned
+
+__all__ = ["OWNED", "cleanup_failed", "progress", "rollout_version"]
+
+OWNED = ("Registered", "Signed", "Ready", "CleanupFailed")
+_FIELDS = ("registeredModelId", "modelVersionId", "resolvedDigest", "signatureRef")
+
+
+def progress(
+    model: dict[str, Any], data: ModelRegistered | ModelSigned, now: str
+) -> dict[str, Any]:
+    """The status after `data` (a version registered, or signed)."""
+    status, generation = _owned(model)
+    kind = "Registered" if isinstance(data, ModelRegistered) else "Signed"
+    resolved = status.get("resolvedDigest")
+    if resolved and resolved != data.digest:
+        new = Condition(
+            kind,
+            "False",
+            "DigestMismatch",
+            f"version {data.version} was {kind.lower()} with digest {data.digest}, but this "
+            f"Model resolved {resolved}: another artifact under the same name and version; "
+            "push it as a new version",
+            generation,
+        )
+    elif isinstance(data, ModelRegistered):
+        status.update(
+            registeredModelId=data.registered_model_id,
+            modelVersionId=data.model_version_id,
+            resolvedDigest=data.digest,
+        )
+        new = Condition(
+            kind,
+            "True",
+            "Registered",
+            f"version {data.version} registered in {data.registry} (registered model "
+            f"{data.registered_model_id}, version {data.model_version_id})",
+            generation,
+        )
+    else:
+        status.update(signatureRef=data.signature_uri, resolvedDigest=data.digest)
+        new = Condition(
+            kind, "True", "Signed", f"signed by {data.signer}: {data.signature_uri}", generation
+        )
+    conditions = merge(status.get("conditions", []), [new], now=now)
+    status["conditions"] = merge(conditions, [_ready(model, conditions, generation)], now=now)
+    return status
+
+
+def cleanup_failed(model: dict[str, Any], data: ArtifactPurged, now: str) -> dict[str, Any]:
+    """The status after a purge that left something behind: CleanupFailed, saying what."""
+    status, generation = _owned(model)
+    name = model["metadata"]["name"]
+    failed = "; ".join(f"{what}: {why}" for what, why in sorted(data.failed.items())[:5])
+    more = f" (and {len(data.failed) - 5} more)" if len(data.failed) > 5 else ""
+    message = (
+        f"deletionPolicy {data.policy} could not delete {len(data.failed)} item(s) of "
+        f"{data.uri}: {failed}{more}. The finalizer {FINALIZER} keeps this Model until "
+        "cleanup succeeds: fix the cause (the credentials of spec.source.secretRef, the "
+        "store's permissions or retention locks), then run cleanup again by touching the "
+        f"Model (kubectl annotate model {name} modelhooks.dev/retry-cleanup=$(date +%s) "
+        "--overwrite) or replaying its dead-lettered model.deleted; to keep the artifacts "
+        f"and let the Model go, remove the finalizer {FINALIZER} by hand"
+    )
+    failure = Condition("CleanupFailed", "True", "CleanupFailed", message, generation)
+    status["conditions"] = merge(status.get("conditions", []), [failure], now=now)
+    return status
+
+
+def rollout_version(model: dict[str, Any]) -> str | None:
+    """`<version>@<digest>` of a Model that is Ready, else None: only a Ready version rolls."""
+    status = model.get("status") or {}
+    ready = [c for c in status.get("conditions", []) if c.get("type") == "Ready"]
+    digest, version = status.get("resolvedDigest"), model["spec"].get("version")
+    if not ready or ready[0].get("status") != "True" or not digest or not version:
+        return None
+    return f"{version}@{digest}"
+
+
+def _owned(model: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """What notify owns of the current status (to apply again), and the generation."""
+    current = model.get("status") or {}
+    generation = int(model["metadata"].get("generation", 1))
+    status: dict[str, Any] = {k: current[k] for k in _FIELDS if k in current}
+    status["observedGeneration"] = generation
+    status["conditions"] = [c for c in current.get("conditions", []) if c.get("type") in OWNED]
+    return status, generation
+
+
+def _ready(model: dict[str, Any], conditions: list[dict[str, Any]], generation: int) -> Condition:
+    by_type = {c["type"]: c for c in conditions}
+    signing = bool((model["spec"].get("signing") or {}).get("enabled"))
+    registered = by_type.get("Registered", {})
+    signed = by_type.get("Signed", {})
+    version = model["spec"].get("version", "")
+    if registered.get("status") != "True":
+        reason = registered.get("reason") if registered else "NotRegistered"
+        waiting = registered.get("message") or f"waiting for version {version} to be registered"
+        return Condition("Ready", "False", reason or "NotRegistered", waiting, generation)
+    if signing and signed.get("status") != "True":
+        reason = signed.get("reason") if signed else "NotSigned"
+        waiting = signed.get("message") or "waiting for the signature (spec.signing.enabled)"
+        return Condition("Ready", "False", reason or "NotSigned", waiting, generation)
+    how = "registered and signed" if signing else "registered (signing not requested)"
+    return Condition("Ready", "True", "Ready", f"version {version} is {how}", generation)

@@ -1,0 +1,212 @@
+"""`notify`: what the other functions did, told on the `Model` it was for.
+
+- `model.registered` / `model.signed`: the status conditions Registered, Signed and Ready
+  (metav1.Condition, observedGeneration = the Model's metadata.generation) and
+  status.registeredModelId / modelVersionId / resolvedDigest / signatureRef, by server-side
+  apply on the status subresource; Ready = Registered and (Signed, or spec.signing.enabled
+  false). With `notify.rollout` on, a Model that is Ready rolls out the Deployments and
+  InferenceServices of its namespace annotated `modelhooks.dev/model: <its name>`
+  (annotation `modelhooks.dev/model-version: <version>@<digest>`); nothing else rolls.
+- `model.created` / `.updated`: a Model whose spec.deletionPolicy is not Retain, and that
+  is not being deleted, gets the finalizer `modelhooks.dev/cleanup`.
+- `artifact.purged`: nothing failed → the finalizer goes (the deletion completes); something
+  failed → it stays, with the condition CleanupFailed saying what and what to do.
+- `tags.pruned`: an Event on the Model (when the event names one).
+
+Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/namespaces/
+<ns>/models/<name>`, as the ApiServerSource sets it and the functions keep it); otherwise,
+for registered and signed, the Model named like the registered model in the event's
+namespace, and only if its spec.version is the event's version (the registry's model name is
+not tied to a Model otherwise: a model without a Model of that name gets no status); for
+purged, the Model of the event's namespace whose spec.source is the purged location.
+
+Every delivery records one Event on the Model, named after the CloudEvent's identity, and
+computes the status from the Model's current one plus this event: a redelivery records and
+changes nothing, and the result does not depend on the order of the events.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from modelhooks.core.conditions import (
+    FINALIZER,
+    ModelEvent,
+    event_name,
+    is_resource_name,
+    model_of_subject,
+)
+from modelhooks.core.errors import Conflict, Unavailable
+from modelhooks.core.function import Function, Skip
+from modelhooks.core.model_status import cleanup_failed, progress, rollout_version
+from modelhooks.core.ports import Cluster
+from modelhooks.events.model import (
+    ArtifactPurged,
+    CanonicalEvent,
+    ModelCreated,
+    ModelRegistered,
+    ModelSigned,
+    ModelUpdated,
+    TagsPruned,
+)
+
+__all__ = ["FUNCTION"]
+
+_ATTEMPTS = 5
+
+
+def handle(
+    event: CanonicalEvent, *, cluster: Cluster | None, rollout: bool
+) -> list[CanonicalEvent]:
+    if cluster is None:
+        raise Skip(
+            "no cluster access: run notify in the cluster or set MODELHOOKS_NOTIFY_KUBECONFIG"
+        )
+    data = event.data
+    model = _model_for(event, cluster)
+    if model is None or model["spec"].get("paused"):
+        raise Skip("no Model to notify (or it is paused)")
+    ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    if isinstance(data, ModelCreated | ModelUpdated):
+        _hold(event, cluster, model)
+    elif isinstance(data, ModelRegistered | ModelSigned):
+        model = _apply(cluster, model, lambda m: progress(m, data, _now(event)))
+        reason = "Registered" if isinstance(data, ModelRegistered) else "Signed"
+        ready = _condition(model, "Ready")
+        _record(event, cluster, model, reason, "UpdateStatus", ready.get("message", reason))
+        version = rollout_version(model)
+        if rollout and version:
+            changed = cluster.roll_out(ns, name, version)
+            if changed:
+                _record(event, cluster, model, "RolledOut", "RollOut",
+                        f"{version} rolled out to {', '.join(changed)}")  # fmt: skip
+    elif isinstance(data, ArtifactPurged):
+        _purged(event, data, cluster, model)
+    elif isinstance(data, TagsPruned):
+        note = f"pruned {len(data.deleted)} tag(s) of {data.repository}, kept {len(data.kept)}"
+        _record(event, cluster, model, "TagsPruned", "Record", note)
+    return []
+
+
+def _hold(event: CanonicalEvent, cluster: Cluster, model: dict[str, Any]) -> None:
+    """The finalizer on a Model whose deletion has something to clean up."""
+    policy = model["spec"].get("deletionPolicy", "Retain")
+    if policy == "Retain" or _deleting(model):
+        return
+    meta = model["metadata"]
+    if cluster.add_finalizer(meta["namespace"], meta["name"], FINALIZER):
+        note = f"cleanup will apply deletionPolicy {policy} before this Model goes"
+        _record(event, cluster, model, "FinalizerAdded", "AddFinalizer", note)
+
+
+def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model: Any) -> None:
+    ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    if data.failed:
+        model = _apply(cluster, model, lambda m: cleanup_failed(m, data, _now(event)))
+        message = _condition(model, "CleanupFailed").get("message", "cleanup failed")
+        _record(event, cluster, model, "CleanupFailed", "KeepFinalizer", message, "Warning")
+    elif _deleting(model):
+        note = f"{data.policy}: {len(data.deleted)} deleted, {len(data.kept)} kept"
+        _record(event, cluster, model, "CleanedUp", "RemoveFinalizer", note)
+        cluster.remove_finalizer(ns, name, FINALIZER)
+
+
+def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None:
+    data = event.data
+    named = model_of_subject(event.subject)
+    if named:
+        return cluster.get_model(*named)
+    if isinstance(data, ModelCreated | ModelUpdated):
+        return cluster.get_model(data.namespace, data.name)
+    if isinstance(data, ModelRegistered | ModelSigned) and is_resource_name(data.model):
+        found = cluster.get_model(data.namespace, data.model)
+        return found if found and found["spec"].get("version") == data.version else None
+    if isinstance(data, ArtifactPurged):
+        for found in cluster.list_models(data.namespace):
+            if _deleting(found) and _source_uri(found["spec"].get("source")) == data.uri:
+                return found
+    return None
+
+
+def _apply(cluster: Cluster, model: dict[str, Any], desired: Any) -> dict[str, Any]:
+    """Apply the status `desired(model)` computes, reading the Model again while a concurrent
+    writer changes it between the read and the write."""
+    ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    for _ in range(_ATTEMPTS):
+        try:
+            rv = model["metadata"]["resourceVersion"]
+            return cluster.apply_status(ns, name, desired(model), resource_version=rv)
+        except Conflict:
+            found = cluster.get_model(ns, name)
+            if found is None:
+                raise Skip(f"Model {ns}/{name} is gone") from None
+            model = found
+    raise Unavailable(f"Model {ns}/{name} kept changing; a redelivery will apply its status")
+
+
+def _record(
+    event: CanonicalEvent,
+    cluster: Cluster,
+    model: dict[str, Any],
+    reason: str,
+    action: str,
+    note: str,
+    kind: str = "Normal",
+) -> None:
+    meta = model["metadata"]
+    cluster.record(
+        ModelEvent(
+            namespace=meta["namespace"],
+            name=event_name(meta["name"], event.source, event.id, reason),
+            model=meta["name"],
+            uid=meta.get("uid", ""),
+            reason=reason,
+            action=action,
+            note=note,
+            time=event.time or datetime.now(UTC),
+            type="Warning" if kind == "Warning" else "Normal",
+        )
+    )
+
+
+def _condition(model: dict[str, Any], type_: str) -> dict[str, Any]:
+    found = [c for c in (model.get("status") or {}).get("conditions", []) if c["type"] == type_]
+    return found[0] if found else {}
+
+
+def _deleting(model: dict[str, Any]) -> bool:
+    return bool(model["metadata"].get("deletionTimestamp"))
+
+
+def _source_uri(source: Any) -> str:
+    """The location cleanup purges for a Model's spec.source (cleanup._from_source)."""
+    if not isinstance(source, dict):
+        return ""
+    if isinstance(source.get("oci"), dict):
+        return f"oci://{source['oci'].get('reference', '')}"
+    for kind in ("gcs", "s3"):
+        if isinstance(source.get(kind), dict):
+            return str(source[kind].get("uri", ""))
+    return ""
+
+
+def _now(event: CanonicalEvent) -> str:
+    return (event.time or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+FUNCTION = Function(
+    name="notify",
+    accepts=frozenset(
+        {
+            ModelRegistered.TYPE,
+            ModelSigned.TYPE,
+            TagsPruned.TYPE,
+            ArtifactPurged.TYPE,
+            ModelCreated.TYPE,
+            ModelUpdated.TYPE,
+        }
+    ),
+    handle=handle,
+    extras=("k8s",),
+)

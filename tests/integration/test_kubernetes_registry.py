@@ -1,0 +1,399 @@
+"""`KubernetesModelRegistry` on the REAL kube-apiserver with infra/k8s/crds applied: the same
+contract as every backend, the register-order property (permutations, duplicates, threads),
+and what only this backend has: conditional writes (a stale read loses, never overwrites),
+CEL refusing to mutate a registered version, and `kubectl get` showing the registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import ssl
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from modelhooks.adapters.model_registry.kubernetes import (
+    GROUP,
+    MODEL_LABEL,
+    VERSION,
+    KubernetesModelRegistry,
+    StaleWrite,
+    object_name,
+)
+from modelhooks.bootstrap import model_registry
+from modelhooks.core.errors import BadRequest, Conflict, Forbidden
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
+from modelhooks.core.settings import load_settings
+from tests.contract.model_registry import ModelRegistryContract, unique
+from tests.contract.register_order import Scenario, apply_all, in_time_order, scenarios, snapshot
+from tests.fakes.memory_registry import InMemoryModelRegistry
+from tests.servers.kube import KubeApiServer
+
+pytestmark = pytest.mark.integration
+
+CRDS = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds"
+NAMES = ("registeredmodels.modelhooks.dev", "modelversions.modelhooks.dev")
+
+
+def _wait(check: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster(kube_apiserver: KubeApiServer) -> Iterator[tuple[Any, str]]:
+    """An admin client with the registry's CRDs served, and a namespace for the registry."""
+    from kubernetes import client
+
+    with kube_apiserver.api_client() as api:
+        extensions = client.ApiextensionsV1Api(api)
+        for path in ("registeredmodel.yaml", "modelversion.yaml"):
+            try:
+                extensions.create_custom_resource_definition(
+                    yaml.safe_load((CRDS / path).read_text())
+                )
+            except client.ApiException as exc:
+                if exc.status != 409:  # applied already (tests/integration/test_crds.py)
+                    raise
+        namespace = f"registry-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+        )
+        custom = client.CustomObjectsApi(api)
+        for plural in ("registeredmodels", "modelversions"):
+            _wait(
+                lambda p=plural: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, p)
+            )
+        yield api, namespace
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(kube_apiserver: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return kube_apiserver.write_kubeconfig(tmp_path_factory.mktemp("registry") / "kubeconfig")
+
+
+@pytest.fixture
+def kube(cluster: tuple[Any, str], kubeconfig: Path) -> Iterator[KubernetesModelRegistry]:
+    """Built the way `registry.backend=kubernetes` builds it (through the kubeconfig)."""
+    _, namespace = cluster
+    env = {
+        "MODELHOOKS_REGISTRY_BACKEND": "kubernetes",
+        "MODELHOOKS_REGISTRY_KUBECONFIG": str(kubeconfig),
+        "MODELHOOKS_REGISTRY_NAMESPACE": namespace,
+    }
+    registry = model_registry(load_settings(env=env))
+    assert isinstance(registry, KubernetesModelRegistry)
+    yield registry
+    registry.close()
+
+
+class TestKubernetes(ModelRegistryContract):
+    @pytest.fixture
+    def registry(self, kube: KubernetesModelRegistry) -> KubernetesModelRegistry:
+        return kube
+
+
+def _custom(cluster: tuple[Any, str]) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(cluster[0])
+
+
+def test_records_are_resources_named_from_their_identity(
+    kube: KubernetesModelRegistry, cluster: tuple[Any, str]
+) -> None:
+    name = f"team/{unique('BERT')}:base"  # not a DNS name: the real name stays in spec
+    model = kube.create_model(name, properties={"team": "a"})
+    version = kube.create_version(model.id, "v1.0+build", properties={})
+    assert model.id == object_name(name) and version.id == object_name(model.id, "v1.0+build")
+    custom, namespace = _custom(cluster), cluster[1]
+    raw = custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "modelversions", version.id
+    )
+    assert raw["metadata"]["labels"][MODEL_LABEL] == model.id
+    assert raw["spec"]["registeredModelRef"] == {"name": model.id}
+    assert raw["spec"]["modelName"] == name and raw["spec"]["name"] == "v1.0+build"
+    assert kube.get_model(name) == model
+    assert kube.get_version(model.id, "v1.0+build") == version
+
+
+def test_a_write_based_on_a_stale_read_loses(
+    kube: KubernetesModelRegistry, kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    name = unique("m")
+    kube.create_model(name, properties={})
+    other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        with kube.transaction():
+            mine = kube.get_model(name)
+            theirs = other.get_model(name)
+            assert mine is not None and theirs is not None
+            other.update_model(dataclasses.replace(theirs, custom_properties={"by": "other"}))
+            with pytest.raises(StaleWrite):
+                kube.update_model(dataclasses.replace(mine, custom_properties={"by": "me"}))
+        got = kube.get_model(name)
+        assert got is not None and got.custom_properties == {"by": "other"}  # not overwritten
+        kube.update_model(dataclasses.replace(got, state=ModelState.ARCHIVED))  # fresh read
+    finally:
+        other.close()
+
+
+def test_artifacts_live_in_their_version_and_keep_versions_fields(
+    kube: KubernetesModelRegistry,
+) -> None:
+    model = kube.create_model(unique("m"), properties={})
+    version = kube.create_version(model.id, "1", properties={"digest": "d1"})
+    artifact = kube.upsert_artifact(
+        ModelArtifact(id="", version_id=version.id, name="model", uri="s3://b/m/1/", digest="d1")
+    )
+    assert artifact.id == f"{version.id}/model"
+    kube.update_version(dataclasses.replace(version, state=ModelState.ARCHIVED))
+    (listed,) = kube.list_artifacts(version.id)
+    assert listed == artifact  # updating the version kept its artifacts
+    kube.upsert_artifact(dataclasses.replace(artifact, state=ArtifactState.DELETED))
+    got = kube.get_version(model.id, "1")
+    assert got is not None and got.state == ModelState.ARCHIVED  # and the reverse
+
+
+def test_cel_refuses_to_mutate_a_registered_version(
+    kube: KubernetesModelRegistry, cluster: tuple[Any, str]
+) -> None:
+    from kubernetes import client
+
+    model = kube.create_model(unique("m"), properties={})
+    version = kube.create_version(model.id, "1", properties={})
+    artifact = kube.upsert_artifact(
+        ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="sha256:aa")
+    )
+    custom, namespace = _custom(cluster), cluster[1]
+    for patch, message in (
+        ({"spec": {"name": "2"}}, "spec.name is immutable: a version's name is its identity"),
+        (
+            {"spec": {"registeredModelRef": {"name": "other"}}},
+            "spec.registeredModelRef is immutable",
+        ),
+        ({"spec": {"modelName": "other"}}, "spec.modelName is immutable"),
+        ({"spec": {"artifacts": []}}, "an artifact cannot be removed from a registered version"),
+    ):
+        with pytest.raises(client.ApiException) as refused:
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "modelversions", version.id, patch
+            )
+        assert refused.value.status == 422, patch
+        assert message in refused.value.body, refused.value.body
+    with pytest.raises(client.ApiException) as renamed:
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "registeredmodels", model.id, {"spec": {"name": "x"}}
+        )
+    assert renamed.value.status == 422 and "spec.name is immutable" in renamed.value.body
+    # through the adapter: the server's message, as a permanent BadRequest
+    with pytest.raises(BadRequest, match="an artifact's digest is immutable once set"):
+        kube.upsert_artifact(dataclasses.replace(artifact, digest="sha256:bb"))
+    (stored,) = kube.list_artifacts(version.id)
+    assert stored.digest == "sha256:aa"
+
+
+def test_kubectl_get_shows_the_registry(
+    kube: KubernetesModelRegistry, kube_apiserver: KubeApiServer, cluster: tuple[Any, str]
+) -> None:
+    model = kube.create_model(unique("shown"), properties={})
+    version = kube.create_version(model.id, "7", properties={})
+    kube.upsert_artifact(
+        ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="sha256:cc")
+    )
+
+    def table(plural: str) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{kube_apiserver.url}/apis/{GROUP}/{VERSION}/namespaces/{cluster[1]}/{plural}",
+            headers={
+                "Accept": "application/json;as=Table;v=v1;g=meta.k8s.io",  # kubectl get's
+                "Authorization": f"Bearer {kube_apiserver.admin_token}",
+            },
+        )
+        context = ssl.create_default_context(cafile=str(kube_apiserver.ca_file))
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return dict(json.loads(response.read()))
+
+    models = table("registeredmodels")
+    assert [c["name"] for c in models["columnDefinitions"] if c["priority"] == 0] == [
+        "Name",
+        "Model",
+        "State",
+        "Age",
+    ]
+    (row,) = [r for r in models["rows"] if r["cells"][0] == model.id]
+    assert row["cells"][1:3] == [model.name, "LIVE"]
+    versions = table("modelversions")
+    assert [c["name"] for c in versions["columnDefinitions"] if c["priority"] == 0] == [
+        "Name",
+        "Model",
+        "Version",
+        "State",
+        "Digest",
+        "Age",
+    ]
+    (row,) = [r for r in versions["rows"] if r["cells"][0] == version.id]
+    assert row["cells"][1:5] == [model.name, "7", "LIVE", "sha256:cc"]
+
+
+def test_a_taken_name_is_a_conflict_even_across_clients(
+    kube: KubernetesModelRegistry, kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    name = unique("m")
+    other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        other.create_model(name, properties={})
+        with pytest.raises(Conflict):
+            kube.create_model(name, properties={})
+    finally:
+        other.close()
+
+
+# --- the register-order contract ---------------------------------------------------------
+
+SLOW = settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def expected(scenario: Scenario) -> dict[str, object]:
+    reference = InMemoryModelRegistry()
+    apply_all(reference, in_time_order(scenario.events))
+    return snapshot(reference, scenario.names())
+
+
+@SLOW
+@given(scenario=scenarios(max_events=16), data=st.data())
+def test_any_order_ends_in_the_time_ordered_state(
+    kube: KubernetesModelRegistry, scenario: Scenario, data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(scenario.events), label="order")
+    apply_all(kube, order)
+    assert snapshot(kube, scenario.names()) == expected(scenario)
+
+
+@SLOW
+@given(scenario=scenarios(max_events=16), data=st.data())
+def test_concurrent_interleavings_end_in_the_time_ordered_state(
+    cluster: tuple[Any, str], kubeconfig: Path, scenario: Scenario, data: st.DataObject
+) -> None:
+    """Four threads; no lock in the adapter: only the conditional writes keep it right."""
+    order = data.draw(st.permutations(scenario.events), label="order")
+    registry = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        apply_all(registry, order, workers=4)
+        assert snapshot(registry, scenario.names()) == expected(scenario)
+    finally:
+        registry.close()
+
+
+# --- RBAC: infra/k8s/rbac/registry.yaml ---------------------------------------------------
+
+
+def _token(kube_apiserver: KubeApiServer, api: Any, account: str) -> str:
+    from kubernetes import client
+
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=600)
+    )
+    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+        account, "modelhooks", request
+    )
+    return str(answer.status.token)
+
+
+def test_writers_write_the_registry_and_readers_only_read_it(
+    kube_apiserver: KubeApiServer, cluster: tuple[Any, str]
+) -> None:
+    from kubernetes import utils
+
+    api = cluster[0]
+    rbac = CRDS.parent / "rbac"
+    for path in ("00-namespace.yaml", "register.yaml", "prune.yaml", "registry.yaml"):
+        for doc in yaml.safe_load_all((rbac / path).read_text()):
+            try:
+                utils.create_from_dict(api, doc)
+            except utils.FailToCreateError as exc:
+                if any(e.status != 409 for e in exc.api_exceptions):
+                    raise
+    name = unique("rbac")
+    with (
+        kube_apiserver.api_client(_token(kube_apiserver, api, "modelhooks-register")) as w,
+        kube_apiserver.api_client(_token(kube_apiserver, api, "modelhooks-prune")) as r,
+    ):
+        writer = KubernetesModelRegistry(namespace="modelhooks", api_client=w)
+        reader = KubernetesModelRegistry(namespace="modelhooks", api_client=r)
+
+        def register() -> None:
+            model = writer.get_model(name) or writer.create_model(name, properties={})
+            if writer.get_version(model.id, "1") is None:
+                writer.create_version(model.id, "1", properties={})
+
+        _wait(register)  # until the RoleBinding is effective
+        model = reader.get_model(name)
+        assert model is not None and [v.name for v in reader.list_versions(model.id)] == ["1"]
+        with pytest.raises(Forbidden, match="grant this identity"):
+            reader.create_model(unique("rbac"), properties={})
+        with pytest.raises(Forbidden):  # and only in the registry's namespace
+            KubernetesModelRegistry(namespace=cluster[1], api_client=w).get_model(name)
+
+
+# --- export | import between SQLite and Kubernetes ----------------------------------------
+
+
+def test_a_registry_moves_between_sqlite_and_kubernetes(
+    kubeconfig: Path, kube_apiserver: KubeApiServer, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+    from modelhooks.core.registry_copy import export_registry, import_registry, source_id_key
+    from tests.unit.test_registry_copy import populate, without_ids
+
+    with kube_apiserver.api_client() as api:  # a fresh namespace: the export is all of it
+        namespace = f"moved-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+        )
+    sqlite = SqliteModelRegistry(tmp_path / "registry.db")
+    populate(sqlite)
+    exported = export_registry(sqlite)
+    kube = KubernetesModelRegistry(namespace=namespace, kubeconfig=str(kubeconfig))
+    try:
+        first = import_registry(kube, exported)
+        assert (first.created, first.refused) == (6, [])
+        again = import_registry(kube, exported)
+        assert (again.created, again.updated, again.refused) == (0, 0, [])
+        moved = export_registry(kube)
+        assert without_ids(moved) == without_ids(exported)
+        bert = kube.get_model("team/bert")
+        assert bert is not None
+        assert bert.custom_properties[source_id_key("sqlite")] == sqlite.get_model("team/bert").id  # type: ignore[union-attr]
+        back = SqliteModelRegistry(tmp_path / "back.db")  # and back: both old ids kept
+        import_registry(back, moved)
+        returned = back.get_model("team/bert")
+        assert returned is not None
+        assert returned.custom_properties[source_id_key("kubernetes")] == bert.id
+        assert (
+            returned.custom_properties[source_id_key("sqlite")]
+            == bert.custom_properties[source_id_key("sqlite")]
+        )
+    finally:
+        kube.close()

@@ -1,0 +1,336 @@
+"""notify on a REAL kube-apiserver (RBAC on), as its own ServiceAccount with a TokenRequest
+token in a kubeconfig (as `notify.kubeconfig` names it), with infra/k8s/crds/model.yaml and
+infra/k8s/rbac/notify.yaml applied: `KubernetesCluster` passes the `Cluster` contract; the
+bound function takes a Model to Registered/Signed/Ready with Events, a redelivery changes
+nothing, a failed purge keeps the finalizer with CleanupFailed and a clean one lets the
+Model go; and the identity is denied one step beyond its role."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from modelhooks.adapters.kubernetes.cluster import kubernetes_cluster
+from modelhooks.bootstrap import build
+from modelhooks.core.conditions import FINALIZER
+from modelhooks.core.settings import load_settings
+from modelhooks.events.model import (
+    ArtifactPurged,
+    CanonicalEvent,
+    EventData,
+    ModelCreated,
+    ModelRegistered,
+    ModelSigned,
+)
+from tests.contract.cluster import ClusterContract, Place, model
+from tests.servers.kube import KubeApiServer
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+K8S = Path(__file__).resolve().parents[2] / "infra" / "k8s"
+GROUP, VERSION, PLURAL = "modelhooks.dev", "v1alpha1", "models"
+ACCOUNT, HOME = "modelhooks-notify", "modelhooks"
+ROLLOUT = "modelhooks-notify-rollout"
+DIGEST = "sha256:" + "a" * 64
+
+
+def _until(check: Callable[[], T], timeout: float = 20.0) -> T:
+    """Retry while the apiserver's caches catch up (CRD served, RBAC effective)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@dataclass
+class Admin:
+    api: Any
+    kubeconfig: Path  # notify's own: its ServiceAccount's token
+
+    def namespace(self, rollout: bool = True) -> str:
+        """A fresh namespace; `rollout`: its owner binds modelhooks-notify-rollout there."""
+        from kubernetes import client
+
+        name = f"notify-{uuid.uuid4().hex[:8]}"
+        client.CoreV1Api(self.api).create_namespace({"metadata": {"name": name}})
+        if rollout:
+            client.RbacAuthorizationV1Api(self.api).create_namespaced_role_binding(
+                name,
+                {
+                    "metadata": {"name": ROLLOUT},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": ROLLOUT,
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": HOME}],
+                },
+            )
+            self.until_allowed(name, "apps", "deployments", "patch")
+        return name
+
+    def until_allowed(self, namespace: str, group: str, resource: str, verb: str) -> None:
+        from kubernetes import client
+
+        review = {
+            "spec": {
+                "user": f"system:serviceaccount:{HOME}:{ACCOUNT}",
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "group": group,
+                    "resource": resource,
+                    "verb": verb,
+                },
+            }
+        }
+        authz = client.AuthorizationV1Api(self.api)
+
+        def allowed() -> None:
+            assert authz.create_subject_access_review(review).status.allowed
+
+        _until(allowed)
+
+    def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        from kubernetes import client
+
+        custom = client.CustomObjectsApi(self.api)
+        return _until(
+            lambda: dict(
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            )
+        )
+
+    def delete(self, namespace: str, name: str) -> None:
+        from kubernetes import client
+
+        client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+
+    def deploy(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        from kubernetes import client
+
+        labels = {"app": name}
+        body = {
+            "metadata": {"name": name, "annotations": dict(annotations)},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "serve", "image": "example.com/serve:1"}]},
+                },
+            },
+        }
+        client.AppsV1Api(self.api).create_namespaced_deployment(namespace, body)
+
+    def pod_annotations(self, namespace: str, name: str) -> dict[str, str]:
+        from kubernetes import client
+
+        found = client.AppsV1Api(self.api).read_namespaced_deployment(name, namespace)
+        return dict(found.spec.template.metadata.annotations or {})
+
+    def events(self, namespace: str) -> list[dict[str, Any]]:
+        from kubernetes import client
+
+        found = client.EventsV1Api(self.api).list_namespaced_event(namespace)
+        return [self.api.sanitize_for_serialization(e) for e in found.items]
+
+
+@pytest.fixture(scope="module")
+def admin(
+    kube_apiserver: KubeApiServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Admin]:
+    from kubernetes import client, utils
+
+    with kube_apiserver.api_client() as api:
+        docs = [
+            d
+            for path in (
+                K8S / "crds" / "model.yaml",
+                K8S / "rbac" / "00-namespace.yaml",
+                K8S / "rbac" / "notify.yaml",
+            )
+            for d in yaml.safe_load_all(path.read_text())
+            if d
+        ]
+        for doc in docs:
+            try:
+                utils.create_from_dict(api, doc)
+            except utils.FailToCreateError as exc:
+                if any(e.status != 409 for e in exc.api_exceptions):
+                    raise
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=3600)
+        )
+        token = (
+            client.CoreV1Api(api)
+            .create_namespaced_service_account_token(ACCOUNT, HOME, request)
+            .status.token
+        )
+        path = tmp_path_factory.mktemp("notify-kube") / "kubeconfig"
+        admin = Admin(api, kube_apiserver.write_kubeconfig(path, token=token, user=ACCOUNT))
+        admin.until_allowed("default", GROUP, "models/status", "patch")
+        yield admin
+
+
+class TestKubernetesCluster(ClusterContract):
+    @pytest.fixture
+    def place(self, admin: Admin) -> Place:
+        cluster = kubernetes_cluster(str(admin.kubeconfig), env={})
+        assert cluster is not None
+        return Place(
+            cluster,
+            admin.namespace,
+            admin.create,
+            admin.delete,
+            admin.deploy,
+            admin.pod_annotations,
+            admin.events,
+        )
+
+
+def _event(data: EventData, id_: str) -> CanonicalEvent:
+    return CanonicalEvent(
+        id=id_, source="it", type=data.TYPE, data=data, time=datetime(2026, 3, 1, tzinfo=UTC)
+    )
+
+
+def test_notify_takes_a_model_to_ready_and_through_its_deletion(
+    admin: Admin, tmp_path: Path
+) -> None:
+    ns = admin.namespace(rollout=False)
+    spec: dict[str, Any] = {
+        "deletionPolicy": "Delete",
+        "signing": {"enabled": True, "method": "keyless"},
+    }
+    admin.create(ns, model("bert", **spec))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    notify, cluster = app.function("notify"), app.deps.cluster
+    assert cluster is not None
+    try:
+        notify.handle(_event(ModelCreated(name="bert", namespace=ns), "created"))
+        registered = ModelRegistered(
+            model="bert", version="1", uri="oci://registry.local:5000/models/demo@" + DIGEST,
+            digest=DIGEST, registry="kubernetes", registered_model_id="7",
+            model_version_id="9", model_artifact_id="11", namespace=ns, created=True,
+        )  # fmt: skip
+        signed = ModelSigned(
+            model="bert", version="1", uri=registered.uri, digest=DIGEST,
+            signature_uri="oci://registry.local:5000/models/demo@sha256:" + "b" * 64,
+            root_digest="sha256:" + "c" * 64, signer="key:abcd", namespace=ns,
+        )  # fmt: skip
+        notify.handle(_event(registered, "registered"))
+        notify.handle(_event(signed, "signed"))
+        stored = cluster.get_model(ns, "bert")
+        assert stored is not None
+        conditions = {c["type"]: c for c in stored["status"]["conditions"]}
+        for kind in ("Registered", "Signed", "Ready"):
+            assert conditions[kind]["status"] == "True", conditions[kind]
+            assert conditions[kind]["observedGeneration"] == stored["metadata"]["generation"]
+        assert stored["status"]["resolvedDigest"] == DIGEST
+        assert stored["metadata"]["finalizers"] == [FINALIZER]
+        reasons = sorted(e["reason"] for e in admin.events(ns))
+        assert reasons == ["FinalizerAdded", "Registered", "Signed"]
+        managers = {m["manager"] for m in stored["metadata"]["managedFields"]}
+        assert "modelhooks-notify" in managers
+
+        for again in ("registered", "signed"):  # redelivery: nothing changes
+            notify.handle(_event(registered if again == "registered" else signed, again))
+        after = cluster.get_model(ns, "bert")
+        assert (
+            after and after["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+        )
+        assert len(admin.events(ns)) == 3
+
+        admin.delete(ns, "bert")  # held by the finalizer until cleanup succeeds
+        failed = ArtifactPurged(
+            uri="oci://registry.local:5000/models/demo:1", policy="Delete", namespace=ns,
+            failed={DIGEST: "403 DENIED: delete not allowed"},
+        )  # fmt: skip
+        notify.handle(_event(failed, "purged-failed"))
+        held = cluster.get_model(ns, "bert")
+        assert held and held["metadata"]["finalizers"] == [FINALIZER]
+        failure = {c["type"]: c for c in held["status"]["conditions"]}["CleanupFailed"]
+        assert failure["status"] == "True" and "403 DENIED" in failure["message"]
+        notify.handle(_event(failed.replace(failed={}, deleted=[DIGEST]), "purged"))
+        assert cluster.get_model(ns, "bert") is None
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
+
+
+def test_notify_is_denied_one_step_beyond_its_role(admin: Admin) -> None:
+    from kubernetes import client, config
+
+    ns = admin.namespace(rollout=False)  # no rollout binding here
+    admin.create(ns, model("bert"))
+    admin.deploy(ns, "serve", {"modelhooks.dev/model": "bert"})
+    api = config.new_client_from_config(config_file=str(admin.kubeconfig))
+    try:
+        custom = client.CustomObjectsApi(api)
+        assert custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "bert")
+        denied: list[Callable[[], Any]] = [
+            lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "bert"),
+            lambda: client.CoreV1Api(api).list_namespaced_secret(ns),
+            lambda: client.AppsV1Api(api).patch_namespaced_deployment(
+                "serve", ns, {"metadata": {"annotations": {"x": "y"}}}
+            ),
+            lambda: client.EventsV1Api(api).delete_collection_namespaced_event(ns),
+        ]
+        for step in denied:
+            with pytest.raises(client.ApiException) as refused:
+                step()
+            assert refused.value.status == 403
+            assert f"system:serviceaccount:{HOME}:{ACCOUNT}" in refused.value.body
+    finally:
+        api.close()  # type: ignore[no-untyped-call,unused-ignore]
+
+
+def test_a_finalizer_write_that_lost_a_race_is_retried_keeping_the_winner(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes import client
+
+    ns = admin.namespace(rollout=False)
+    admin.create(ns, model("raced", finalizers=["example.com/first"]))
+    cluster = kubernetes_cluster(str(admin.kubeconfig), env={})
+    assert cluster is not None
+    stale = cluster.get_model(ns, "raced")
+    client.CustomObjectsApi(admin.api).patch_namespaced_custom_object(  # the race's winner
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        "raced",
+        [{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/second"}],
+        _content_type="application/json-patch+json",
+    )
+    reads = iter([stale])
+    fresh = cluster.get_model
+    monkeypatch.setattr(cluster, "get_model", lambda n, m: next(reads, None) or fresh(n, m))
+    assert cluster.add_finalizer(ns, "raced", FINALIZER)  # the first try's test op fails
+    found = fresh(ns, "raced")
+    assert found and found["metadata"]["finalizers"] == [
+        "example.com/first",
+        "example.com/second",
+        FINALIZER,
+    ]

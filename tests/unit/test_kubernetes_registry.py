@@ -1,0 +1,112 @@
+"""registry.backend=kubernetes without a cluster: resource names derived from identities,
+settings and wiring, and how the API server's answers become modelhooks errors. The
+contract itself runs on the real kube-apiserver (tests/integration/test_kubernetes_registry.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from modelhooks.adapters.model_registry.kubernetes import (
+    KubernetesModelRegistry,
+    StaleWrite,
+    object_name,
+)
+from modelhooks.bootstrap import model_registry
+from modelhooks.core.errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    Throttled,
+    Transient,
+    Unavailable,
+)
+from modelhooks.core.settings import load_settings
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@given(parts=st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=2))
+def test_object_names_are_dns_labels(parts: list[str]) -> None:
+    name = object_name(*parts)
+    assert DNS_LABEL.match(name), name
+    assert name == object_name(*parts)  # deterministic: the natural identity decides it
+
+
+def test_object_names_keep_identities_apart() -> None:
+    names = {
+        object_name("Bert"),
+        object_name("bert"),
+        object_name("team/bert"),
+        object_name("team-bert"),
+        object_name("m", "1-2"),
+        object_name("m-1", "2"),
+        object_name("m", "1"),
+    }
+    assert len(names) == 7
+    assert object_name("team/BERT:base").startswith("team-bert-base-")
+
+
+def test_the_kubernetes_backend_is_configured_by_settings(tmp_path: Path) -> None:
+    settings = load_settings(
+        env={"MODELHOOKS_REGISTRY_BACKEND": "kubernetes", "MODELHOOKS_REGISTRY_NAMESPACE": "ml"}
+    )
+    registry = model_registry(settings)  # connects on first use, not here
+    assert isinstance(registry, KubernetesModelRegistry)
+    assert (registry.name, registry.namespace) == ("kubernetes", "ml")
+    assert load_settings(env={}).registry.namespace == "modelhooks"
+
+
+def test_a_missing_kubeconfig_fails_at_start_naming_the_variable(tmp_path: Path) -> None:
+    settings = load_settings(
+        env={
+            "MODELHOOKS_REGISTRY_BACKEND": "kubernetes",
+            "MODELHOOKS_REGISTRY_KUBECONFIG": str(tmp_path / "absent"),
+        }
+    )
+    with pytest.raises(ConfigError, match=r"MODELHOOKS_REGISTRY_KUBECONFIG=.*no such file"):
+        model_registry(settings)
+
+
+def test_a_bad_namespace_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="MODELHOOKS_REGISTRY_NAMESPACE"):
+        load_settings(env={"MODELHOOKS_REGISTRY_NAMESPACE": "Not_A_Namespace"})
+
+
+def _answer(status: int, message: str = "m", details: dict[str, str] | None = None) -> object:
+    body = {"kind": "Status", "message": message, "details": details or {}}
+    return SimpleNamespace(status=status, reason="r", body=json.dumps(body))
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "says"),
+    [
+        (_answer(404, details={"name": "x", "kind": "registeredmodels"}), NotFound, "x"),
+        (_answer(404, "the server could not find the requested resource"), Unavailable, "crds"),
+        (_answer(409, "already exists"), Conflict, "already exists"),
+        (_answer(403, "forbidden"), Forbidden, "grant this identity get, list, create"),
+        (_answer(422, "spec.name is immutable"), BadRequest, "spec.name is immutable"),
+        (_answer(429), Throttled, ""),
+        (_answer(401), Unavailable, ""),
+        (_answer(500), Unavailable, ""),
+    ],
+)
+def test_api_answers_become_modelhooks_errors(
+    answer: object, error: type[Exception], says: str
+) -> None:
+    registry = KubernetesModelRegistry(namespace="ml", api_client=object())
+    made = registry._error(answer, "GET registeredmodels/x", "registeredmodels")
+    assert type(made) is error
+    assert says in str(made) and "'ml'" in str(made)
+
+
+def test_a_stale_write_is_redelivered_not_dead_lettered() -> None:
+    assert issubclass(StaleWrite, Transient)
