@@ -151,6 +151,12 @@ def run_all(
     return outcomes
 
 
+def _paused(event: CanonicalEvent) -> bool:
+    """A Model lifecycle event of a Model whose spec says `paused: true`."""
+    spec = getattr(event.data, "spec", None)
+    return isinstance(spec, dict) and spec.get("paused") is True
+
+
 def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     """Run one function on one event, mapping errors to delivery semantics, and log it."""
     started = time.perf_counter()
@@ -164,6 +170,8 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
             outcome = Outcome(fn.name, event.id, event.type, 200 if cached else 204, cached)
         else:
             admitted = delivery.tenancy.admit(event)
+            if _paused(admitted):
+                raise Skip("the Model is paused (spec.paused): no function acts on it")
             replies = tuple(fn.handle(admitted))
             delivery.dedupe.put(key, digest, replies)
             outcome = Outcome(fn.name, event.id, event.type, 200 if replies else 204, replies)

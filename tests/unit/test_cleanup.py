@@ -226,3 +226,21 @@ def test_hostile_specs_are_refused_with_a_reason_and_delete_nothing(
         assert status_of(exc) < 500, exc  # refused with a reason, never a 5xx
     if policy not in ("Delete", "Untag"):
         assert world.left("bert/1") == sorted(FILES)
+
+
+def test_no_function_acts_on_a_paused_model(tmp_path: Path) -> None:
+    from modelhooks.delivery.runtime import run
+
+    world = World(tmp_path)
+    uri = world.version("bert", "1", "bert/1")
+    app = build(load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}), registry=world.registry)
+    spec = {"deletionPolicy": "Delete", "source": {"gcs": {"uri": uri}}, "paused": True}
+    data = ModelDeleted(name="bert", namespace="ml", spec=spec)
+    event = CanonicalEvent(id="d1", source="t", type=data.TYPE, data=data, time=T0)
+    for name in ("cleanup", "register", "notify", "prune"):
+        outcome = run(app.function(name), event, app.delivery)
+        assert outcome.status == 204 and outcome.replies == (), name
+    assert world.left("bert/1") == sorted(FILES)  # paused: nothing deleted
+    resumed = event.replace(id="d2", data=data.replace(spec={**spec, "paused": False}))
+    assert run(app.function("cleanup"), resumed, app.delivery).status == 200
+    assert world.left("bert/1") == []
