@@ -117,3 +117,12 @@ def snapshot(registry: ModelRegistry, names: set[str]) -> Snapshot:
         }
         out[name] = (model.state.value, versions)
     return out
+
+
+def expected(scenario: Scenario) -> Snapshot:
+    """The state the scenario's events leave when applied in time order, on the fake."""
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    reference = InMemoryModelRegistry()
+    apply_all(reference, in_time_order(scenario.events))
+    return snapshot(reference, scenario.names())

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from modelhooks.core.records import ModelState
 from tests.e2e.conftest import MODELHOOKS, Served
@@ -28,29 +26,10 @@ CRD = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds" / "model.ya
 def models_api(kube_apiserver: KubeApiServer) -> Iterator[Any]:
     """The Model CRD installed and served; yields a CustomObjectsApi."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
+    kube_apiserver.install_crd(CRD, "models")
     with kube_apiserver.api_client() as api:
-        try:
-            client.ApiextensionsV1Api(api).create_custom_resource_definition(
-                yaml.safe_load(CRD.read_text())
-            )
-        except ApiException as exc:
-            if exc.status != 409:  # installed by another test module already
-                raise
-        objects = client.CustomObjectsApi(api)
-        deadline = time.monotonic() + 30
-        while True:  # Established is not yet served: wait until a list works
-            try:
-                objects.list_namespaced_custom_object(
-                    "modelhooks.dev", "v1alpha1", "default", "models"
-                )
-                break
-            except ApiException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield objects
+        yield client.CustomObjectsApi(api)
 
 
 def post_pushed(url: str, model: str) -> None:

@@ -33,8 +33,13 @@ from modelhooks.core.errors import BadRequest, Conflict, Forbidden
 from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
 from modelhooks.core.settings import load_settings
 from tests.contract.model_registry import ModelRegistryContract, unique
-from tests.contract.register_order import Scenario, apply_all, in_time_order, scenarios, snapshot
-from tests.fakes.memory_registry import InMemoryModelRegistry
+from tests.contract.register_order import (
+    Scenario,
+    apply_all,
+    expected,
+    scenarios,
+    snapshot,
+)
 from tests.servers.kube import KubeApiServer
 
 pytestmark = pytest.mark.integration
@@ -271,12 +276,6 @@ SLOW = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-def expected(scenario: Scenario) -> dict[str, object]:
-    reference = InMemoryModelRegistry()
-    apply_all(reference, in_time_order(scenario.events))
-    return snapshot(reference, scenario.names())
 
 
 @SLOW

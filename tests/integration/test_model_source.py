@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from modelhooks.adapters.kubernetes.model_source import GROUP, PLURAL, VERSION, ModelWatcher
 from tests.servers.kube import KubeApiServer
@@ -35,19 +34,10 @@ CRD = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds" / "model.ya
 def models(kube_apiserver: KubeApiServer) -> Iterator[Any]:
     """The Model CRD served; yields a CustomObjectsApi."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
+    kube_apiserver.install_crd(CRD, PLURAL)
     with kube_apiserver.api_client() as api:
-        try:
-            client.ApiextensionsV1Api(api).create_custom_resource_definition(
-                yaml.safe_load(CRD.read_text())
-            )
-        except ApiException as exc:
-            if exc.status != 409:  # installed by another test module already
-                raise
-        objects = client.CustomObjectsApi(api)
-        wait_until("the Model CRD to be served", lambda: _lists(objects))
-        yield objects
+        yield client.CustomObjectsApi(api)
 
 
 @pytest.fixture
@@ -59,16 +49,6 @@ def namespace(kube_apiserver: KubeApiServer) -> str:
     with kube_apiserver.api_client() as api:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     return name
-
-
-def _lists(objects: Any) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        objects.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
-        return True
-    except ApiException:
-        return False
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:

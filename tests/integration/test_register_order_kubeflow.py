@@ -12,11 +12,10 @@ from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
 from tests.contract.register_order import (
     Scenario,
     apply_all,
-    in_time_order,
+    expected,
     scenarios,
     snapshot,
 )
-from tests.fakes.memory_registry import InMemoryModelRegistry
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = pytest.mark.integration
@@ -26,12 +25,6 @@ SLOW = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-def expected(scenario: Scenario) -> dict[str, object]:
-    reference = InMemoryModelRegistry()
-    apply_all(reference, in_time_order(scenario.events))
-    return snapshot(reference, scenario.names())
 
 
 @SLOW

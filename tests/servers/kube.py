@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,31 @@ class KubeApiServer:
         }
         path.write_text(json.dumps(config, indent=2))
         return path
+
+    def install_crd(self, path: Path, plural: str, timeout: float = 30) -> None:
+        """Create the CRD at ``path`` (installed already by another module: fine) and wait
+        until its resources are served (Established is not enough: a list must work)."""
+        import yaml
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        crd = yaml.safe_load(path.read_text())
+        group, version = crd["spec"]["group"], crd["spec"]["versions"][0]["name"]
+        with self.api_client() as api:
+            try:
+                client.ApiextensionsV1Api(api).create_custom_resource_definition(crd)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            objects, deadline = client.CustomObjectsApi(api), time.monotonic() + timeout
+            while True:
+                try:
+                    objects.list_namespaced_custom_object(group, version, "default", plural)
+                    return
+                except ApiException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
     @contextlib.contextmanager
     def api_client(self, token: str | None = None) -> Iterator[Any]:

@@ -15,17 +15,11 @@ from modelhooks.core.ports import ModelRegistry
 from tests.contract.register_order import (
     Scenario,
     apply_all,
-    in_time_order,
+    expected,
     scenarios,
     snapshot,
 )
 from tests.fakes.memory_registry import InMemoryModelRegistry
-
-
-def expected(scenario: Scenario) -> dict[str, object]:
-    reference = InMemoryModelRegistry()
-    apply_all(reference, in_time_order(scenario.events))
-    return snapshot(reference, scenario.names())
 
 
 def sqlite() -> SqliteModelRegistry:
