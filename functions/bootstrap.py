@@ -62,6 +62,7 @@ class Deps:
 
     registry: ModelRegistry
     stores: Stores
+    content: ContentResolver  # an object-store version's content digest (ingress, register)
     oci: OciClients
     signer: Signer | None  # None when signing is off (SigningConfig.enabled)
     hash_options: HashOptions | None  # None when signing is off
@@ -150,10 +151,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         max_future_skew=settings.ingress.max_future_skew,
         max_events=settings.ingress.max_events,
         deadline=settings.ingress.deadline,
-        resolve=ContentResolver(
-            deps.stores,
-            frozenset({settings.layout.marker, settings.signing.signature_name}),
-        ),
+        resolve=deps.content,
     )
     delivery = dataclasses.replace(
         delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}
@@ -167,9 +165,12 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
 
     signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
     signer = made("signer", signing.signer)
+    stores = made("stores", lambda: _stores(settings))
+    exclude = frozenset({settings.layout.marker, settings.signing.signature_name})
     return Deps(
         registry=made("registry", lambda: model_registry(settings)),
-        stores=made("stores", lambda: _stores(settings)),
+        stores=stores,
+        content=made("content", lambda: ContentResolver(stores, exclude)),
         oci=made("oci", lambda: _oci(settings)),
         signer=signer,
         hash_options=made("hash_options", lambda: signing.options() if signer else None),

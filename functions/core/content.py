@@ -21,6 +21,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from modelhooks.core.errors import NotFound
 from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
@@ -62,3 +63,12 @@ class ContentResolver:
         digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
         labels = {**data.labels, MARKER_LABEL: data.digest}
         return event.replace(data=data.replace(digest=digest, labels=labels))
+
+    def digest_of(self, uri: str) -> str:
+        """The content digest of the version under the prefix `uri` names (one listing), as
+        a push's would be; NotFound when nothing is there yet."""
+        store, bucket, prefix = self.stores.resolve(uri)
+        objects = list(store.list(bucket, prefix))
+        if not objects:
+            raise NotFound(f"nothing under {uri}: push the model first", uri=uri)
+        return content_digest(objects, prefix, set(self.exclude))

@@ -18,6 +18,14 @@ than a deletion is recorded ARCHIVED. An event without a time counts as newer th
 time (never silently dropped). One exception to order independence is inherent: two pushes
 of one version with different digests. The first registered wins and the other is a
 Conflict (a stale one, older than the model's deletion, is moot and ignored).
+
+A `Model` (model.created / .updated) registers its spec.version exactly as an artifact.pushed
+of that version would (model = the Model's name, in its namespace), its source resolved ONCE
+into a digest: status.resolvedDigest when set (never fetched again), else an OCI
+`@sha256:` reference as written, else the OCI tag's digest now, or the object-store prefix's
+content digest (the identity ingress gives bucket notifications). The reply keeps the
+Model's subject, so notify finds it. A paused Model never gets here (the delivery skips it),
+and a Model being deleted arrives as model.deleted (the ApiServerSource translation).
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from modelhooks.core.errors import Conflict, Forbidden
-from modelhooks.core.function import Function
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.core.content import ContentResolver
+from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelhooks.core.function import Function, Skip
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import (
     DELETED_AT,
@@ -42,7 +52,15 @@ from modelhooks.core.records import (
     stamp,
 )
 from modelhooks.core.stores import Stores
-from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted, ModelRegistered
+from modelhooks.events.model import (
+    ArtifactPushed,
+    CanonicalEvent,
+    ModelCreated,
+    ModelDeleted,
+    ModelRegistered,
+    ModelUpdated,
+    StoreKind,
+)
 
 __all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_model"]
 
@@ -50,12 +68,24 @@ T = TypeVar("T")
 
 
 def handle(
-    event: CanonicalEvent, *, registry: ModelRegistry, stores: Stores, check_namespace: bool
+    event: CanonicalEvent,
+    *,
+    registry: ModelRegistry,
+    stores: Stores,
+    content: ContentResolver,
+    oci: OciClients,
+    check_namespace: bool,
 ) -> list[CanonicalEvent]:
     """`check_namespace`: tenancy is on, so only the registering namespace may archive."""
     if isinstance(event.data, ArtifactPushed):
         stores.check_location(event.data.uri)  # record only locations a function may act on
         return register_model(event, event.data, registry=registry)
+    if isinstance(event.data, ModelCreated | ModelUpdated):
+        try:
+            pushed = pushed_of(event.data, stores=stores, content=content, oci=oci)
+        except NotFound as exc:  # the push's own event, or the Model's next update, registers it
+            raise Skip(f"the Model's source is not there yet: {exc}") from None
+        return register_model(event, pushed, registry=registry)
     if isinstance(event.data, ModelDeleted):
         archive_model(event, event.data, registry=registry, check_namespace=check_namespace)
     return []
@@ -139,6 +169,68 @@ def _register(
             reply, source="modelhooks/register", subject=event.subject, id=f"{event.id}/registered"
         )
     ]
+
+
+def pushed_of(
+    model: ModelCreated | ModelUpdated, *, stores: Stores, content: ContentResolver, oci: OciClients
+) -> ArtifactPushed:
+    """The push a Model asks for: its spec.version at the digest its source resolves to."""
+    if not model.spec:  # an ApiServerSource in Reference mode: nothing to register from
+        raise Skip("the event carries no Model spec (ApiServerSource mode Reference)")
+    source, resolved = model.spec.get("source"), model.status.get("resolvedDigest")
+    if not isinstance(source, dict) or not model.version:
+        raise BadRequest(
+            f"Model {model.namespace}/{model.name}: spec.source and spec.version are required "
+            "(an ApiServerSource in Reference mode sends neither: use mode Resource)",
+            field="spec",
+        )
+    resolved = resolved if isinstance(resolved, str) and resolved else None
+    store: StoreKind = "oci"
+    oci_source, tag = source.get("oci"), None
+    reference = oci_source.get("reference") if isinstance(oci_source, dict) else None
+    if isinstance(reference, str):
+        uri, digest, tag = _oci_source(f"oci://{reference}", resolved, stores=stores, oci=oci)
+    else:
+        uri, store = _object_source(source)
+        stores.check_location(uri)
+        digest = resolved or content.digest_of(uri)
+    return ArtifactPushed(
+        model=model.name,
+        version=model.version,
+        uri=uri,
+        digest=digest,
+        store=store,
+        namespace=model.namespace,
+        tag=tag,
+    )
+
+
+def _oci_source(
+    uri: str, resolved: str | None, *, stores: Stores, oci: OciClients
+) -> tuple[str, str, str | None]:
+    """(oci://host/repo@digest, digest, tag): a `@sha256:` reference as written, a tag
+    resolved now, unless the Model resolved it already."""
+    stores.check_location(uri)
+    client, repo, ref = oci.registry_for(uri)
+    tag = None if ref.startswith("sha256:") else ref
+    digest = resolved or (client.resolve(repo, tag) if tag else ref)
+    if digest is None:
+        raise NotFound(f"{uri}: no such tag", uri=uri)
+    host = uri.removeprefix("oci://").partition("/")[0]
+    return f"oci://{host}/{repo}@{digest}", digest, tag
+
+
+def _object_source(source: dict[str, object]) -> tuple[str, StoreKind]:
+    for kind, scheme in (("gcs", "gs://"), ("s3", "s3://")):
+        found = source.get(kind)
+        uri = found.get("uri") if isinstance(found, dict) else None
+        if isinstance(uri, str):
+            if uri.startswith("file://"):  # the embedded local store
+                return uri, "local"
+            if uri.startswith(scheme):
+                return uri, "gcs" if kind == "gcs" else "s3"
+            raise BadRequest(f"spec.source.{kind}.uri {uri!r} is not a {scheme} URI")
+    raise BadRequest("spec.source: expected oci.reference, gcs.uri or s3.uri", field="spec.source")
 
 
 def archive_model(
@@ -241,6 +333,8 @@ def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tu
 
 FUNCTION = Function(
     name="register",
-    accepts=frozenset({ArtifactPushed.TYPE, ModelDeleted.TYPE}),
+    accepts=frozenset(
+        {ArtifactPushed.TYPE, ModelCreated.TYPE, ModelUpdated.TYPE, ModelDeleted.TYPE}
+    ),
     handle=handle,
 )

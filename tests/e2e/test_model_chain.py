@@ -1,0 +1,234 @@
+"""The whole Kubernetes chain on a real kube-apiserver: oras push → a `Model` naming it →
+`modelhooks watch-models --raw` (a local ApiServerSource) → `modelhooks serve` with the
+Kubernetes registry on the same apiserver → register → notify: the finalizer, Registered and
+Ready with observedGeneration and Events, a ModelVersion resource; then deleting the Model →
+cleanup deletes the manifest → notify lets the Model go. A paused Model gets nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modelhooks.adapters.model_registry.kubernetes import GROUP, MODEL_LABEL, VERSION, object_name
+from modelhooks.adapters.oci.distribution import DistributionRegistry
+from modelhooks.core.conditions import FINALIZER
+from modelhooks.core.errors import NotFound
+from tests.e2e.conftest import MODELHOOKS, Served
+from tests.e2e.test_model_resources import models_api  # noqa: F401 (a fixture)
+from tests.servers._proc import free_port
+from tests.servers.kube import KubeApiServer
+from tests.servers.recipes import RECIPES
+from tests.servers.registries import OciRegistry
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+CRDS = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds"
+
+
+@pytest.fixture(scope="module")
+def registry_namespace(kube_apiserver: KubeApiServer, models_api: Any) -> str:  # noqa: F811
+    """The registry's CRDs served, and a namespace of its own for its records."""
+    from kubernetes import client
+
+    namespace = f"registry-{uuid.uuid4().hex[:8]}"
+    with kube_apiserver.api_client() as api:
+        for path in ("registeredmodel.yaml", "modelversion.yaml"):
+            try:
+                client.ApiextensionsV1Api(api).create_custom_resource_definition(
+                    yaml.safe_load((CRDS / path).read_text())
+                )
+            except client.ApiException as exc:
+                if exc.status != 409:  # applied by another module already
+                    raise
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+        )
+        _until(lambda: models_api.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "modelversions"))  # fmt: skip
+    return namespace
+
+
+@pytest.fixture
+def chain(
+    kube_apiserver: KubeApiServer,
+    registry_namespace: str,
+    serve: Callable[..., Served],
+    tmp_path: Path,
+) -> Iterator[tuple[Served, Path]]:
+    """`modelhooks serve` (Kubernetes registry, notify and cleanup on the apiserver) fed by
+    `modelhooks watch-models --raw`; yields the server and the watcher's log."""
+    kubeconfig = str(kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
+    served = serve(
+        free_port(),
+        "--registry-backend", "kubernetes",
+        "--registry-kubeconfig", kubeconfig,
+        "--registry-namespace", registry_namespace,
+        "--notify-kubeconfig", kubeconfig,
+        "--cleanup-kubeconfig", kubeconfig,
+        "--store-allow-local-targets", "true",
+        "--signing-enabled", "false",
+    )  # fmt: skip
+    log = tmp_path / "watch.log"
+    with log.open("wb") as out:
+        watcher = subprocess.Popen(
+            [MODELHOOKS, "watch-models", "--kubeconfig", kubeconfig, "--namespace", "default",
+             "--raw", "--to", served.url + "/"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield served, log
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
+def test_a_model_is_registered_ready_and_cleaned_up_through_the_whole_chain(
+    chain: tuple[Served, Path],
+    models_api: Any,  # noqa: F811
+    distribution3: OciRegistry,
+    kube_apiserver: KubeApiServer,
+    registry_namespace: str,
+    tmp_path: Path,
+) -> None:
+    served, log = chain
+    name = f"chain-{uuid.uuid4().hex[:8]}"
+    repo = f"model-chain/{name}"
+    (tmp_path / "weights.bin").write_text(name)
+    pushed = subprocess.run(
+        [str(RECIPES["oras"].binary()), "push", "--plain-http",
+         f"{distribution3.host}/{repo}:v1", "weights.bin"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    oci = DistributionRegistry(distribution3.url)
+    digest = oci.resolve(repo, "v1")
+    assert digest and digest.startswith("sha256:")
+
+    started = time.monotonic()
+    _create(models_api, name, {
+        "source": {"oci": {"reference": f"{distribution3.host}/{repo}:v1"}},
+        "version": "1",
+        "deletionPolicy": "Delete",
+    })  # fmt: skip
+
+    def ready() -> dict[str, Any] | None:
+        model = _get(models_api, name)
+        conditions = _conditions(model)
+        return model if conditions.get("Ready", {}).get("status") == "True" else None
+
+    model = served.wait_for(f"{name} Ready (watch log: {log})", ready, timeout=60)
+    elapsed = time.monotonic() - started
+    print(f"\ncreate → Ready: {elapsed:.2f} s")
+    generation = model["metadata"]["generation"]
+    conditions = _conditions(model)
+    assert conditions["Registered"]["status"] == "True"
+    assert {c["observedGeneration"] for c in conditions.values()} == {generation}
+    assert model["status"]["observedGeneration"] == generation
+    assert model["status"]["resolvedDigest"] == digest  # the tag, resolved once
+    assert FINALIZER in model["metadata"]["finalizers"]
+    reasons = {e.reason for e in _events(kube_apiserver, name)}
+    assert {"FinalizerAdded", "Registered"} <= reasons, reasons
+
+    # kubectl get modelversions: the registry's record of it
+    versions = models_api.list_namespaced_custom_object(
+        GROUP, VERSION, registry_namespace, "modelversions",
+        label_selector=f"{MODEL_LABEL}={object_name(name)}",
+    )["items"]  # fmt: skip
+    assert [(v["spec"]["modelName"], v["spec"]["name"]) for v in versions] == [(name, "1")]
+    assert model["status"]["modelVersionId"] == versions[0]["metadata"]["name"]
+
+    models_api.delete_namespaced_custom_object(GROUP, VERSION, "default", "models", name)
+
+    def manifest_gone() -> bool:
+        try:
+            oci.manifest(repo, digest)
+        except NotFound:
+            return True
+        return False
+
+    served.wait_for(f"{repo}@{digest} deleted by cleanup", manifest_gone, timeout=60)
+    served.wait_for(f"{name} gone (finalizer removed)", lambda: _get(models_api, name) is None)
+    assert "CleanedUp" in {e.reason for e in _events(kube_apiserver, name)}
+
+
+def test_a_paused_model_gets_no_status_and_no_registration(
+    chain: tuple[Served, Path],
+    models_api: Any,  # noqa: F811
+    distribution3: OciRegistry,
+    registry_namespace: str,
+) -> None:
+    served, log = chain
+    name = f"paused-{uuid.uuid4().hex[:8]}"
+    _create(models_api, name, {
+        "source": {"oci": {"reference": f"{distribution3.host}/model-chain/{name}:v1"}},
+        "version": "1",
+        "deletionPolicy": "Delete",
+        "paused": True,
+    })  # fmt: skip
+    served.wait_for("the add event", lambda: name in log.read_text(), timeout=30)
+    served.wait_for("serve to skip it", lambda: "paused" in served.log.read_text(), timeout=30)
+    time.sleep(2)  # anything the chain would do has had its time
+    model = _get(models_api, name)
+    assert model is not None and not model.get("status")
+    assert FINALIZER not in (model["metadata"].get("finalizers") or [])
+    records = models_api.list_namespaced_custom_object(
+        GROUP, VERSION, registry_namespace, "registeredmodels"
+    )["items"]
+    assert name not in {r["spec"].get("name") for r in records}
+    models_api.delete_namespaced_custom_object(GROUP, VERSION, "default", "models", name)
+
+
+def _create(objects: Any, name: str, spec: dict[str, Any]) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, "default", "models", body)
+
+
+def _get(objects: Any, name: str) -> dict[str, Any] | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        found: dict[str, Any] = objects.get_namespaced_custom_object(
+            GROUP, VERSION, "default", "models", name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return found
+
+
+def _conditions(model: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    status = (model or {}).get("status") or {}
+    return {c["type"]: c for c in status.get("conditions", [])}
+
+
+def _events(kube_apiserver: KubeApiServer, name: str) -> list[Any]:
+    from kubernetes import client
+
+    with kube_apiserver.api_client() as api:
+        events = client.EventsV1Api(api).list_namespaced_event("default").items
+    return [e for e in events if e.regarding and e.regarding.name == name]
+
+
+def _until(check: Callable[[], Any], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
