@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 SCHEMA_BASE = "https://modelhooks.dev/schemas"
-StoreKind = Literal["local", "gcs", "s3", "oci"]
+StoreKind = Literal["local", "gcs", "s3", "oci", "http"]
 # One grammar for model and version names, whatever the upstream: path segments (an OCI
 # repository has several) of letters, digits, '.', '_', '-' and inner spaces, each starting
 # with a letter, digit or '_' (so never '.' or '..'); no control characters, no empty

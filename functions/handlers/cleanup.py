@@ -45,6 +45,7 @@ from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry, Secrets
 from modelhooks.core.records import PUSHED_AT, ModelState, stamp
+from modelhooks.core.sources import model_source
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
@@ -77,6 +78,8 @@ def handle(
     found = targets(data, registry, since=stamp(event))  # none known yet: nothing to do (a
     # push older than the deletion, registered later, brings its own deletion: register)
     for target in found:  # every location is checked before anything is deleted
+        if _external(target):
+            continue
         if tenancy.rules and not tenancy.allows(data.namespace, target.uri):
             raise Forbidden(
                 f"namespace {data.namespace!r} may not delete {target.uri}",
@@ -123,6 +126,9 @@ def plan(
     in_use: frozenset[str],
 ) -> tuple[Purge, Callable[[Purge, Progress], Purge]]:
     """The plan for one location, and what applies it (exactly that plan)."""
+    if _external(target):
+        kept = ((target.uri, "an http source is its publisher's: nothing is deleted"),)
+        return Purge(target.uri, kept=kept), lambda planned, _: planned
     stores.check_location(target.uri)
     if target.uri.startswith("oci://"):
         registry, repo, ref = oci.registry_for(target.uri)
@@ -185,6 +191,11 @@ def secret_name(spec: dict[str, Any]) -> str | None:
     return name
 
 
+def _external(target: Target) -> bool:
+    """An http(s) source: the publisher's to keep or delete, never ours."""
+    return target.uri.startswith(("https://", "http://"))
+
+
 def _location(stores: Stores, uri: str) -> tuple[Any, str, str] | None:
     """(store, bucket, key) of an object location the registry holds; None for others."""
     if uri.startswith("oci://") or not uri.partition("://")[1]:
@@ -218,24 +229,13 @@ def targets(data: ModelDeleted, registry: ModelRegistry, *, since: str) -> list[
 
 
 def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
-    oci, gcs, s3 = source.get("oci"), source.get("gcs"), source.get("s3")
-    if isinstance(oci, dict) and isinstance(oci.get("reference"), str):
-        uri = f"oci://{oci['reference']}"
-        parse_uri(uri)  # BadRequest for a malformed reference
-        resolved = status.get("resolvedDigest")
-        digest = resolved if isinstance(resolved, str) and resolved.startswith("sha256:") else ""
-        return Target(uri, digest)
-    for found, scheme in ((gcs, "gs://"), (s3, "s3://")):
-        if isinstance(found, dict) and isinstance(found.get("uri"), str):
-            if not found["uri"].startswith((scheme, "file://")):  # file://: the local store
-                raise BadRequest(
-                    f"spec.source: {found['uri']!r} is not a {scheme} URI", field="spec.source"
-                )
-            return Target(found["uri"])
-    raise BadRequest(
-        "spec.source: expected oci.reference, gcs.uri or s3.uri; nothing deleted",
-        field="spec.source",
-    )
+    found = model_source(source)
+    resolved = status.get("resolvedDigest")
+    if found.store == "oci":
+        parse_uri(found.uri)  # BadRequest for a malformed reference
+        if isinstance(resolved, str) and resolved.startswith("sha256:"):
+            return Target(found.uri, resolved)
+    return Target(found.uri, found.digest if found.store == "oci" else "")
 
 
 def policy_of(data: ModelDeleted, cleanup: Cleanup) -> Policy:

@@ -37,10 +37,11 @@ from modelhooks.core.conditions import (
     is_resource_name,
     model_of_subject,
 )
-from modelhooks.core.errors import Conflict, Unavailable
+from modelhooks.core.errors import BadRequest, Conflict, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.model_status import cleanup_failed, progress, rollout_version
 from modelhooks.core.ports import Cluster
+from modelhooks.core.sources import model_source
 from modelhooks.events.model import (
     ArtifactPurged,
     CanonicalEvent,
@@ -180,15 +181,11 @@ def _deleting(model: dict[str, Any]) -> bool:
 
 
 def _source_uri(source: Any) -> str:
-    """The location cleanup purges for a Model's spec.source (cleanup._from_source)."""
-    if not isinstance(source, dict):
+    """The location cleanup purges for a Model's spec.source ("" for none it can name)."""
+    try:
+        return model_source(source).uri
+    except BadRequest:
         return ""
-    if isinstance(source.get("oci"), dict):
-        return f"oci://{source['oci'].get('reference', '')}"
-    for kind in ("gcs", "s3"):
-        if isinstance(source.get(kind), dict):
-            return str(source[kind].get("uri", ""))
-    return ""
 
 
 def _now(event: CanonicalEvent) -> str:

@@ -51,6 +51,7 @@ from modelhooks.core.records import (
     RegisteredModel,
     stamp,
 )
+from modelhooks.core.sources import model_source
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import (
     ArtifactPushed,
@@ -59,7 +60,6 @@ from modelhooks.events.model import (
     ModelDeleted,
     ModelRegistered,
     ModelUpdated,
-    StoreKind,
 )
 
 __all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_model"]
@@ -185,13 +185,13 @@ def pushed_of(
             field="spec",
         )
     resolved = resolved if isinstance(resolved, str) and resolved else None
-    store: StoreKind = "oci"
-    oci_source, tag = source.get("oci"), None
-    reference = oci_source.get("reference") if isinstance(oci_source, dict) else None
-    if isinstance(reference, str):
-        uri, digest, tag = _oci_source(f"oci://{reference}", resolved, stores=stores, oci=oci)
+    found, tag = model_source(source), None
+    if found.store == "oci":
+        uri, digest, tag = _oci_source(found.uri, resolved, stores=stores, oci=oci)
+    elif found.store == "http":  # named by the sha256 its spec gives: nothing is fetched
+        uri, digest = found.uri, found.digest
     else:
-        uri, store = _object_source(source)
+        uri = found.uri
         stores.check_location(uri)
         digest = resolved or content.digest_of(uri)
     return ArtifactPushed(
@@ -199,7 +199,7 @@ def pushed_of(
         version=model.version,
         uri=uri,
         digest=digest,
-        store=store,
+        store=found.store,
         namespace=model.namespace,
         tag=tag,
     )
@@ -218,19 +218,6 @@ def _oci_source(
         raise NotFound(f"{uri}: no such tag", uri=uri)
     host = uri.removeprefix("oci://").partition("/")[0]
     return f"oci://{host}/{repo}@{digest}", digest, tag
-
-
-def _object_source(source: dict[str, object]) -> tuple[str, StoreKind]:
-    for kind, scheme in (("gcs", "gs://"), ("s3", "s3://")):
-        found = source.get(kind)
-        uri = found.get("uri") if isinstance(found, dict) else None
-        if isinstance(uri, str):
-            if uri.startswith("file://"):  # the embedded local store
-                return uri, "local"
-            if uri.startswith(scheme):
-                return uri, "gcs" if kind == "gcs" else "s3"
-            raise BadRequest(f"spec.source.{kind}.uri {uri!r} is not a {scheme} URI")
-    raise BadRequest("spec.source: expected oci.reference, gcs.uri or s3.uri", field="spec.source")
 
 
 def archive_model(

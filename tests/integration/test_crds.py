@@ -161,6 +161,13 @@ def test_a_valid_model_is_stored_with_defaults(api: Any, namespace: str) -> None
             id="two-sources",
         ),
         pytest.param({"secretRef": {"name": "creds"}}, id="no-source"),
+        pytest.param(
+            {
+                "http": {"url": "https://models.example.com/m.tar.gz", "sha256": "a" * 64},
+                "gcs": {"uri": "gs://models/demo/1/"},
+            },
+            id="http-and-gcs",
+        ),
     ],
 )
 def test_source_must_name_exactly_one_store(
@@ -168,7 +175,7 @@ def test_source_must_name_exactly_one_store(
 ) -> None:
     exc = _refused(api, namespace, _model("bad-source", source=source))
     assert exc.status == 422
-    assert "spec.source must set exactly one of oci, gcs or s3" in exc.body
+    assert "spec.source must set exactly one of oci, gcs, s3 or http" in exc.body
 
 
 def test_deletion_policy_is_an_enum(api: Any, namespace: str) -> None:
@@ -538,3 +545,12 @@ def test_cleanup_finalizer_holds_deletion_until_cleanup_removes_it(
     with pytest.raises(client.ApiException) as gone:
         custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
     assert gone.value.status == 404
+
+
+def test_an_http_source_is_a_url_with_its_sha256(api: Any, namespace: str) -> None:
+    url = "https://models.example.com/demo-1.tar.gz"
+    source = {"http": {"url": url, "sha256": "a" * 64}}
+    created = _create(api, namespace, _model("http-source", source=source))
+    assert created["spec"]["source"]["http"]["url"] == url
+    bad = {"http": {"url": "http://models.example.com/demo.tgz", "sha256": "a" * 64}}
+    assert _refused(api, namespace, _model("plain-http", source=bad)).status == 422

@@ -244,3 +244,9 @@ def test_no_function_acts_on_a_paused_model(tmp_path: Path) -> None:
     resumed = event.replace(id="d2", data=data.replace(spec={**spec, "paused": False}))
     assert run(app.function("cleanup"), resumed, app.delivery).status == 200
     assert world.left("bert/1") == []
+
+
+def test_an_http_source_is_its_publishers_and_nothing_is_deleted(world: World) -> None:
+    source = {"http": {"url": "https://models.example.com/bert.tar.gz", "sha256": "d" * 64}}
+    (reply,) = world.delete("bert", deletionPolicy="Delete", source=source)
+    assert reply.deleted == [] and reply.kept == [source["http"]["url"]]  # and it answers

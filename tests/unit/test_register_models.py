@@ -112,3 +112,12 @@ def test_an_object_store_source_gets_the_content_digest_a_push_would(
         register.handle(model_event({"gcs": {"uri": "gs://models/models/bert/1/"}}, id="c2"))
     )
     assert again.digest == first.digest and again.created is False
+
+
+def test_an_http_source_is_named_by_its_sha256_and_never_fetched(
+    world: tuple[Function, InMemoryModelRegistry, Oci, Path],
+) -> None:
+    register, _, oci, _ = world
+    url = "https://models.example.com/bert-1.tar.gz"  # not reachable here: never fetched
+    data = registered(register.handle(model_event({"http": {"url": url, "sha256": "b" * 64}})))
+    assert (data.uri, data.digest) == (url, "sha256:" + "b" * 64) and oci.resolved == []

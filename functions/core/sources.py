@@ -1,0 +1,64 @@
+"""The location a `Model`'s `spec.source` names, read one way by every function (register
+registers it, cleanup deletes it, notify matches a purge to its Model).
+
+Exactly one of:
+- `oci.reference`: `host/repository[:tag][@sha256:…]` → `oci://…` (the digest, if written);
+- `gcs.uri` / `s3.uri`: `gs://…` / `s3://…` (or `file://…` in the embedded local store);
+- `http.url` + `http.sha256`: a tarball or zip the publisher serves over HTTPS, named by its
+  sha256 — resolved by the spec itself, never fetched to be named.
+
+>>> model_source({"http": {"url": "https://example.com/m.tar.gz", "sha256": "a" * 64}}).digest[:9]
+'sha256:aa'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from modelhooks.core.errors import BadRequest
+from modelhooks.events.model import StoreKind
+
+__all__ = ["Source", "model_source"]
+
+_SHA256 = re.compile(r"[a-f0-9]{64}")
+
+
+@dataclass(frozen=True)
+class Source:
+    uri: str
+    store: StoreKind
+    digest: str = ""  # known from the spec alone: an @sha256 reference, http's sha256
+
+
+def model_source(source: Any) -> Source:
+    """The location `spec.source` names; BadRequest naming the field otherwise."""
+    if not isinstance(source, dict):
+        raise BadRequest("spec.source: expected an object", field="spec.source")
+    oci, http = source.get("oci"), source.get("http")
+    if isinstance(oci, dict) and isinstance(oci.get("reference"), str):
+        reference = oci["reference"]
+        digest = reference.rpartition("@")[2] if "@sha256:" in reference else ""
+        return Source(f"oci://{reference}", "oci", digest)
+    if isinstance(http, dict):
+        url, sha = http.get("url"), http.get("sha256")
+        if not isinstance(url, str) or not url.startswith("https://"):
+            raise BadRequest("spec.source.http.url: expected an https:// URL", field="spec.source")
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            raise BadRequest("spec.source.http.sha256: expected 64 hex digits", field="spec.source")
+        return Source(url, "http", f"sha256:{sha}")
+    for kind, scheme in (("gcs", "gs://"), ("s3", "s3://")):
+        found = source.get(kind)
+        uri = found.get("uri") if isinstance(found, dict) else None
+        if isinstance(uri, str):
+            if uri.startswith("file://"):  # the embedded local store
+                return Source(uri, "local")
+            if uri.startswith(scheme):
+                return Source(uri, "gcs" if kind == "gcs" else "s3")
+            raise BadRequest(
+                f"spec.source.{kind}.uri {uri!r} is not a {scheme} URI", field="spec.source"
+            )
+    raise BadRequest(
+        "spec.source: expected oci.reference, gcs.uri, s3.uri or http.url", field="spec.source"
+    )
