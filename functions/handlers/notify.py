@@ -72,10 +72,12 @@ def handle(
     if isinstance(data, ModelCreated | ModelUpdated):
         _hold(event, cluster, model)
     elif isinstance(data, ModelRegistered | ModelSigned):
+        before = model.get("status") or {}
         model = _apply(cluster, model, lambda m: progress(m, data, _now(event)))
         reason = "Registered" if isinstance(data, ModelRegistered) else "Signed"
         ready = _condition(model, "Ready")
-        _record(event, cluster, model, reason, "UpdateStatus", ready.get("message", reason))
+        if (model.get("status") or {}) != before:  # an Event for what changed, not an echo
+            _record(event, cluster, model, reason, "UpdateStatus", ready.get("message", reason))
         version = rollout_version(model)
         if rollout and version:
             changed = cluster.roll_out(ns, name, version)

@@ -177,6 +177,10 @@ def pushed_of(
     """The push a Model asks for: its spec.version at the digest its source resolves to."""
     if not model.spec:  # an ApiServerSource in Reference mode: nothing to register from
         raise Skip("the event carries no Model spec (ApiServerSource mode Reference)")
+    if isinstance(model, ModelUpdated) and model.status.get("modelVersionId"):
+        # registered already, and source and version are immutable: an update (notify's own
+        # status write among them) has nothing more to register
+        raise Skip("the Model's version is registered already (status.modelVersionId)")
     source, resolved = model.spec.get("source"), model.status.get("resolvedDigest")
     if not isinstance(source, dict) or not model.version:
         raise BadRequest(

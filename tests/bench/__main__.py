@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.bench import bench_cleanup, bench_prune, bench_signing, bench_spine
+from tests.bench import bench_cleanup, bench_models, bench_prune, bench_signing, bench_spine
 
 
 def main() -> int:
@@ -17,6 +17,11 @@ def main() -> int:
     goals += bench_prune.main([])
     print("\n== cleanup: 100,000 objects vs aws s3 rm; 10,000 vs a GCS delete loop", flush=True)
     goals += bench_cleanup.main([])
+    print(
+        "\n== models: 200 Models to Ready through watch-models → serve on kube-apiserver",
+        flush=True,
+    )
+    goals += bench_models.main([])
     print("\n== goals")
     for goal in goals:
         print(goal.line())

@@ -186,6 +186,13 @@ def test_a_redelivery_changes_nothing(world: World) -> None:
     assert world.cluster.events == events
 
 
+def test_the_same_registration_told_again_records_no_second_event(world: World) -> None:
+    world.model()
+    world.notify.handle(_event(_registered()))
+    world.notify.handle(_event(_registered(created=False), "e-again"))  # another CloudEvent
+    assert [e.reason for e in world.cluster.events.values()] == ["Registered"]
+
+
 def test_another_version_or_no_model_is_skipped(world: World) -> None:
     world.model()
     with pytest.raises(Skip):

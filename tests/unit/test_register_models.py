@@ -121,3 +121,15 @@ def test_an_http_source_is_named_by_its_sha256_and_never_fetched(
     url = "https://models.example.com/bert-1.tar.gz"  # not reachable here: never fetched
     data = registered(register.handle(model_event({"http": {"url": url, "sha256": "b" * 64}})))
     assert (data.uri, data.digest) == (url, "sha256:" + "b" * 64) and oci.resolved == []
+
+
+def test_an_update_of_a_registered_model_registers_nothing_more(
+    world: tuple[Function, InMemoryModelRegistry, Oci, Path],
+) -> None:
+    register, _, oci, _ = world
+    status = {"resolvedDigest": DIGEST, "modelVersionId": "9"}  # notify wrote it
+    update = model_event({"oci": {"reference": "r.example/m/bert:v1"}}, status, id="u2",
+                         kind=ModelUpdated)  # fmt: skip
+    with pytest.raises(Skip, match="registered already"):
+        register.handle(update)
+    assert oci.resolved == []
