@@ -54,7 +54,7 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
         doc(
             "where registrations go: sqlite ($MODELHOOKS_HOME/registry.db), kubeflow "
             "(a Kubeflow Model Registry REST server) or kubernetes (RegisteredModel and "
-            "ModelVersion resources, infra/k8s/crds, in registry.namespace)"
+            "ModelVersion resources, infra/k8s/crds, each model's in its owning namespace)"
         ),
     ] = "sqlite"
     url: Annotated[str, doc("Kubeflow Model Registry base URL (backend=kubeflow)")] = ""
@@ -71,8 +71,9 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
     namespace: Annotated[
         str,
         doc(
-            "the namespace whose RegisteredModels and ModelVersions are the registry "
-            "(backend=kubernetes): the shared namespace, its RBAC the registry's access"
+            "the registry's shared namespace (backend=kubernetes): models with no owning "
+            "namespace (or `default`) keep their records here, a team's in its namespace, "
+            "RBAC in each the access; records carry modelhooks.dev/registry=<this>"
         ),
     ] = "modelhooks"
 

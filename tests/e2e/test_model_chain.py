@@ -118,10 +118,11 @@ def test_a_model_is_registered_ready_and_cleaned_up_through_the_whole_chain(
         "deletionPolicy": "Delete",
     })  # fmt: skip
 
-    def ready() -> dict[str, Any] | None:
-        model = _get(models_api, name)
+    def ready() -> dict[str, Any] | None:  # Ready and held: notify sees the registration
+        model = _get(models_api, name)  # and the creation in either order
         conditions = _conditions(model)
-        return model if conditions.get("Ready", {}).get("status") == "True" else None
+        held = FINALIZER in model["metadata"].get("finalizers", [])
+        return model if held and conditions.get("Ready", {}).get("status") == "True" else None
 
     model = served.wait_for(f"{name} Ready (watch log: {log})", ready, timeout=60)
     elapsed = time.monotonic() - started

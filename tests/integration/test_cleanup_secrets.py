@@ -125,10 +125,7 @@ def cluster(
         core.create_namespaced_service_account(
             home, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=ACCOUNT))
         )
-        request = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=3600)
-        )
-        token = core.create_namespaced_service_account_token(ACCOUNT, home, request).status.token
+        token = kube_apiserver.token_for(ACCOUNT, home, seconds=3600)
         path = tmp_path_factory.mktemp("cleanup-kube") / "kubeconfig"
         kubeconfig = kube_apiserver.write_kubeconfig(path, token=token, user=ACCOUNT)
         yield Cluster(api, home, kubeconfig)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 
 from tests.servers.kube import KubeApiServer
 
@@ -38,36 +37,13 @@ def _retry(action: Callable[[], T], timeout: float = 20.0) -> T:
             time.sleep(0.2)
 
 
-def _documents(directory: Path) -> list[dict[str, Any]]:
-    docs = []
-    for path in sorted(directory.glob("*.yaml")):
-        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
-    return docs
-
-
-def _apply(api: Any, docs: list[dict[str, Any]]) -> None:
-    """Create each document, as `kubectl apply` would on an empty cluster (409 = present)."""
-    from kubernetes import client, utils
-
-    for doc in docs:
-        try:
-            utils.create_from_dict(api, doc)
-        except utils.FailToCreateError as exc:
-            others = [e for e in exc.api_exceptions if e.status != 409]
-            if others:
-                raise
-        except client.ApiException as exc:  # pragma: no cover - create_from_dict wraps these
-            if exc.status != 409:
-                raise
-
-
 @pytest.fixture(scope="module")
 def api(kube_apiserver: KubeApiServer) -> Iterator[Any]:
     """An admin client on a cluster with infra/k8s/crds and infra/k8s/rbac applied."""
     from kubernetes import client
 
     with kube_apiserver.api_client() as api:
-        _apply(api, _documents(K8S / "crds"))
+        kube_apiserver.apply(K8S / "crds")
         extensions = client.ApiextensionsV1Api(api)
 
         def established(name: str) -> None:
@@ -77,7 +53,7 @@ def api(kube_apiserver: KubeApiServer) -> Iterator[Any]:
 
         for name in ("models.modelhooks.dev", "verificationpolicies.modelhooks.dev"):
             _retry(lambda name=name: established(name))
-        _apply(api, _documents(K8S / "rbac"))
+        kube_apiserver.apply(K8S / "rbac")
         yield api
 
 
@@ -350,26 +326,13 @@ def _served(call: Callable[[], T]) -> T:
         raise
 
 
-def _token(kube_apiserver: KubeApiServer, api: Any, service_account: str) -> str:
-    from kubernetes import client
-
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=600)
-    )
-    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
-        service_account, NAMESPACE, request
-    )
-    token: str = answer.status.token
-    return token
-
-
 def test_register_may_read_models_but_not_delete_them(
     kube_apiserver: KubeApiServer, api: Any, namespace: str
 ) -> None:
     from kubernetes import client
 
     _create(api, namespace, _model("readable"))
-    token = _token(kube_apiserver, api, "modelhooks-register")
+    token = kube_apiserver.token_for("modelhooks-register", NAMESPACE)
     with kube_apiserver.api_client(token=token) as limited_api:
         custom = client.CustomObjectsApi(limited_api)
 
@@ -405,7 +368,7 @@ def test_notify_may_patch_status_and_create_events_only(
     from kubernetes import client
 
     _create(api, namespace, _model("noted"))
-    token = _token(kube_apiserver, api, "modelhooks-notify")
+    token = kube_apiserver.token_for("modelhooks-notify", NAMESPACE)
     with kube_apiserver.api_client(token=token) as limited_api:
         custom = client.CustomObjectsApi(limited_api)
 
@@ -456,7 +419,7 @@ def test_admission_reads_verification_policies_and_not_models(
 ) -> None:
     from kubernetes import client
 
-    token = _token(kube_apiserver, api, "modelhooks-admission")
+    token = kube_apiserver.token_for("modelhooks-admission", NAMESPACE)
     with kube_apiserver.api_client(token=token) as limited_api:
         custom = client.CustomObjectsApi(limited_api)
 
@@ -480,7 +443,7 @@ def test_apiserversource_identity_watches_models(
     from kubernetes import client
 
     _create(api, namespace, _model("watched"))
-    token = _token(kube_apiserver, api, "modelhooks-apiserversource")
+    token = kube_apiserver.token_for("modelhooks-apiserversource", NAMESPACE)
     with kube_apiserver.api_client(token=token) as limited_api:
         custom = client.CustomObjectsApi(limited_api)
 
@@ -529,7 +492,7 @@ def test_cleanup_finalizer_holds_deletion_until_cleanup_removes_it(
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
     held = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "held")
     assert held["metadata"]["deletionTimestamp"]  # Terminating: cleanup has not run yet
-    token = _token(kube_apiserver, api, "modelhooks-cleanup")
+    token = kube_apiserver.token_for("modelhooks-cleanup", NAMESPACE)
     with kube_apiserver.api_client(token=token) as limited_api:
         cleanup = client.CustomObjectsApi(limited_api)
 

@@ -1,7 +1,8 @@
 """`KubernetesModelRegistry` on the REAL kube-apiserver with infra/k8s/crds applied: the same
 contract as every backend, the register-order property (permutations, duplicates, threads),
 and what only this backend has: conditional writes (a stale read loses, never overwrites),
-CEL refusing to mutate a registered version, and `kubectl get` showing the registry."""
+CEL refusing to mutate a registered version, `kubectl get` showing the registry, and
+namespaces as the tenancy (a model's records in its owning namespace, RBAC there)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from modelhooks.adapters.model_registry.kubernetes import (
     GROUP,
     MODEL_LABEL,
+    REGISTRY_LABEL,
     VERSION,
     KubernetesModelRegistry,
     StaleWrite,
@@ -131,6 +133,7 @@ def test_records_are_resources_named_from_their_identity(
         GROUP, VERSION, namespace, "modelversions", version.id
     )
     assert raw["metadata"]["labels"][MODEL_LABEL] == model.id
+    assert raw["metadata"]["labels"][REGISTRY_LABEL] == namespace  # no owner: shared
     assert raw["spec"]["registeredModelRef"] == {"name": model.id}
     assert raw["spec"]["modelName"] == name and raw["spec"]["name"] == "v1.0+build"
     assert kube.get_model(name) == model
@@ -306,36 +309,18 @@ def test_concurrent_interleavings_end_in_the_time_ordered_state(
 # --- RBAC: infra/k8s/rbac/registry.yaml ---------------------------------------------------
 
 
-def _token(kube_apiserver: KubeApiServer, api: Any, account: str) -> str:
-    from kubernetes import client
-
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=600)
-    )
-    answer = client.CoreV1Api(api).create_namespaced_service_account_token(
-        account, "modelhooks", request
-    )
-    return str(answer.status.token)
-
-
 def test_writers_write_the_registry_and_readers_only_read_it(
     kube_apiserver: KubeApiServer, cluster: tuple[Any, str]
 ) -> None:
-    from kubernetes import utils
-
-    api = cluster[0]
     rbac = CRDS.parent / "rbac"
-    for path in ("00-namespace.yaml", "register.yaml", "prune.yaml", "registry.yaml"):
-        for doc in yaml.safe_load_all((rbac / path).read_text()):
-            try:
-                utils.create_from_dict(api, doc)
-            except utils.FailToCreateError as exc:
-                if any(e.status != 409 for e in exc.api_exceptions):
-                    raise
+    files = ("00-namespace.yaml", "register.yaml", "prune.yaml", "registry.yaml")
+    kube_apiserver.apply(*(rbac / path for path in files))
     name = unique("rbac")
     with (
-        kube_apiserver.api_client(_token(kube_apiserver, api, "modelhooks-register")) as w,
-        kube_apiserver.api_client(_token(kube_apiserver, api, "modelhooks-prune")) as r,
+        kube_apiserver.api_client(
+            kube_apiserver.token_for("modelhooks-register", "modelhooks")
+        ) as w,
+        kube_apiserver.api_client(kube_apiserver.token_for("modelhooks-prune", "modelhooks")) as r,
     ):
         writer = KubernetesModelRegistry(namespace="modelhooks", api_client=w)
         reader = KubernetesModelRegistry(namespace="modelhooks", api_client=r)
@@ -350,8 +335,77 @@ def test_writers_write_the_registry_and_readers_only_read_it(
         assert model is not None and [v.name for v in reader.list_versions(model.id)] == ["1"]
         with pytest.raises(Forbidden, match="grant this identity"):
             reader.create_model(unique("rbac"), properties={})
-        with pytest.raises(Forbidden):  # and only in the registry's namespace
-            KubernetesModelRegistry(namespace=cluster[1], api_client=w).get_model(name)
+        with pytest.raises(Forbidden, match=repr(cluster[1])):  # writes only where bound
+            writer.create_model(unique("rbac"), properties={"namespace": cluster[1]})
+
+
+def _namespace(api: Any, prefix: str) -> str:
+    from kubernetes import client
+
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+    )
+    return namespace
+
+
+def test_each_model_lives_in_its_owning_namespace_and_rbac_there_is_the_tenancy(
+    kube: KubernetesModelRegistry, kube_apiserver: KubeApiServer, cluster: tuple[Any, str]
+) -> None:
+    from kubernetes import client
+
+    api, shared = cluster
+    team_a, team_b = _namespace(api, "team-a"), _namespace(api, "team-b")
+    a = kube.create_model(unique("a"), properties={"namespace": team_a})
+    b = kube.create_model(unique("b"), properties={"namespace": team_b})
+    untenanted = kube.create_model(unique("shared"), properties={})
+    a1 = kube.create_version(a.id, "1", properties={})
+    kube.create_version(b.id, "1", properties={})
+    custom = _custom(cluster)
+
+    def names(namespace: str, plural: str, api_client: Any = None) -> set[str]:
+        lister = client.CustomObjectsApi(api_client) if api_client else custom
+        items = lister.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+        return {o["metadata"]["name"] for o in items}
+
+    assert a.id in names(team_a, "registeredmodels") and a1.id in names(team_a, "modelversions")
+    assert b.id in names(team_b, "registeredmodels")
+    assert untenanted.id in names(shared, "registeredmodels")
+    assert not {a.id, b.id} & names(shared, "registeredmodels")
+    # found by name across namespaces; a name stays one model across them
+    assert kube.get_model(a.name) == a and kube.get_version(a.id, "1") == a1
+    assert [v.id for v in kube.list_versions(a.id)] == [a1.id]
+    with pytest.raises(Conflict, match=team_a):
+        kube.create_model(a.name, properties={"namespace": team_b})
+    # a team's own Role in its namespace: its records, not another team's
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core.create_namespaced_service_account(
+        team_a, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader"))
+    )
+    rule = client.V1PolicyRule(
+        api_groups=[GROUP], resources=["registeredmodels", "modelversions"], verbs=["get", "list"]
+    )
+    rbac.create_namespaced_role(
+        team_a, client.V1Role(metadata=client.V1ObjectMeta(name="registry-reader"), rules=[rule])
+    )
+    binding = {
+        "metadata": {"name": "registry-reader"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "registry-reader",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": team_a}],
+    }
+    rbac.create_namespaced_role_binding(team_a, binding)
+    with kube_apiserver.api_client(kube_apiserver.token_for("reader", team_a)) as mine:
+        _wait(lambda: names(team_a, "registeredmodels", mine))  # until the binding is effective
+        assert a.id in names(team_a, "registeredmodels", mine)
+        assert a1.id in names(team_a, "modelversions", mine)
+        for plural in ("registeredmodels", "modelversions"):
+            with pytest.raises(client.ApiException) as refused:
+                names(team_b, plural, mine)
+            assert refused.value.status == 403
 
 
 # --- export | import between SQLite and Kubernetes ----------------------------------------
@@ -366,11 +420,16 @@ def test_a_registry_moves_between_sqlite_and_kubernetes(
     from modelhooks.core.registry_copy import export_registry, import_registry, source_id_key
     from tests.unit.test_registry_copy import populate, without_ids
 
-    with kube_apiserver.api_client() as api:  # a fresh namespace: the export is all of it
+    with kube_apiserver.api_client() as api:  # a fresh registry: the export is all of it
         namespace = f"moved-{uuid.uuid4().hex[:8]}"
-        client.CoreV1Api(api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
-        )
+        for name in (namespace, "ml"):  # populate's team/bert is namespace ml's
+            try:
+                client.CoreV1Api(api).create_namespace(
+                    client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+                )
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
     sqlite = SqliteModelRegistry(tmp_path / "registry.db")
     populate(sqlite)
     exported = export_registry(sqlite)

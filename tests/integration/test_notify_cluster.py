@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 
 from modelhooks.adapters.kubernetes.cluster import kubernetes_cluster
 from modelhooks.bootstrap import build
@@ -153,33 +152,12 @@ class Admin:
 def admin(
     kube_apiserver: KubeApiServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Admin]:
-    from kubernetes import client, utils
-
+    rbac = K8S / "rbac"
+    kube_apiserver.apply(
+        K8S / "crds" / "model.yaml", rbac / "00-namespace.yaml", rbac / "notify.yaml"
+    )
+    token = kube_apiserver.token_for(ACCOUNT, HOME, seconds=3600)
     with kube_apiserver.api_client() as api:
-        docs = [
-            d
-            for path in (
-                K8S / "crds" / "model.yaml",
-                K8S / "rbac" / "00-namespace.yaml",
-                K8S / "rbac" / "notify.yaml",
-            )
-            for d in yaml.safe_load_all(path.read_text())
-            if d
-        ]
-        for doc in docs:
-            try:
-                utils.create_from_dict(api, doc)
-            except utils.FailToCreateError as exc:
-                if any(e.status != 409 for e in exc.api_exceptions):
-                    raise
-        request = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[kube_apiserver.url], expiration_seconds=3600)
-        )
-        token = (
-            client.CoreV1Api(api)
-            .create_namespaced_service_account_token(ACCOUNT, HOME, request)
-            .status.token
-        )
         path = tmp_path_factory.mktemp("notify-kube") / "kubeconfig"
         admin = Admin(api, kube_apiserver.write_kubeconfig(path, token=token, user=ACCOUNT))
         admin.until_allowed("default", GROUP, "models/status", "patch")

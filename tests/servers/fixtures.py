@@ -9,7 +9,9 @@ uses a server fails, the server's log tail is attached to the report.
 =================  ===========================================================
 fixture            yields
 =================  ===========================================================
-kube_apiserver     kube.KubeApiServer (url, ca_file, admin_token, ca, write_kubeconfig, api_client)
+kube_apiserver     kube.KubeApiServer (url, ca_file, admin_token, ca, write_kubeconfig, api_client,
+                   apply, token_for, install_crd)
+own_kube_apiserver (KubeApiServer, its processes) private to one test (per test, not session)
 minio              objectstores.Minio (endpoint_url, keys, notify_port/url/token/arn, s3_client)
 fake_gcs           objectstores.FakeGcs (url, project, env, storage_client)
 docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
@@ -102,6 +104,20 @@ def kube_apiserver(
 ) -> Iterator[KubeApiServer]:
     """etcd + kube-apiserver (RBAC, admin token in system:masters, harness CA)."""
     yield from _serve(request, tmp_path_factory, ("etcd", "kube-apiserver"), start_kube)
+
+
+@pytest.fixture
+def own_kube_apiserver(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[KubeApiServer, list[Process]]]:
+    """A private etcd + kube-apiserver for ONE test, with its processes, for a test that
+    stops or restarts them (`kube.restart_apiserver`); slower than `kube_apiserver`."""
+
+    def start(workdir: Path) -> tuple[tuple[KubeApiServer, list[Process]], list[Process]]:
+        info, processes = start_kube(workdir)
+        return (info, processes), processes
+
+    yield from _serve(request, tmp_path_factory, ("etcd", "kube-apiserver"), start)
 
 
 @pytest.fixture(scope="session")

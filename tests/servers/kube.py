@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import ssl
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,36 @@ class KubeApiServer:
                         raise
                     time.sleep(0.1)
 
+    def apply(self, *paths: Path) -> None:
+        """Create every document of the YAML files (or of a folder's ``*.yaml``, in name
+        order) as the admin, as `kubectl apply` would on a fresh cluster: one present already
+        (409, another module of the session made it) is fine."""
+        import yaml
+        from kubernetes import utils
+
+        files = [f for p in paths for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
+        docs = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+        with self.api_client() as api:
+            for doc in docs:
+                try:
+                    utils.create_from_dict(api, doc)
+                except utils.FailToCreateError as exc:
+                    if any(e.status != 409 for e in exc.api_exceptions):
+                        raise
+
+    def token_for(self, account: str, namespace: str, *, seconds: int = 600) -> str:
+        """A TokenRequest token of the ServiceAccount (no controller-manager mints any)."""
+        from kubernetes import client
+
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[self.url], expiration_seconds=seconds)
+        )
+        with self.api_client() as api:
+            answer = client.CoreV1Api(api).create_namespaced_service_account_token(
+                account, namespace, request
+            )
+        return str(answer.status.token)
+
     @contextlib.contextmanager
     def api_client(self, token: str | None = None) -> Iterator[Any]:
         """A configured ``kubernetes.client.ApiClient`` (closed on exit)."""
@@ -107,6 +138,30 @@ def _get(url: str, *, token: str | None = None, context: ssl.SSLContext | None =
     with urllib.request.urlopen(request, timeout=5, context=context) as response:
         body: bytes = response.read()
         return body.decode()
+
+
+def _ready(url: str, token: str, ca_file: Path) -> Callable[[], bool]:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    return lambda: _get(f"{url}/readyz", token=token, context=context) == "ok"
+
+
+def restart_apiserver(
+    kube: KubeApiServer, processes: list[Process], *, crash: bool = False
+) -> float:
+    """Stop the kube-apiserver of ``processes`` (from `start_kube`; SIGTERM, or SIGKILL if
+    ``crash``) and start it again with the same argv: same port, certificates and etcd,
+    which keeps running. The new process replaces the old in ``processes`` (so whoever
+    stops ``processes`` stops it); returns the seconds the API was down."""
+    index = next(i for i, p in enumerate(processes) if p.name == "kube-apiserver")
+    old = processes[index]
+    if crash:
+        old.stop_signal = signal.SIGKILL
+    down = time.monotonic()
+    old.stop()
+    new = Process(old.name, old.argv, log_path=old.log_path, stop_signal=signal.SIGTERM)
+    processes[index] = new
+    new.wait_ready(_ready(kube.url, kube.admin_token, kube.ca_file), timeout=120)
+    return time.monotonic() - down
 
 
 def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
@@ -165,11 +220,7 @@ def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
             log_path=workdir / "kube-apiserver.log",
         )
         processes.append(apiserver)
-        context = ssl.create_default_context(cafile=str(ca.cert_file))
-        apiserver.wait_ready(
-            lambda: _get(f"{url}/readyz", token=admin_token, context=context) == "ok",
-            timeout=120,
-        )
+        apiserver.wait_ready(_ready(url, admin_token, ca.cert_file), timeout=120)
         info = KubeApiServer(
             url=url,
             ca_file=ca.cert_file,

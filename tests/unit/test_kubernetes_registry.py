@@ -8,12 +8,15 @@ import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.kubernetes import (
+    MODEL_LABEL,
+    REGISTRY_LABEL,
     KubernetesModelRegistry,
     StaleWrite,
     object_name,
@@ -92,7 +95,7 @@ def _answer(status: int, message: str = "m", details: dict[str, str] | None = No
         (_answer(404, details={"name": "x", "kind": "registeredmodels"}), NotFound, "x"),
         (_answer(404, "the server could not find the requested resource"), Unavailable, "crds"),
         (_answer(409, "already exists"), Conflict, "already exists"),
-        (_answer(403, "forbidden"), Forbidden, "grant this identity get, list, create"),
+        (_answer(403, "forbidden"), Forbidden, "create and update in the namespaces it writes"),
         (_answer(422, "spec.name is immutable"), BadRequest, "spec.name is immutable"),
         (_answer(429), Throttled, ""),
         (_answer(401), Unavailable, ""),
@@ -103,10 +106,70 @@ def test_api_answers_become_modelhooks_errors(
     answer: object, error: type[Exception], says: str
 ) -> None:
     registry = KubernetesModelRegistry(namespace="ml", api_client=object())
-    made = registry._error(answer, "GET registeredmodels/x", "registeredmodels")
+    made = registry._error(answer, "GET registeredmodels/x", "registeredmodels", "team-a")
     assert type(made) is error
-    assert says in str(made) and "'ml'" in str(made)
+    assert says in str(made) and "'team-a'" in str(made)
+    across = registry._error(answer, "LIST registeredmodels", "registeredmodels")
+    assert "across namespaces" in str(across)
+
+
+class _Objects:
+    """CustomObjectsApi as far as a create needs it: an empty cluster that keeps creates."""
+
+    def __init__(self, *items: dict[str, Any]) -> None:
+        self.created: list[tuple[str, dict[str, Any]]] = []
+        self.items = list(items)
+
+    def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {"items": self.items, "metadata": {}}
+
+    def create_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, **kwargs: Any
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = kwargs["body"]
+        assert body["metadata"]["namespace"] == namespace
+        self.created.append((namespace, body))
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+
+
+class _Registry(KubernetesModelRegistry):
+    objects = _Objects()
+
+    @property
+    def _custom(self) -> Any:
+        return self.objects
+
+
+@pytest.mark.parametrize(
+    ("properties", "namespace"),
+    [({"namespace": "team-a"}, "team-a"), ({}, "ml"), ({"namespace": "default"}, "ml")],
+)
+def test_a_model_is_created_in_its_owning_namespace(
+    properties: dict[str, str], namespace: str
+) -> None:
+    registry = _Registry(namespace="ml", api_client=object())
+    registry.objects = _Objects()
+    model = registry.create_model("team/bert", properties=properties)
+    ((where, body),) = registry.objects.created
+    assert where == namespace
+    assert body["metadata"]["labels"][MODEL_LABEL] == model.id == object_name("team/bert")
+    assert body["metadata"]["labels"][REGISTRY_LABEL] == "ml"  # the registry it belongs to
 
 
 def test_a_stale_write_is_redelivered_not_dead_lettered() -> None:
     assert issubclass(StaleWrite, Transient)
+
+
+def _holder(namespace: str, created: str) -> dict[str, Any]:
+    metadata = {"name": object_name("m"), "namespace": namespace, "resourceVersion": "1"}
+    return {"metadata": {**metadata, "creationTimestamp": created}, "spec": {"name": "m"}}
+
+
+def test_a_name_two_raced_creates_hold_reads_as_the_first_created_everywhere() -> None:
+    registry = _Registry(namespace="ml", api_client=object())
+    registry.objects = _Objects(
+        _holder("team-a", "2026-01-01T00:00:02Z"), _holder("team-b", "2026-01-01T00:00:01Z")
+    )
+    assert registry._get("registeredmodels", object_name("m"))["metadata"]["namespace"] == "team-b"  # type: ignore[index]
+    with pytest.raises(Conflict, match="exists in 'team-b'"):
+        registry.create_model("m", properties={"namespace": "team-a"})

@@ -10,9 +10,25 @@ Mapping (infra/k8s/crds/registeredmodel.yaml, modelversion.yaml; group modelhook
   labelled `modelhooks.dev/registered-model=<model id>` (how a model's versions are listed);
 - its ModelArtifacts are entries of the version's spec.artifacts (a list keyed by name);
   an artifact's id is `<version id>/<artifact name>`.
-Uniqueness is the API server's: names are derived from the natural identity, so a second
-create of the same model or version is 409 AlreadyExists, i.e. Conflict, and the caller's
-find-or-create reads what the winner created.
+
+Tenancy is Kubernetes': a model's records live in its owning namespace, the `namespace`
+custom property it is created with (register writes the tenant's), its versions with it;
+a model with none, or `default` (register's word for "no tenant"), lives in the shared
+namespace `registry.namespace`. So a team's Role in its namespace is its access, and
+`kubectl get -n team-a registeredmodels` is its part of the registry. Ids stay names of
+the identity alone, so they are found again by name across namespaces: every record is
+labelled with its own id (`modelhooks.dev/registered-model` on a model, its model's on a
+version; `modelhooks.dev/model-version` on a version) and with the registry it belongs to
+(`modelhooks.dev/registry=<shared namespace>`, so two registries can share a cluster), and
+a read is a cluster-wide list with that label selector.
+
+Uniqueness: in one namespace the API server's (a second create of the same derived name is
+409 AlreadyExists, i.e. Conflict, and the caller's find-or-create reads what the winner
+created). Across namespaces a model name is still one model: a create first looks for the
+name cluster-wide and finds it taken (Conflict). Only two creates of one name in two
+namespaces racing past that look leave two holders; readers then all take the first
+created (its versions, listed by label, are the model's wherever they are). Nothing
+deletes a record, so the functions need no delete verb to undo that race.
 
 Every write is conditional: an update PUTs the object as this thread last read it, with
 that resourceVersion, so a write based on a stale read is refused (409) instead of
@@ -20,9 +36,7 @@ overwriting what another delivery wrote; it surfaces as `StaleWrite`, a Transien
 and the redelivery reads again. A transaction also checks, as it ends, that what it read
 and did not write is unchanged (optimistic concurrency: see `transaction`). That is what
 keeps the registry's state a function of the set of events across processes and threads
-(tests/contract/register_order.py), with no lock anywhere. The records live in one
-namespace (`registry.namespace`, default modelhooks): the shared namespace of the issue,
-whose Roles say who may read and write the registry.
+(tests/contract/register_order.py), with no lock anywhere. RBAC: infra/k8s/rbac/registry.yaml.
 
 >>> registry = KubernetesModelRegistry(namespace="modelhooks", kubeconfig="~/.kube/config")  # doctest: +SKIP
 >>> registry.get_model("bert")  # doctest: +SKIP
@@ -62,7 +76,9 @@ from modelhooks.core.records import (
 __all__ = [
     "GROUP",
     "MODEL_LABEL",
+    "REGISTRY_LABEL",
     "VERSION",
+    "VERSION_LABEL",
     "KubernetesModelRegistry",
     "StaleWrite",
     "object_name",
@@ -72,6 +88,10 @@ GROUP, VERSION = "modelhooks.dev", "v1alpha1"
 MODELS, VERSIONS = "registeredmodels", "modelversions"
 KINDS = {MODELS: "RegisteredModel", VERSIONS: "ModelVersion"}
 MODEL_LABEL = "modelhooks.dev/registered-model"
+VERSION_LABEL = "modelhooks.dev/model-version"
+REGISTRY_LABEL = "modelhooks.dev/registry"
+ID_LABELS = {MODELS: MODEL_LABEL, VERSIONS: VERSION_LABEL}  # the label a record's id is in
+NO_TENANT = ("", "default")  # a model's namespace property that means the shared namespace
 VARIABLE = "MODELHOOKS_REGISTRY_KUBECONFIG"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _REMEMBERED = 512  # objects a thread remembers outside a transaction (what its writes base on)
@@ -113,7 +133,8 @@ class _Seen(threading.local):
 
 
 class KubernetesModelRegistry:
-    """The registry's records in `namespace`, through `kubeconfig` (else the pod's in-cluster
+    """The registry whose shared namespace is `namespace` (each model's records in its owning
+    namespace, see the module), through `kubeconfig` (else the pod's in-cluster
     configuration) or an injected `api_client`. `timeout` bounds each request (seconds)."""
 
     name = "kubernetes"
@@ -188,7 +209,7 @@ class KubernetesModelRegistry:
                 raise StaleWrite(
                     f"registry: {KINDS[plural]} {name!r} changed while a delivery acted on "
                     "what it read; a redelivery reads it again",
-                    namespace=self.namespace,
+                    namespace=_namespace(self._seen.objects[(plural, name)]),
                 )
 
     # registered models
@@ -200,8 +221,18 @@ class KubernetesModelRegistry:
         return _model(found)
 
     def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
+        model_id = object_name(name)
+        owner = properties.get("namespace", "")
+        namespace = self.namespace if owner in NO_TENANT else owner
+        taken = self._get(MODELS, model_id)
+        if taken is not None:
+            raise Conflict(
+                f"registry: a model named {name!r} exists in {_namespace(taken)!r}: model "
+                "names are unique across the registry's namespaces",
+                namespace=_namespace(taken),
+            )
         spec = {"name": name, "state": str(ModelState.LIVE), "customProperties": dict(properties)}
-        return _model(self._create(MODELS, object_name(name), {}, spec))
+        return _model(self._create(MODELS, model_id, namespace, {MODEL_LABEL: model_id}, spec))
 
     def update_model(self, model: RegisteredModel) -> RegisteredModel:
         obj = self._base(MODELS, model.id)
@@ -226,7 +257,7 @@ class KubernetesModelRegistry:
     ) -> ModelVersion:
         model = self._get(MODELS, model_id) if _DNS_LABEL.match(model_id) else None
         if model is None:
-            raise NotFound(f"registry: no registered model {model_id!r} in {self.namespace!r}")
+            raise NotFound(f"registry: no registered model {model_id!r}")
         spec = {
             "registeredModelRef": {"name": model_id},
             "modelName": model["spec"]["name"],
@@ -235,8 +266,9 @@ class KubernetesModelRegistry:
             "customProperties": dict(properties),
             "artifacts": [],
         }
-        labels = {MODEL_LABEL: model_id}
-        return _version(self._create(VERSIONS, object_name(model_id, name), labels, spec))
+        version_id = object_name(model_id, name)
+        labels = {MODEL_LABEL: model_id, VERSION_LABEL: version_id}
+        return _version(self._create(VERSIONS, version_id, _namespace(model), labels, spec))
 
     def update_version(self, version: ModelVersion) -> ModelVersion:
         obj = self._base(VERSIONS, version.id)
@@ -246,7 +278,7 @@ class KubernetesModelRegistry:
     def list_versions(self, model_id: str) -> list[ModelVersion]:
         if not _DNS_LABEL.match(model_id):
             return []
-        items = self._list(VERSIONS, label_selector=f"{MODEL_LABEL}={model_id}")
+        items = self._list(VERSIONS, label=f"{MODEL_LABEL}={model_id}")
         items.sort(key=lambda o: (o["metadata"].get("creationTimestamp", ""), o["spec"]["name"]))
         return [_version(o) for o in items]
 
@@ -260,7 +292,7 @@ class KubernetesModelRegistry:
         if artifact.id:
             version_id, _, name = artifact.id.partition("/")
         if not _DNS_LABEL.match(version_id):
-            raise NotFound(f"registry: no model version {version_id!r} in {self.namespace!r}")
+            raise NotFound(f"registry: no model version {version_id!r}")
         obj = self._base(VERSIONS, version_id)
         entries: list[Json] = obj["spec"].setdefault("artifacts", [])
         entry = {
@@ -292,7 +324,7 @@ class KubernetesModelRegistry:
             raise StaleWrite(
                 f"registry: {KINDS[plural]} {key[1]!r} changed while a delivery acted on it; "
                 "a redelivery reads it again",
-                namespace=self.namespace,
+                namespace=_namespace(obj),
             )
         seen.objects[key] = obj
         seen.objects.move_to_end(key)
@@ -311,53 +343,84 @@ class KubernetesModelRegistry:
         seen = self._seen.objects.get((plural, name))
         obj = seen if seen is not None else self._get(plural, name)
         if obj is None:
-            raise NotFound(f"registry: no {KINDS[plural]} {name!r} in {self.namespace!r}")
+            raise NotFound(f"registry: no {KINDS[plural]} {name!r}")
         return copy.deepcopy(obj)
 
+    def _selector(self, plural: str, name: str = "") -> str:
+        mine = f"{REGISTRY_LABEL}={self.namespace}"
+        return f"{mine},{ID_LABELS[plural]}={name}" if name else mine
+
     def _get(self, plural: str, name: str, *, remember: bool = True) -> Json | None:
-        try:
-            obj = self._call(
-                "get_namespaced_custom_object", plural, f"GET {plural}/{name}", name=name
-            )
-        except NotFound:
+        """The record named `name` in whichever namespace holds it: a cluster-wide list by
+        its id label (ids name the identity, not the namespace)."""
+        found = self._list(plural, name, remember=False)
+        if not found:
             return None
+        # Two namespaces hold it only when two creates raced (each looked first and found
+        # none): every reader takes the same one, the first created.
+        obj = min(found, key=lambda o: (o["metadata"].get("creationTimestamp", ""), _namespace(o)))
         return self._remember(plural, obj, read=True) if remember else obj
 
-    def _list(self, plural: str, label_selector: str = "") -> list[Json]:
+    def _list(
+        self, plural: str, name: str = "", *, remember: bool = True, label: str = ""
+    ) -> list[Json]:
+        """This registry's `plural` in all namespaces: the one with id `name`, those
+        labelled `label`, or all."""
+        selector = self._selector(plural, name) + (f",{label}" if label else "")
         items: list[Json] = []
         token = ""
         while True:
             page = self._call(
-                "list_namespaced_custom_object",
-                plural,
+                "list_cluster_custom_object",
                 f"LIST {plural}",
-                label_selector=label_selector or None,
+                plural,
+                namespace="",
+                label_selector=selector,
                 limit=500,
                 _continue=token or None,
             )
-            items.extend(self._remember(plural, o, read=True) for o in page.get("items") or ())
+            for obj in page.get("items") or ():
+                items.append(self._remember(plural, obj, read=True) if remember else obj)
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return items
 
-    def _create(self, plural: str, name: str, labels: Mapping[str, str], spec: Json) -> Json:
+    def _create(
+        self, plural: str, name: str, namespace: str, labels: Mapping[str, str], spec: Json
+    ) -> Json:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KINDS[plural],
             "metadata": {
                 "name": name,
-                "labels": {"app.kubernetes.io/managed-by": "modelhooks", **labels},
+                "namespace": namespace,
+                "labels": {
+                    "app.kubernetes.io/managed-by": "modelhooks",
+                    REGISTRY_LABEL: self.namespace,
+                    **labels,
+                },
             },
             "spec": spec,
         }
-        obj = self._call("create_namespaced_custom_object", plural, f"CREATE {name}", body=body)
+        obj = self._call(
+            "create_namespaced_custom_object",
+            f"CREATE {name}",
+            plural,
+            namespace=namespace,
+            body=body,
+        )
         return self._remember(plural, obj, read=False)
 
     def _replace(self, plural: str, obj: Json) -> Json:
-        name = obj["metadata"]["name"]
+        name, namespace = obj["metadata"]["name"], _namespace(obj)
         try:
             stored = self._call(
-                "replace_namespaced_custom_object", plural, f"UPDATE {name}", name=name, body=obj
+                "replace_namespaced_custom_object",
+                f"UPDATE {name}",
+                plural,
+                name,
+                namespace=namespace,
+                body=obj,
             )
         except Conflict as exc:
             self._seen.objects.pop((plural, name), None)
@@ -365,38 +428,46 @@ class KubernetesModelRegistry:
             raise StaleWrite(
                 f"registry: {KINDS[plural]} {name!r} changed since it was read; "
                 "a redelivery reads it again",
-                namespace=self.namespace,
+                namespace=namespace,
             ) from exc
         return self._remember(plural, stored, read=False)
 
-    def _call(self, method: str, plural: str, where: str, **kwargs: Any) -> Json:
+    def _call(
+        self, method: str, where: str, plural: str, *names: str, namespace: str, **kwargs: Any
+    ) -> Json:
+        """`method` of CustomObjectsApi on `plural` in `namespace` ("": cluster-wide)."""
         from kubernetes.client.exceptions import ApiException
 
+        scope = (namespace,) if namespace else ()
         try:
             answer = getattr(self._custom, method)(
                 GROUP,
                 VERSION,
-                self.namespace,
+                *scope,
                 plural,
+                *names,
                 _request_timeout=self._timeout,
                 **{k: v for k, v in kwargs.items() if v is not None},
             )
         except ApiException as exc:
-            raise self._error(exc, where, plural) from None
+            raise self._error(exc, where, plural, namespace) from None
         except ModelhooksError:
             raise
         except Exception as exc:  # urllib3 connection errors, timeouts
             raise Unavailable(
-                f"registry: the Kubernetes API failed ({where}): {exc}", namespace=self.namespace
+                f"registry: the Kubernetes API failed ({where}): {exc}",
+                namespace=namespace or self.namespace,
             ) from None
         return dict(answer)
 
-    def _error(self, exc: Any, where: str, plural: str) -> ModelhooksError:
+    def _error(self, exc: Any, where: str, plural: str, namespace: str = "") -> ModelhooksError:
+        """`namespace` "": a cluster-wide request."""
         status = getattr(exc, "status", None)
         body = _body(exc)
         message = str(body.get("message") or exc.reason or exc)
-        text = f"registry: the Kubernetes API answered {status} to {where} in {self.namespace!r}: {message}"
-        details = {"namespace": self.namespace}
+        scope = f"in {namespace!r}" if namespace else "across namespaces"
+        text = f"registry: the Kubernetes API answered {status} to {where} {scope}: {message}"
+        details = {"namespace": namespace or self.namespace}
         if (
             status == 404
             and "name" in (body.get("details") or {})
@@ -406,15 +477,17 @@ class KubernetesModelRegistry:
         if status == 404:  # no such resource type or namespace: not the object
             return Unavailable(
                 f"{text} (install infra/k8s/crds/registeredmodel.yaml and modelversion.yaml "
-                f"and create the namespace registry.namespace names)",
+                f"and create the namespace: registry.namespace, or the model's owning one)",
                 **details,
             )
         if status == 409:
             return Conflict(text, **details)
         if status == 403:
+            where_ = f"in {namespace!r}" if namespace else "cluster-wide (list)"
             return Forbidden(
-                f"{text} (grant this identity get, list, create and update on "
-                f"{MODELS} and {VERSIONS}.{GROUP} in {self.namespace!r})",
+                f"{text} (grant this identity what infra/k8s/rbac/registry.yaml grants: "
+                f"list of {MODELS} and {VERSIONS}.{GROUP} cluster-wide, create and update "
+                f"in the namespaces it writes to; missing here: {where_})",
                 **details,
             )
         if status == 429:
@@ -431,6 +504,10 @@ def _body(exc: Any) -> Json:
     except (TypeError, ValueError):
         return {}
     return body if isinstance(body, dict) else {}
+
+
+def _namespace(obj: Json) -> str:
+    return str(obj["metadata"].get("namespace", ""))
 
 
 def _rv(obj: Json) -> str:
