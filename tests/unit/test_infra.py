@@ -363,10 +363,10 @@ def test_every_service_runs_as_an_account_defined_in_rbac(
 
 
 def test_every_catalog_function_has_its_own_rbac_file(rbac: list[dict[str, Any]]) -> None:
-    for name in NAMES:
+    for name in NAMES:  # its identity; its roles only for what it does in the cluster
         docs = _load(RBAC / f"{name}.yaml")
-        kinds = {d["kind"] for d in docs}
-        assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds, name
+        accounts = [d for d in docs if d["kind"] == "ServiceAccount"]
+        assert [a["metadata"]["name"] for a in accounts] == [f"modelhooks-{name}"], name
 
 
 def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, Any]]) -> None:
@@ -388,21 +388,23 @@ def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, 
     ("account", "allowed", "denied"),
     [
         (
-            "modelhooks-register",
-            [("modelhooks.dev", "models", {"get", "list", "watch"})],
+            "modelhooks-register",  # Models reach it inside events: no cluster rights
+            [],
             [
+                ("modelhooks.dev", "models", {"get"}),
                 ("modelhooks.dev", "models", {"delete"}),
                 ("modelhooks.dev", "models/status", {"patch"}),
                 ("", "secrets", {"get"}),
             ],
         ),
         (
-            "modelhooks-sign",
+            "modelhooks-sign",  # its key Secret only (the test above)
+            [],
             [
-                ("modelhooks.dev", "models", {"get", "list", "watch"}),
+                ("modelhooks.dev", "models", {"get"}),
                 ("modelhooks.dev", "models/status", {"patch"}),
+                ("modelhooks.dev", "models", {"delete"}),
             ],
-            [("modelhooks.dev", "models", {"patch"}), ("modelhooks.dev", "models", {"delete"})],
         ),
         (
             "modelhooks-notify",
@@ -422,10 +424,13 @@ def test_bindings_are_complete_and_roles_have_no_wildcards(rbac: list[dict[str, 
             ],
         ),
         (
-            "modelhooks-cleanup",
-            [("modelhooks.dev", "models", {"get", "list", "watch"})],
-            # Secrets only where a namespace binds modelhooks-cleanup-secrets (none here)
-            [("", "secrets", {"get"}), ("modelhooks.dev", "models", {"delete"})],
+            "modelhooks-cleanup",  # notify releases the finalizer; Secrets only where bound
+            [],
+            [
+                ("", "secrets", {"get"}),
+                ("modelhooks.dev", "models", {"patch"}),
+                ("modelhooks.dev", "models", {"delete"}),
+            ],
         ),
         (
             "modelhooks-admission",
