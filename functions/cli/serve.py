@@ -73,11 +73,11 @@ def _status(settings: Settings, signer: str | None) -> str:
     """What this server does, in a few lines: where things go, and how."""
     from modelhooks.handlers import NAMES
 
-    registry = (
-        f"Kubeflow Model Registry at {settings.registry.url}"
-        if settings.registry.backend == "kubeflow"
-        else f"SQLite {(settings.home / 'registry.db').resolve()}"
-    )
+    registry = {
+        "kubeflow": f"Kubeflow Model Registry at {settings.registry.url}",
+        "kubernetes": "Kubernetes resources (RegisteredModel, ModelVersion; shared namespace "
+        f"{settings.registry.namespace})",
+    }.get(settings.registry.backend, f"SQLite {(settings.home / 'registry.db').resolve()}")
     store = (
         "cloud (gs:// → GCS, s3:// → S3)"
         if settings.store.backend == "cloud"

@@ -173,3 +173,12 @@ def test_a_name_two_raced_creates_hold_reads_as_the_first_created_everywhere() -
     assert registry._get("registeredmodels", object_name("m"))["metadata"]["namespace"] == "team-b"  # type: ignore[index]
     with pytest.raises(Conflict, match="exists in 'team-b'"):
         registry.create_model("m", properties={"namespace": "team-a"})
+
+
+def test_serve_says_where_registrations_go(tmp_path: Path) -> None:
+    from modelhooks.cli.serve import _status
+    from modelhooks.core.settings import load_settings
+
+    env = {"MODELHOOKS_HOME": str(tmp_path), "MODELHOOKS_REGISTRY_BACKEND": "kubernetes"}
+    assert "Kubernetes resources" in _status(load_settings(env=env), None)
+    assert "SQLite" in _status(load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}), None)
