@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from modelhooks.adapters.model_registry.kubernetes import GROUP, MODEL_LABEL, VERSION, object_name
 from modelhooks.adapters.oci.distribution import DistributionRegistry
@@ -38,20 +37,12 @@ def registry_namespace(kube_apiserver: KubeApiServer, models_api: Any) -> str:  
     from kubernetes import client
 
     namespace = f"registry-{uuid.uuid4().hex[:8]}"
+    kube_apiserver.install_crd(CRDS / "registeredmodel.yaml", "registeredmodels")
+    kube_apiserver.install_crd(CRDS / "modelversion.yaml", "modelversions")
     with kube_apiserver.api_client() as api:
-        for path in ("registeredmodel.yaml", "modelversion.yaml"):
-            try:
-                client.ApiextensionsV1Api(api).create_custom_resource_definition(
-                    yaml.safe_load((CRDS / path).read_text())
-                )
-            except client.ApiException as exc:
-                if exc.status != 409:  # applied by another module already
-                    raise
         client.CoreV1Api(api).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
         )
-        _until(lambda: models_api.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, "modelversions"))  # fmt: skip
     return namespace
 
 
@@ -221,15 +212,3 @@ def _events(kube_apiserver: KubeApiServer, name: str) -> list[Any]:
     with kube_apiserver.api_client() as api:
         events = client.EventsV1Api(api).list_namespaced_event("default").items
     return [e for e in events if e.regarding and e.regarding.name == name]
-
-
-def _until(check: Callable[[], Any], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            check()
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)

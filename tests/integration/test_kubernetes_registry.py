@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -67,25 +66,13 @@ def cluster(kube_apiserver: KubeApiServer) -> Iterator[tuple[Any, str]]:
     """An admin client with the registry's CRDs served, and a namespace for the registry."""
     from kubernetes import client
 
+    kube_apiserver.install_crd(CRDS / "registeredmodel.yaml", "registeredmodels")
+    kube_apiserver.install_crd(CRDS / "modelversion.yaml", "modelversions")
     with kube_apiserver.api_client() as api:
-        extensions = client.ApiextensionsV1Api(api)
-        for path in ("registeredmodel.yaml", "modelversion.yaml"):
-            try:
-                extensions.create_custom_resource_definition(
-                    yaml.safe_load((CRDS / path).read_text())
-                )
-            except client.ApiException as exc:
-                if exc.status != 409:  # applied already (tests/integration/test_crds.py)
-                    raise
         namespace = f"registry-{uuid.uuid4().hex[:8]}"
         client.CoreV1Api(api).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
         )
-        custom = client.CustomObjectsApi(api)
-        for plural in ("registeredmodels", "modelversions"):
-            _wait(
-                lambda p=plural: custom.list_namespaced_custom_object(GROUP, VERSION, namespace, p)
-            )
         yield api, namespace
 
 
