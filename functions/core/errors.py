@@ -4,6 +4,7 @@
     ├── ConfigError            (start-up) a setting is invalid: the message names it
     ├── Transient              worth retrying: the platform redelivers
     │   ├── Unavailable        a backend did not answer or answered 5xx
+    │   │   └── CredentialsRefused  a backend refused our own credentials (the operator's)
     │   └── Throttled          a backend or quota said "slow down"
     └── Permanent              never retried (but dead-lettered)
         ├── BadRequest         malformed input: the reason names the field
@@ -38,6 +39,7 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "Conflict",
+    "CredentialsRefused",
     "Forbidden",
     "ModelhooksError",
     "NotFound",
@@ -53,6 +55,14 @@ __all__ = [
 
 class Throttled(Transient):
     code = "throttled"
+
+
+class CredentialsRefused(Unavailable):
+    """A backend (store, registry) refused this deployment's own credentials: the operator's
+    to fix, not the sender's. 503, so the platform retries and then dead-letters the event
+    for a replay once fixed (a 401 would tell the sender its delivery was unauthenticated)."""
+
+    code = "credentials_refused"
 
 
 class Forbidden(Permanent):

@@ -21,7 +21,7 @@ import yaml
 
 from modelhooks.adapters.kubernetes.secrets import GRANT, kubernetes_secrets
 from modelhooks.bootstrap import build
-from modelhooks.core.errors import Forbidden, NotFound, Unauthenticated
+from modelhooks.core.errors import CredentialsRefused, Forbidden, NotFound
 from modelhooks.core.settings import load_settings
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
 from tests.contract.secrets import Place, SecretsContract
@@ -200,9 +200,9 @@ def test_cleanup_deletes_with_the_models_secret_not_the_process_keys(
             )
             return [r.data for r in cleanup.handle(event)]
 
-        with pytest.raises(Unauthenticated):  # the control: the process's keys do not work
+        with pytest.raises(CredentialsRefused):  # the control: the process's keys do not work
             delete(team_a, None)
-        with pytest.raises(Unauthenticated):  # team-b's Model gets team-b's keys, not team-a's
+        with pytest.raises(CredentialsRefused):  # team-b's Model gets team-b's keys, not team-a's
             delete(team_b, "s3-credentials")
         with pytest.raises(Forbidden, match=closed):  # a namespace that did not opt in
             delete(closed, "s3-credentials")

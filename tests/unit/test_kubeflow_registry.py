@@ -26,11 +26,11 @@ from modelhooks.adapters.model_registry.kubeflow import API_PATH, KubeflowModelR
 from modelhooks.core.errors import (
     BadRequest,
     Conflict,
+    CredentialsRefused,
     Forbidden,
     ModelhooksError,
     NotFound,
     Throttled,
-    Unauthenticated,
     Unavailable,
 )
 from modelhooks.core.records import RegisteredModel
@@ -121,7 +121,7 @@ def error(status: int, message: str, **headers: str) -> Callable[[Seen], Answer]
         (500, "database is down", Unavailable),
         (503, "no upstream", Unavailable),
         (429, "slow down", Throttled),
-        (401, "no token", Unauthenticated),
+        (401, "no token", CredentialsRefused),
         (403, "not yours", Forbidden),
         (400, "invalid character 'o' in literal null", BadRequest),
         (422, "required field 'name' is zero value.", BadRequest),

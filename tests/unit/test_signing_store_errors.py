@@ -10,11 +10,11 @@ from modelhooks.adapters.object_store.gcs import gcs_error
 from modelhooks.adapters.object_store.s3 import s3_error
 from modelhooks.core.errors import (
     Conflict,
+    CredentialsRefused,
     Forbidden,
     ModelhooksError,
     NotFound,
     Throttled,
-    Unauthenticated,
     Unavailable,
 )
 
@@ -26,7 +26,7 @@ from modelhooks.core.errors import (
         (gexc.PreconditionFailed("x"), Conflict),
         (gexc.Conflict("x"), Conflict),
         (gexc.TooManyRequests("x"), Throttled),
-        (gexc.Unauthorized("x"), Unauthenticated),
+        (gexc.Unauthorized("x"), CredentialsRefused),
         (gexc.Forbidden("x"), Forbidden),
         (gexc.ServiceUnavailable("x"), Unavailable),
         (ConnectionError("reset"), Unavailable),
@@ -54,7 +54,7 @@ def client_error(code: str, status: int) -> ClientError:
         (client_error("ConditionalRequestConflict", 409), Conflict),
         (client_error("SlowDown", 503), Throttled),
         (client_error("AccessDenied", 403), Forbidden),
-        (client_error("InvalidAccessKeyId", 403), Unauthenticated),
+        (client_error("InvalidAccessKeyId", 403), CredentialsRefused),
         (client_error("InternalError", 500), Unavailable),
         (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), Unavailable),
     ],

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 from modelhooks.core.errors import (
     BadRequest,
     Conflict,
+    CredentialsRefused,
     Forbidden,
     ModelhooksError,
     NotFound,
     Throttled,
-    Unauthenticated,
     Unavailable,
 )
 from modelhooks.core.records import (
@@ -70,7 +70,7 @@ def registry_error(status: int, message: str, where: str, **details: Any) -> Mod
     if status == 409 or (status in (400, 422) and "already exists" in message):
         return Conflict(text, **details)
     if status == 401:
-        return Unauthenticated(text, **details)
+        return CredentialsRefused(text, **details)
     if status == 403:
         return Forbidden(text, **details)
     if status == 404:

@@ -14,12 +14,12 @@ from typing import Any
 
 from modelhooks.core.errors import (
     Conflict,
+    CredentialsRefused,
     Forbidden,
     ModelhooksError,
     NotFound,
     Permanent,
     Throttled,
-    Unauthenticated,
     Unavailable,
 )
 from modelhooks.core.records import ObjectInfo
@@ -39,7 +39,7 @@ def gcs_error(exc: Exception, bucket: str, key: str = "") -> ModelhooksError:
     if code == 429:
         return Throttled(f"GCS throttled a request on {where}", **details)
     if code == 401:
-        return Unauthenticated(f"GCS refused the credentials for {where}", **details)
+        return CredentialsRefused(f"GCS refused the credentials for {where}", **details)
     if code == 403:
         return Forbidden(f"GCS denied access to {where}", **details)
     return Unavailable(f"GCS failed on {where}", **details)  # 5xx, transport, timeouts

@@ -14,12 +14,12 @@ from typing import Any
 
 from modelhooks.core.errors import (
     Conflict,
+    CredentialsRefused,
     Forbidden,
     ModelhooksError,
     NotFound,
     Throttled,
     Transient,
-    Unauthenticated,
     Unavailable,
 )
 from modelhooks.core.records import ObjectInfo
@@ -53,7 +53,7 @@ def s3_error(exc: Exception, bucket: str, key: str = "") -> ModelhooksError:
     if code in _THROTTLED:
         return Throttled(f"S3 throttled a request on {where}", **details)
     if code in _UNAUTHENTICATED:
-        return Unauthenticated(f"S3 refused the credentials for {where}", **details)
+        return CredentialsRefused(f"S3 refused the credentials for {where}", **details)
     if code in _DENIED:
         return Forbidden(f"S3 denied access to {where}", **details)
     return Unavailable(f"S3 failed on {where}", **details)  # 5xx, connection, timeouts
