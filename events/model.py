@@ -231,6 +231,7 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
 
     TYPE = "dev.modelhooks.artifact.purged"
     uri: str
+    model: Annotated[str | None, _doc("the deleted model (a Model's name) this was for")] = None
     deleted: Annotated[
         list[str], _doc("what went: keys, tags, referrer and manifest digests, in order")
     ] = field(default_factory=list)

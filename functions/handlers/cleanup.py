@@ -99,6 +99,7 @@ def handle(
         done = apply(purge, lambda _: None)
         reply = ArtifactPurged(
             uri=target.uri,
+            model=data.name,
             deleted=[d.name for d in done.deletions if d.name not in done.failed],
             kept=[name for name, _ in done.kept],
             failed=done.failed,

@@ -18,7 +18,8 @@ Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/n
 for registered and signed, the Model named like the registered model in the event's
 namespace, and only if its spec.version is the event's version (the registry's model name is
 not tied to a Model otherwise: a model without a Model of that name gets no status); for
-purged, the Model of the event's namespace whose spec.source is the purged location.
+purged, the Model cleanup names (`model`) when its spec.source is the purged location, else
+the Model of the event's namespace being deleted whose spec.source is that location.
 
 Every delivery records one Event on the Model, named after the CloudEvent's identity, and
 computes the status from the Model's current one plus this event: a redelivery records and
@@ -126,6 +127,10 @@ def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None
         found = cluster.get_model(data.namespace, data.model)
         return found if found and found["spec"].get("version") == data.version else None
     if isinstance(data, ArtifactPurged):
+        if data.model and is_resource_name(data.model):  # cleanup names the deleted Model
+            found = cluster.get_model(data.namespace, data.model)
+            if found is not None and _source_uri(found["spec"].get("source")) == data.uri:
+                return found
         for found in cluster.list_models(data.namespace):
             if _deleting(found) and _source_uri(found["spec"].get("source")) == data.uri:
                 return found

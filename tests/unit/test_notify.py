@@ -238,6 +238,16 @@ def test_a_clean_purge_releases_the_model(world: World) -> None:
     assert [e.reason for e in world.cluster.events.values()] == ["FinalizerAdded", "CleanedUp"]
 
 
+def test_a_purge_naming_its_model_releases_that_one(world: World) -> None:
+    for name in ("bert", "bert-copy"):  # two Models being deleted, the same source
+        world.model(name, deletionPolicy="Delete")
+        world.notify.handle(_event(ModelCreated(name=name, namespace=NS), f"c-{name}"))
+        world.cluster.delete(NS, name)
+    world.notify.handle(_event(_purged(model="bert-copy"), "p1"))
+    assert world.cluster.get_model(NS, "bert-copy") is None  # the one cleanup named
+    assert world.cluster.get_model(NS, "bert") is not None  # still held: its cleanup is due
+
+
 def test_a_purge_of_a_live_model_keeps_its_finalizer(world: World) -> None:
     world.model(deletionPolicy="Delete")
     world.notify.handle(_event(ModelCreated(name="bert", namespace=NS), "c1"))
