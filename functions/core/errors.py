@@ -50,6 +50,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "VerificationFailed",
+    "batch_failure",
 ]
 
 
@@ -63,6 +64,18 @@ class CredentialsRefused(Unavailable):
     for a replay once fixed (a 401 would tell the sender its delivery was unauthenticated)."""
 
     code = "credentials_refused"
+
+
+def batch_failure(failed: list[ModelhooksError], total: int, where: str) -> Transient:
+    """The error for a batch whose `failed` items failed transiently after the rest was
+    attempted: Throttled when every one was throttled, else Unavailable."""
+    kind = Throttled if all(isinstance(e, Throttled) for e in failed) else Unavailable
+    return kind(
+        f"{len(failed)} of {total} deletes failed in {where}; the rest was attempted",
+        location=where,
+        failed=len(failed),
+        reason=failed[0].details.get("reason", ""),
+    )
 
 
 class Forbidden(Permanent):

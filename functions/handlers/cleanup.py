@@ -241,10 +241,9 @@ def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
 
 def policy_of(data: ModelDeleted, cleanup: Cleanup) -> Policy:
     """The Model's spec.deletionPolicy (with the policy file's options), else the file's."""
-    name = data.spec.get("deletionPolicy")
+    base, name = cleanup.policy_for(data.name), data.spec.get("deletionPolicy")
     if name is None:
-        return cleanup.policy_for(data.name)
-    base = cleanup.policy_for(data.name)
+        return base
     return Policy.parse(name, protect=base.protect, old_versions=base.old_versions)
 
 

@@ -25,6 +25,7 @@ from modelhooks.core.function import Function, Skip
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import ModelState
 from modelhooks.core.retention import Policies, Policy, apply, model_policy, plan
+from modelhooks.core.sources import model_source
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import (
     ArtifactPushed,
@@ -95,12 +96,12 @@ def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[
         policy = model_policy(model.spec)
     except ValueError as exc:
         raise BadRequest(f"Model {exc}", field="spec.retention") from None
-    source = model.spec.get("source")
-    oci = source.get("oci") if isinstance(source, dict) else None
-    reference = oci.get("reference") if isinstance(oci, dict) else None
-    if policy is None or not isinstance(reference, str):
+    if policy is None:
         return None
-    host, repo, ref = parse_uri(f"oci://{reference}")
+    source = model_source(model.spec.get("source"))
+    if source.store != "oci":
+        return None  # retention is for OCI repositories
+    host, repo, ref = parse_uri(source.uri)
     if not ref.startswith("sha256:"):
         policy = replace(policy, protect=(*policy.protect, f"^{re.escape(ref)}$"))
     resolved = model.status.get("resolvedDigest")

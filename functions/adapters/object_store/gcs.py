@@ -21,6 +21,7 @@ from modelhooks.core.errors import (
     Permanent,
     Throttled,
     Unavailable,
+    batch_failure,
 )
 from modelhooks.core.records import ObjectInfo
 
@@ -206,13 +207,5 @@ class GcsObjectStore:
             elif error is not None:
                 transient.append(error)
         if transient:
-            throttled = all(isinstance(e, Throttled) for e in transient)
-            kind = Throttled if throttled else Unavailable
-            raise kind(
-                f"GCS failed to delete {len(transient)} of {len(objects)} objects in"
-                f" gs://{bucket}; the rest was attempted",
-                bucket=bucket,
-                failed=len(transient),
-                reason=transient[0].details.get("reason", ""),
-            )
+            raise batch_failure(transient, len(objects), f"gs://{bucket}")
         return refused

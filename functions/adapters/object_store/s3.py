@@ -21,6 +21,7 @@ from modelhooks.core.errors import (
     Throttled,
     Transient,
     Unavailable,
+    batch_failure,
 )
 from modelhooks.core.records import ObjectInfo
 
@@ -246,15 +247,7 @@ class S3ObjectStore:
                 else:  # AccessDenied, a locked object: this key stays, for good
                     refused[key] = f"{refused[key]}; {reason}" if key in refused else reason
         if failed:
-            throttled = all(isinstance(e, Throttled) for e in failed)
-            kind = Throttled if throttled else Unavailable
-            raise kind(
-                f"S3 failed to delete {len(failed)} of {len(objects)} objects in"
-                f" s3://{bucket}; the rest was attempted",
-                bucket=bucket,
-                failed=len(failed),
-                reason=failed[0].details.get("reason", ""),
-            )
+            raise batch_failure(failed, len(objects), f"s3://{bucket}")
         return refused
 
     @staticmethod
