@@ -134,3 +134,14 @@ def test_state_skips_what_was_sent_and_survives_a_save(tmp_path: Path) -> None:
     assert WatchState.load(tmp_path / "none.json", None) == WatchState()
     state.record("delete", model("u-1", "50"))
     assert state.sent == {}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"sent": [1]}'])
+def test_a_state_file_that_is_not_one_is_refused_naming_it(tmp_path: Path, text: str) -> None:
+    from modelhooks.adapters.kubernetes.model_source import WatchState
+    from modelhooks.core.errors import ConfigError
+
+    state = tmp_path / "watch.json"
+    state.write_text(text)
+    with pytest.raises(ConfigError, match="not a watch-models state file"):
+        WatchState.load(state, None)

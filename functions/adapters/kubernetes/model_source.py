@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from modelhooks.core.errors import ConfigError
 from modelhooks.core.logs import log
 
 __all__ = [
@@ -170,7 +171,14 @@ class WatchState:
         """The saved state, or a fresh one (none yet, or saved for another namespace)."""
         if not path.exists():
             return cls(namespace)
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict) or not isinstance(doc.get("sent") or {}, dict):
+                raise ValueError("expected an object with `sent`")
+        except ValueError as exc:  # hand-edited or foreign: say so, never guess
+            raise ConfigError(
+                f"{path}: not a watch-models state file ({exc}); remove it to start afresh"
+            ) from None
         if doc.get("namespace") != namespace:
             log(
                 logging.WARNING, f"{path} was saved for namespace {doc.get('namespace')!r}: ignored"
