@@ -5,6 +5,12 @@ Bounded by construction: a stalled or slow client costs a coroutine, never a thr
 most `max_connections` connections and requests are in flight (more get 503); a body must
 arrive within `read_timeout` (else 408) and stops being read past `max_body_bytes` (413);
 idle keep-alive connections close after `keepalive` seconds.
+
+A refused body is drained before the answer (a lingering close, as nginx does): closing a
+connection with unread data makes the kernel reset it, and the sender, still sending, never
+reads the 413 — Knative then retries what should be dead-lettered. The rest of the body is
+read and thrown away for at most `linger` seconds and `linger_bytes` bytes; a body that ends
+within them keeps its connection, one that does not is answered with `Connection: close`.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ class Limits:
     keepalive: int = 5  # seconds an idle kept-alive connection stays open
     max_connections: int = 1000  # connections and requests in flight; more get 503
     max_body_bytes: int = 1 << 20
+    linger: float = 5.0  # seconds a refused body is read and discarded, at most
+    linger_bytes: int = 64 << 20  # bytes of a refused body read and discarded, at most
 
 
 class Asgi:
@@ -54,30 +62,36 @@ class Asgi:
         for raw_name, raw_value in scope["headers"]:
             name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        read = _Reading()
         try:
-            body = await asyncio.wait_for(self._body(headers, receive), self.limits.read_timeout)
+            body = await asyncio.wait_for(
+                self._body(headers, receive, read), self.limits.read_timeout
+            )
         except TimeoutError:
             doc = {"error": "request_timeout", "message": "the request body did not arrive in time"}
-            response = json_response(408, doc)
+            await _send(send, json_response(408, doc), close=True)
         except ModelhooksError as exc:
-            response = error_response(exc)
+            ended = await self._discard(headers, receive, read)
+            await _send(send, error_response(exc), close=not ended)
         else:
             loop = asyncio.get_running_loop()
             response = await loop.run_in_executor(
                 self.pool, self.handler, scope["method"], scope["path"], headers, body
             )
-        await _send(send, response)
+            await _send(send, response)
 
-    async def _body(self, headers: Mapping[str, str], receive: Receive) -> bytes:
+    async def _body(self, headers: Mapping[str, str], receive: Receive, read: _Reading) -> bytes:
         limit = self.limits.max_body_bytes
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        declared = _declared(headers)
+        if declared is not None and declared > limit:
             raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit}")
         chunks, size = [], 0
         while True:
+            read.started = True
             message = await receive()
             if message["type"] == "http.disconnect":
                 break
+            read.ended = not message.get("more_body")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
@@ -86,6 +100,35 @@ class Asgi:
             if not message.get("more_body"):
                 break
         return b"".join(chunks)
+
+    async def _discard(self, headers: Mapping[str, str], receive: Receive, read: _Reading) -> bool:
+        """Read and throw away the rest of a refused body, within the linger bounds. True when
+        the body ended (the connection stays usable); False when it would not in time, was
+        too long to try, or the sender waits for `100 Continue` (it is not invited: it sends
+        nothing, and the answer can close at once)."""
+        if read.ended:
+            return True
+        declared = _declared(headers)
+        if declared is not None and declared > self.limits.linger_bytes:
+            return False
+        if not read.started and headers.get("expect", "").lower() == "100-continue":
+            return False
+
+        async def drain() -> bool:
+            size = 0
+            while size <= self.limits.linger_bytes:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return False
+                size += len(message.get("body", b""))
+                if not message.get("more_body"):
+                    return True
+            return False
+
+        try:
+            return await asyncio.wait_for(drain(), self.limits.linger)
+        except TimeoutError:
+            return False
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -98,13 +141,29 @@ class Asgi:
                 return
 
 
-async def _send(send: Send, response: Response) -> None:
+@dataclass
+class _Reading:
+    """How far a request's body was read."""
+
+    started: bool = False  # asked for (a `100 Continue` sender was invited)
+    ended: bool = False  # its last chunk arrived
+
+
+def _declared(headers: Mapping[str, str]) -> int | None:
+    """The request's Content-Length, when it declares one."""
+    declared = headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else None
+
+
+async def _send(send: Send, response: Response, *, close: bool = False) -> None:
     headers = [
         (k.lower().encode("latin-1"), v.encode("latin-1"))
         for k, v in response.headers.items()
-        if k.lower() != "content-length"
+        if k.lower() not in ("content-length", "connection")
     ]
     headers.append((b"content-length", str(len(response.body)).encode()))
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body})
 

@@ -1,6 +1,7 @@
 """`modelhooks serve` under hostile clients: stalled half-requests cost no thread, a body
-shorter than its Content-Length is cut off (408), keep-alive works, and the server keeps
-answering throughout."""
+shorter than its Content-Length is cut off (408), keep-alive works, an oversized body sent in
+one go is answered 413 (never a connection reset: drained, within bounds, before the answer),
+and the server keeps answering throughout."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from contextlib import ExitStack
 from contextlib import closing as _closing
 
 import pytest
+import requests
 
 from tests.e2e.conftest import Served
 from tests.e2e.packaging import free_port
@@ -85,3 +87,105 @@ def test_answers_carry_their_length(served: Served) -> None:
         body = response.read()
         assert response.getheader("content-length") == str(len(body))
         assert response.getheader("transfer-encoding") is None
+
+
+OVERSIZED = [2 << 20, 16 << 20]
+ATTEMPTS = 20
+LINGER = 5.0  # modelhooks.delivery.server.Limits.linger
+
+
+def oversized_event(size: int) -> bytes:
+    head = b'{"specversion": "1.0", "id": "big", "source": "/t", "type": "t", "data": "'
+    return head + b"a" * size + b'"}'
+
+
+def raw_post(port: int, body: bytes, connection: str) -> tuple[int, bytes]:
+    """One POST written with a single sendall (headers and body), then its answer read."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/cloudevents+json\r\n"
+            + f"Connection: {connection}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, response.read()
+
+
+def client_post(port: int, body: bytes, connection: str) -> tuple[int, bytes]:
+    if connection == "requests":
+        resp = requests.post(
+            f"http://127.0.0.1:{port}/",
+            data=body,
+            headers={"Content-Type": "application/cloudevents+json"},
+            timeout=30,
+        )
+        return resp.status_code, resp.content
+    with _closing(http.client.HTTPConnection("127.0.0.1", port, timeout=30)) as conn:
+        conn.request("POST", "/", body, {"Content-Type": "application/cloudevents+json"})
+        response = conn.getresponse()
+        return response.status, response.read()
+
+
+@pytest.mark.parametrize("size", OVERSIZED, ids=["2MiB", "16MiB"])
+@pytest.mark.parametrize("client", ["close", "keep-alive", "requests", "http.client"])
+def test_an_oversized_body_sent_in_one_go_reads_its_413_never_a_reset(
+    served: Served, size: int, client: str
+) -> None:
+    port = int(served.url.rsplit(":", 1)[1])
+    body = oversized_event(size)
+    post = raw_post if client in ("close", "keep-alive") else client_post
+    outcomes = []
+    for _ in range(ATTEMPTS):
+        try:
+            status, answer = post(port, body, client)
+        except OSError as exc:  # a reset: Knative would redeliver what must be dead-lettered
+            outcomes.append(type(exc).__name__)
+            continue
+        reason = json.loads(answer)
+        outcomes.append(f"{status} {reason['error']}")
+        assert "over the limit" in reason["message"]
+    assert outcomes == ["413 payload_too_large"] * ATTEMPTS
+
+
+def test_a_drained_413_keeps_its_connection(served: Served) -> None:
+    port = int(served.url.rsplit(":", 1)[1])
+    with _closing(http.client.HTTPConnection("127.0.0.1", port, timeout=30)) as conn:
+        conn.request("POST", "/", oversized_event(2 << 20), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 413 and response.getheader("connection") is None
+        response.read()
+        first = conn.sock
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200 and conn.sock is first
+
+
+def test_a_slow_sender_of_a_refused_body_is_cut_off_after_the_linger(served: Served) -> None:
+    """The drain is bounded: a sender trickling a 16 MiB body is answered and closed after
+    `linger` seconds, and the server answers others meanwhile."""
+    port = int(served.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {16 << 20}\r\n\r\n{{".encode()
+        )
+        started, received, closed_after = time.monotonic(), b"", None
+        other = requests.get(f"{served.url}/healthz", timeout=2)  # while it drains
+        while time.monotonic() - started < 3 * LINGER:
+            try:
+                sock.sendall(b"a" * 64)
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue  # nothing to read yet: keep trickling
+            except OSError:  # reset once the server closes on the unread trickle
+                closed_after = time.monotonic() - started
+                break
+            if not chunk:
+                closed_after = time.monotonic() - started
+                break
+            received += chunk
+    assert other.status_code == 200
+    assert closed_after is not None, f"still open after {3 * LINGER} s of trickling"
+    assert LINGER - 0.5 < closed_after < LINGER + 2
+    if received:  # read before the reset: the 413, closing
+        assert received.startswith(b"HTTP/1.1 413") and b"connection: close" in received.lower()
