@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from modelhooks.core.errors import NotFound
+from modelhooks.core.function import Skip
 from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
@@ -34,13 +35,16 @@ MARKER_LABEL = "modelhooks.dev/marker"  # the ready marker's own identity, kept 
 
 def content_digest(objects: Iterable[ObjectInfo], prefix: str, exclude: set[str]) -> str:
     """The digest of the objects under `prefix`, leaving out the names in `exclude`
-    (relative to the prefix: the ready marker, the signature)."""
+    (relative to the prefix: the ready marker, the signature); "" when nothing is left, for
+    nothing is not a model."""
     lines = []
     for info in objects:
         rel = info.key[len(prefix) :] if info.key.startswith(prefix) else info.key
         if rel in exclude:
             continue
         lines.append(f"{rel}\t{info.size}\t{info.checksum or info.generation}\n")
+    if not lines:
+        return ""
     h = hashlib.sha256("".join(sorted(lines)).encode("utf-8", "surrogateescape"))
     return PREFIX + h.hexdigest()
 
@@ -61,6 +65,11 @@ class ContentResolver:
             return event  # named by its content already (an event from the broker)
         store, bucket, prefix = self.stores.resolve(data.uri)
         digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
+        if not digest:
+            raise Skip(
+                f"nothing under {data.uri} but the ready marker, if that: not a model "
+                "(an upload aborted and cleaned up, or a redelivery after deletion)"
+            )
         labels = {**data.labels, MARKER_LABEL: data.digest}
         return event.replace(data=data.replace(digest=digest, labels=labels))
 
@@ -68,7 +77,7 @@ class ContentResolver:
         """The content digest of the version under the prefix `uri` names (one listing), as
         a push's would be; NotFound when nothing is there yet."""
         store, bucket, prefix = self.stores.resolve(uri)
-        objects = list(store.list(bucket, prefix))
-        if not objects:
+        digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
+        if not digest:
             raise NotFound(f"nothing under {uri}: push the model first", uri=uri)
-        return content_digest(objects, prefix, set(self.exclude))
+        return digest

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from modelhooks.core.function import Function
+from modelhooks.core.function import Function, Skip
 from modelhooks.core.logs import log
 from modelhooks.delivery.router import Trigger
-from modelhooks.delivery.runtime import Delivery, Outcome, run
+from modelhooks.delivery.runtime import Delivery, Outcome, run, skipped
 from modelhooks.events.model import CanonicalEvent
 
 __all__ = ["Broker", "single"]
@@ -26,7 +26,18 @@ class Broker:
         names = dict.fromkeys(t.function for t in self.triggers if t.accepts(event))
         return [self.delivery.function(name) for name in names]
 
-    def publish(self, event: CanonicalEvent, depth: int = 0) -> list[Outcome]:
+    def publish(self, event: CanonicalEvent) -> list[Outcome]:
+        """Route an event from outside (an HTTP delivery, the store watcher, a replay) and
+        the replies it leads to."""
+        if not any(t.accepts(event) for t in self.triggers):
+            return []
+        try:
+            event = self.delivery.enter(event)
+        except Skip as skip:
+            return [skipped(event, skip)]
+        return self._route(event, 0)
+
+    def _route(self, event: CanonicalEvent, depth: int) -> list[Outcome]:
         outcomes = []
         for fn in self.functions_for(event):
             outcome = run(fn, event, self.delivery)
@@ -35,10 +46,16 @@ class Broker:
                 if depth + 1 >= self.max_depth:
                     log(logging.WARNING, "reply chain too deep; not routed", event_id=reply.id)
                     continue
-                outcomes.extend(self.publish(reply, depth + 1))
+                outcomes.extend(self._route(reply, depth + 1))
         return outcomes
 
 
 def single(fn: Function, delivery: Delivery, event: CanonicalEvent) -> list[Outcome]:
     """A function endpoint: events of types it does not accept are acknowledged, unrun."""
-    return [run(fn, event, delivery)] if event.type in fn.accepts else []
+    if event.type not in fn.accepts:
+        return []
+    try:
+        event = delivery.enter(event)
+    except Skip as skip:
+        return [skipped(event, skip, fn.name)]
+    return [run(fn, event, delivery)]

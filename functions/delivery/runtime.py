@@ -40,7 +40,7 @@ from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import kind_of, translate
 
-__all__ = ["Delivery", "Outcome", "deliver", "ingest", "run", "run_all", "worst"]
+__all__ = ["Delivery", "Outcome", "deliver", "ingest", "run", "run_all", "skipped", "worst"]
 
 Sink = Callable[[CanonicalEvent], None]
 
@@ -53,6 +53,7 @@ class Outcome:
     status: int
     replies: tuple[CanonicalEvent, ...] = ()
     error: dict[str, Any] | None = None
+    skipped: str = ""  # why nothing was done, on purpose (a 2xx)
 
     def as_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -64,6 +65,8 @@ class Outcome:
         }
         if self.error:
             doc["error"] = self.error
+        if self.skipped:
+            doc["skipped"] = self.skipped
         return doc
 
 
@@ -85,8 +88,16 @@ class Delivery:
     max_future_skew: float = 300.0
     max_events: int = 100
     deadline: float = 60.0
-    # An upstream push → the same push named by its content (modelhooks.core.content).
+    # An upstream push → the same push named by its content (modelhooks.core.content);
+    # raises Skip when the push names no model.
     resolve: Callable[[CanonicalEvent], CanonicalEvent] | None = None
+
+    def enter(self, event: CanonicalEvent) -> CanonicalEvent:
+        """An event from outside (an HTTP delivery, the store watcher, a replay) as every
+        function sees it: a push named by its content, resolved here, once, for all of
+        them. Raises Skip when it names no model (nothing under the prefix but the marker:
+        an upload aborted and cleaned up, a redelivery after the model was deleted)."""
+        return event if self.resolve is None else self.resolve(event)
 
 
 def ingest(
@@ -103,15 +114,12 @@ def ingest(
     kinds = [kind_of(inbound) for inbound in inbounds]
     for kind in kinds:  # trust is bound to the route: what may come through it
         delivery.auth.admit_kind(path, kind)
-    events = []
+    events: list[CanonicalEvent] = []
     for inbound in inbounds:
         translated = translate(
             inbound, layout=delivery.layout, registry_host=delivery.registry_host
         )
-        translated = [bind_tenant(delivery.auth, path, e) for e in translated]
-        if delivery.resolve is not None:  # a push named by its marker → by its content
-            translated = [delivery.resolve(e) for e in translated]
-        events.extend(translated)
+        events.extend(bind_tenant(delivery.auth, path, e) for e in translated)
         _check_count(len(events), delivery.max_events)
     horizon = datetime.now(UTC) + timedelta(seconds=delivery.max_future_skew)
     for event in events:
@@ -129,6 +137,20 @@ def _check_count(count: int, limit: int) -> None:
         raise PayloadTooLarge(
             f"a delivery of {count} events is over the limit of {limit} (ingress.max_events)"
         )
+
+
+def skipped(event: CanonicalEvent, skip: Skip, function: str = "-") -> Outcome:
+    """The outcome of an event left alone on purpose (2xx: not redelivered), logged."""
+    log(
+        logging.INFO,
+        f"{function} skipped {event.type}: {skip}",
+        event_id=event.id,
+        type=event.type,
+        function=function,
+        outcome="skipped",
+        reason=str(skip),
+    )
+    return Outcome(function, event.id, event.type, 204, skipped=str(skip))
 
 
 def run_all(
@@ -177,7 +199,7 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
             outcome = Outcome(fn.name, event.id, event.type, 200 if replies else 204, replies)
     except Skip as skip:  # not remembered: what made it skip (signing off) may change
         outcome_name, reason = "skipped", str(skip)
-        outcome = Outcome(fn.name, event.id, event.type, 204)
+        outcome = Outcome(fn.name, event.id, event.type, 204, skipped=reason)
     except ModelhooksError as exc:
         outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
         outcome = Outcome(fn.name, event.id, event.type, status_of(exc), error=exc.as_json())
@@ -232,6 +254,9 @@ def deliver(
     if status >= 300:
         return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
     replies = [r for o in outcomes for r in o.replies]
+    skips = [o.as_json() for o in outcomes if o.skipped]
+    if skips and not replies:  # say why nothing was done (not a CloudEvent: no reply)
+        return json_response(200, {"skipped": skips})
     if delivery.sink is not None and replies:
         try:
             for reply in replies:

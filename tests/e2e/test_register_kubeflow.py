@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 
 from modelhooks import bootstrap
 from modelhooks.events import samples
+from tests.local_store import lay_model
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -65,11 +66,12 @@ def instance(
 
 
 def test_a_push_registers_once_in_kubeflow(
-    instance: Callable[[], FlaskClient], model_registry: ModelRegistryServer
+    instance: Callable[[], FlaskClient], model_registry: ModelRegistryServer, tmp_path: Path
 ) -> None:
     event = samples.load("canonical-artifact-pushed")
     name = event["data"]["model"] = f"sentiment-{uuid.uuid4().hex[:8]}"  # a shared server
     event["data"]["uri"] = f"gs://models/models/{name}/1/"
+    lay_model(tmp_path / "home", "models", f"models/{name}/1")  # the embedded store's bucket
     body = json.dumps(event)
     replies: list[dict[str, Any]] = []
     for _ in range(2):

@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.conftest import MODELHOOKS, Served
 from tests.e2e.packaging import free_port
+from tests.local_store import lay_model
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +37,7 @@ def test_raw_documents_meet_the_servers_auth_and_translators(
         "/minio-events=bearer:token=minio",
     )
     url = f"{served.url}/minio-events"
+    lay_model(served.home, "models", "models/sentiment/1")  # what the notification names
     refused = replay("--to", url)
     assert refused.returncode == 1 and "HTTP 401" in refused.stderr, refused.stderr
     assert served.registrations() == []

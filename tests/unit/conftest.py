@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelhooks import bootstrap
+from tests.local_store import SAMPLE_VERSIONS, lay_model
 
 
 @pytest.fixture
@@ -34,3 +35,11 @@ def configure(home: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str
         bootstrap.reset()
 
     return apply
+
+
+@pytest.fixture
+def sample_models(home: Path) -> Path:
+    """`home` with the versions the samples name laid in the local store."""
+    for version in SAMPLE_VERSIONS:
+        lay_model(home, "models", f"models/{version}")
+    return home

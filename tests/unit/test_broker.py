@@ -13,7 +13,10 @@ from modelhooks.delivery.runtime import Delivery
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelRegistered
 from tests.fakes.memory_registry import InMemoryModelRegistry
 
-PUSHED = ArtifactPushed(model="m", version="1", uri="gs://b/m/1/", digest="d", store="gcs")
+# Named by its content already (as the broker's own hops are): the delivery lists nothing.
+PUSHED = ArtifactPushed(
+    model="m", version="1", uri="gs://b/m/1/", digest=f"content-sha256:{'0' * 64}", store="gcs"
+)
 
 
 def echo_registered(event: CanonicalEvent) -> list[CanonicalEvent]:

@@ -17,6 +17,7 @@ from modelhooks.delivery.http import create_app
 from modelhooks.delivery.runtime import ingest
 from modelhooks.events import samples
 from modelhooks.events.model import ArtifactPushed
+from tests.local_store import lay_model
 
 
 def notification(generation: int, event_id: str) -> dict[str, object]:
@@ -63,9 +64,80 @@ def test_remarking_is_a_no_op_and_changed_content_a_conflict(home: Path) -> None
 
 
 def test_the_marker_identity_is_kept_as_a_label(home: Path) -> None:
+    lay_model(home, "models", "models/sentiment/1")
     body = json.dumps(notification(7, "m")).encode()
     headers = {"Content-Type": "application/cloudevents+json"}
-    (event,) = ingest(headers, body, build().delivery)
+    delivery = build().delivery
+    (event,) = ingest(headers, body, delivery)
+    event = delivery.enter(event)
     assert isinstance(event.data, ArtifactPushed)
     assert event.data.digest.startswith(PREFIX)
     assert event.data.labels[MARKER_LABEL] == "gcs-generation:7"
+
+
+def test_a_push_of_an_empty_prefix_registers_nothing_and_says_why(home: Path) -> None:
+    """Nothing there (the marker deleted before the delivery) or the marker alone: not a
+    model. A 2xx (redelivering would not help) whose body names the reason, on a
+    function's endpoint and through the broker alike."""
+    client = create_app(build().broker()).test_client()
+    resp = client.post(
+        "/functions/register",
+        data=json.dumps(notification(1, "gone")),
+        content_type="application/cloudevents+json",
+    )
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.json is not None and "not a model" in resp.json["skipped"][0]["skipped"]
+
+    version = home / "store" / "models" / "models" / "sentiment" / "1"
+    version.mkdir(parents=True)
+    (version / "_SUCCESS").write_bytes(b"")  # the marker alone
+    resp = client.post(
+        "/",
+        data=json.dumps(notification(2, "marker-only")),
+        content_type="application/cloudevents+json",
+    )
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.json is not None
+    assert [o["function"] for o in resp.json["outcomes"]] == ["-"]
+    assert "not a model" in resp.json["outcomes"][0]["skipped"]
+    assert SqliteModelRegistry(home / "registry.db").get_model("sentiment") is None
+
+
+def test_the_store_watcher_names_versions_by_content_and_a_restart_is_silent(
+    home: Path,
+) -> None:
+    """The embedded store follows the rule of GCS and S3: a touched marker of unchanged
+    content is a no-op, and restarting `serve` (a new watcher, the same dedupe log) answers
+    every re-announced marker as a duplicate, not as a conflict."""
+    from modelhooks import bootstrap
+    from modelhooks.adapters.object_store.watch import LocalStoreWatcher
+
+    version = lay_model(home, "models", "models/demo/1")
+    (version / "_SUCCESS").write_bytes(b"")
+    outcomes: list[int] = []
+
+    def watcher() -> LocalStoreWatcher:
+        app = build()
+        broker = app.broker()
+
+        def publish(event: object) -> None:
+            outcomes.extend(o.status for o in broker.publish(event))  # type: ignore[arg-type]
+
+        return LocalStoreWatcher(home / "store", app.delivery.layout, publish, 1.0)
+
+    assert watcher().poll() == 1
+    registry = SqliteModelRegistry(home / "registry.db")
+    model = registry.get_model("demo")
+    assert model is not None
+    (registered,) = registry.list_versions(model.id)
+    digest = registered.custom_properties["digest"]
+    assert digest.startswith(PREFIX)
+
+    (version / "_SUCCESS").write_bytes(b"touched")  # re-marked: a new event, same content
+    first = watcher()
+    assert first.poll() == 1
+    bootstrap.reset()  # a restart: the same store and dedupe log, a fresh process state
+    assert watcher().poll() == 1
+    assert outcomes and all(status < 300 for status in outcomes), outcomes
+    (again,) = registry.list_versions(model.id)
+    assert again.custom_properties["digest"] == digest

@@ -14,6 +14,9 @@ from flask.testing import FlaskClient
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.events import samples
+from tests.local_store import lay_model
+
+pytestmark = pytest.mark.usefixtures("sample_models")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,6 +87,7 @@ def test_batch_mode_answers_a_batch_of_replies(client: FlaskClient, home: Path) 
         "2",
         "gs://models/models/sentiment/2/",
     )
+    lay_model(home, "models", "models/sentiment/2")
     resp = client.post(
         "/", data=json.dumps([one, two]), content_type="application/cloudevents-batch+json"
     )
@@ -417,6 +421,7 @@ def test_the_same_id_from_another_source_is_another_event(client: FlaskClient, h
     two = json.loads(json.dumps(one))
     two["source"], two["data"]["model"] = "/elsewhere", "other-model"
     two["data"]["uri"] = "gs://models/models/other-model/1/"
+    lay_model(home, "models", "models/other-model/1")
     for doc in (one, two):
         resp = client.post("/", json=doc, content_type="application/cloudevents+json")
         assert resp.status_code == 200

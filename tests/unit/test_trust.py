@@ -29,6 +29,9 @@ ROUTES = {
 }
 
 
+pytestmark = pytest.mark.usefixtures("sample_models")
+
+
 @pytest.fixture
 def serve(home: Path) -> Callable[[dict[str, str]], FlaskClient]:
     def make(env: dict[str, str]) -> FlaskClient:

@@ -1,8 +1,11 @@
 """Watch the local store for ready markers: the embedded stand-in for bucket notifications.
 
 Every `serve.watch_interval` seconds the store under `$MODELHOOKS_HOME/store` is scanned;
-a ready marker that is new or rewritten becomes an `artifact.pushed` event. A restart
-re-announces what is there, which is harmless: every effect is idempotent.
+a ready marker that is new or rewritten becomes an `artifact.pushed` event, as a bucket
+notification would: named by the marker's generation, dated by its modification time. The
+delivery names it by its content (modelhooks.core.content), as it does a GCS or S3 push, so
+touching the marker of unchanged content registers nothing new. A restart re-announces
+what is there with the same ids and times: the delivery's dedupe recognises each one.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from modelhooks.core.logs import log
@@ -39,12 +43,13 @@ def scan(root: Path, layout: ObjectLayout) -> Iterator[CanonicalEvent]:
             digest=f"local-generation:{generation}",
             store="local",
         )
-        yield CanonicalEvent.new(
+        event = CanonicalEvent.new(
             data,
             source=f"file://{root.resolve()}/{bucket}",
             subject=f"objects/{key}",
             id=f"local:{bucket}/{key}#{generation}",
         )
+        yield event.replace(time=datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC))
 
 
 class LocalStoreWatcher:
