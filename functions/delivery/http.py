@@ -16,9 +16,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
+from modelhooks.core.function import Skip
 from modelhooks.delivery.broker import Broker, single
 from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
-from modelhooks.delivery.runtime import Delivery, deliver, ingest, run_all, worst
+from modelhooks.delivery.runtime import Delivery, deliver, ingest, run_all, skipped, worst
 
 if TYPE_CHECKING:
     import flask
@@ -72,9 +73,17 @@ def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) 
     delivery = broker.delivery
     events = ingest(headers, body, delivery, path)
     if delivery.sink is not None:
+        forwarded: list[str] = []
+        skips: list[dict[str, object]] = []
         for event in events:
-            delivery.sink(event)
-        return json_response(202, {"forwarded": [e.id for e in events]})
+            try:
+                entered = delivery.enter(event)
+            except Skip as skip:
+                skips.append(skipped(event, skip).as_json())
+                continue
+            delivery.sink(entered)
+            forwarded.append(entered.id)
+        return json_response(202 if forwarded else 200, {"forwarded": forwarded, "skipped": skips})
     outcomes = run_all(events, broker.publish, delivery.deadline)
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
