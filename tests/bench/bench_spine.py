@@ -42,12 +42,13 @@ def free_port() -> int:
 
 
 def pushed_event(n: int) -> tuple[dict[str, str], bytes]:
-    """A unique artifact.pushed in binary mode: every request registers a new version."""
+    """A unique artifact.pushed in binary mode: every request registers a new version. It is
+    named by its content already, as the ingress hands it to `register` in the cluster."""
     data = {
         "model": "bench",
         "version": str(n),
         "uri": f"gs://models/models/bench/{n}/",
-        "digest": f"gcs-generation:{n}",
+        "digest": f"content-sha256:{n:064x}",
         "store": "gcs",
     }
     headers = {

@@ -14,6 +14,7 @@ import pytest
 
 from modelhooks.core.records import ModelState
 from tests.e2e.conftest import MODELHOOKS, Served
+from tests.local_store import lay_model
 from tests.servers._proc import free_port
 from tests.servers.kube import KubeApiServer
 
@@ -32,7 +33,8 @@ def models_api(kube_apiserver: KubeApiServer) -> Iterator[Any]:
         yield client.CustomObjectsApi(api)
 
 
-def post_pushed(url: str, model: str) -> None:
+def post_pushed(served: Served, model: str) -> None:
+    lay_model(served.home, "models", f"models/{model}/1")  # what the push names
     event = {
         "specversion": "1.0",
         "id": f"e2e-{model}",
@@ -48,7 +50,7 @@ def post_pushed(url: str, model: str) -> None:
         },
     }
     req = urllib.request.Request(
-        url,
+        served.url + "/",
         data=json.dumps(event).encode(),
         headers={"Content-Type": "application/cloudevents+json"},
         method="POST",
@@ -65,7 +67,7 @@ def test_deleting_the_model_resource_archives_the_registered_model(
 ) -> None:
     served = serve(free_port())
     name = "e2e-sentiment"
-    post_pushed(served.url + "/", name)
+    post_pushed(served, name)
     model = served.registry.get_model(name)
     assert model is not None and model.state == ModelState.LIVE
 

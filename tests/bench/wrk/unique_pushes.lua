@@ -1,4 +1,5 @@
--- Every request a unique artifact.pushed (binary CloudEvent): a new version each time.
+-- Every request a unique artifact.pushed (binary CloudEvent): a new version each time, named
+-- by its content already, as the ingress hands it to `register` in the cluster.
 local counter = 0
 local threads = 0
 function setup(thread)
@@ -8,7 +9,7 @@ end
 function request()
   counter = counter + 1
   local n = tid * 100000000 + counter
-  local body = string.format('{"model":"bench","version":"%d","uri":"gs://models/models/bench/%d/","digest":"gcs-generation:%d","store":"gcs"}', n, n, n)
+  local body = string.format('{"model":"bench","version":"%d","uri":"gs://models/models/bench/%d/","digest":"content-sha256:%064x","store":"gcs"}', n, n, n)
   local headers = {
     ["Content-Type"] = "application/json",
     ["ce-specversion"] = "1.0",
