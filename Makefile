@@ -18,14 +18,20 @@ CONTAINER ?= $(shell command -v podman || command -v docker)
 
 .PHONY: help install run test unit servers lint fmt bench docs image sources clean
 
+# `make help`: each `target: ## text` of this file, the variables in the text expanded by make
+# ($(IMAGE) prints its value; eval does the second expansion, so a text holds no `#`)
+help_text = $(eval _help := $(shell sed -n 's/^$(1):.*## //p' $(MAKEFILE_LIST)))$(subst ','\'',$(_help))
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+	@{ $(foreach t,$(shell sed -n 's/^\([a-z-]*\):.*## .*/\1/p' $(MAKEFILE_LIST)),\
+	  printf '%s\t%s\n' $(t) '$(call help_text,$(t))';) } | expand -t 12
 
-# `make run` needs modelhooks alone; everything else also installs the dev tools.
+# `make run` installs modelhooks with every extra (all): what the README's demo uses (signing,
+# model_signing's CLI, watch-models, gs:// and s3:// URIs); everything else also installs
+# the dev tools.
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e .
+	PYTHONWARNINGS=ignore $(PY) -m pip install --quiet -e '.[all]'
 	rm -f $(VENV)/.runtime-* && touch $@
 
 $(STAMP): $(RUNTIME)
