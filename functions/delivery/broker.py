@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from modelhooks.core.function import Function, Skip
+from modelhooks.core.function import Function
 from modelhooks.core.logs import log
 from modelhooks.delivery.router import Trigger
-from modelhooks.delivery.runtime import Delivery, Outcome, run, skipped
+from modelhooks.delivery.runtime import Delivery, Outcome, entered, run
 from modelhooks.events.model import CanonicalEvent
 
 __all__ = ["Broker", "single"]
@@ -31,11 +31,8 @@ class Broker:
         the replies it leads to."""
         if not any(t.accepts(event) for t in self.triggers):
             return []
-        try:
-            event = self.delivery.enter(event)
-        except Skip as skip:
-            return [skipped(event, skip)]
-        return self._route(event, 0)
+        named = entered(event, self.delivery)
+        return [named] if isinstance(named, Outcome) else self._route(named, 0)
 
     def _route(self, event: CanonicalEvent, depth: int) -> list[Outcome]:
         outcomes = []
@@ -54,8 +51,5 @@ def single(fn: Function, delivery: Delivery, event: CanonicalEvent) -> list[Outc
     """A function endpoint: events of types it does not accept are acknowledged, unrun."""
     if event.type not in fn.accepts:
         return []
-    try:
-        event = delivery.enter(event)
-    except Skip as skip:
-        return [skipped(event, skip, fn.name)]
-    return [run(fn, event, delivery)]
+    named = entered(event, delivery, fn.name)
+    return [named] if isinstance(named, Outcome) else [run(fn, named, delivery)]

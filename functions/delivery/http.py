@@ -16,10 +16,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
-from modelhooks.core.function import Skip
 from modelhooks.delivery.broker import Broker, single
 from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
-from modelhooks.delivery.runtime import Delivery, deliver, ingest, run_all, skipped, worst
+from modelhooks.delivery.runtime import Delivery, Outcome, deliver, entered, ingest, run_all, worst
 
 if TYPE_CHECKING:
     import flask
@@ -69,21 +68,23 @@ def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) 
     apart (per-route authentication and accepted kinds).
 
     With a sink (`K_SINK`, as the ingress Service in the cluster has) this is the ingress
-    instead: the canonical events go to the sink (the Knative Broker) and 202 answers."""
+    instead: the canonical events go to the sink (the Knative Broker), named by their
+    content, and 202 answers (200 when each was skipped, with the reasons)."""
     delivery = broker.delivery
     events = ingest(headers, body, delivery, path)
     if delivery.sink is not None:
         forwarded: list[str] = []
-        skips: list[dict[str, object]] = []
+        answered: list[Outcome] = []
         for event in events:
-            try:
-                entered = delivery.enter(event)
-            except Skip as skip:
-                skips.append(skipped(event, skip).as_json())
-                continue
-            delivery.sink(entered)
-            forwarded.append(entered.id)
-        return json_response(202 if forwarded else 200, {"forwarded": forwarded, "skipped": skips})
+            named = entered(event, delivery)
+            if isinstance(named, Outcome):
+                answered.append(named)
+            else:
+                delivery.sink(named)
+                forwarded.append(named.id)
+        doc = {"forwarded": forwarded, "outcomes": [o.as_json() for o in answered]}
+        status = worst([o.status for o in answered]) if answered else 202
+        return json_response(status if status >= 300 else 202 if forwarded else 200, doc)
     outcomes = run_all(events, broker.publish, delivery.deadline)
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200

@@ -40,7 +40,7 @@ from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import kind_of, translate
 
-__all__ = ["Delivery", "Outcome", "deliver", "ingest", "run", "run_all", "skipped", "worst"]
+__all__ = ["Delivery", "Outcome", "deliver", "entered", "ingest", "run", "run_all", "worst"]
 
 Sink = Callable[[CanonicalEvent], None]
 
@@ -139,18 +139,19 @@ def _check_count(count: int, limit: int) -> None:
         )
 
 
-def skipped(event: CanonicalEvent, skip: Skip, function: str = "-") -> Outcome:
-    """The outcome of an event left alone on purpose (2xx: not redelivered), logged."""
-    log(
-        logging.INFO,
-        f"{function} skipped {event.type}: {skip}",
-        event_id=event.id,
-        type=event.type,
-        function=function,
-        outcome="skipped",
-        reason=str(skip),
-    )
-    return Outcome(function, event.id, event.type, 204, skipped=str(skip))
+def entered(
+    event: CanonicalEvent, delivery: Delivery, function: str = "-"
+) -> CanonicalEvent | Outcome:
+    """`event` as it enters the delivery (Delivery.enter), or the outcome that answers it
+    instead: skipped (2xx) when it names no model, the error's status when naming it failed
+    (a store that did not answer: 503, redelivered). Never raises."""
+    started = time.perf_counter()
+    try:
+        return delivery.enter(event)
+    except Exception as exc:
+        name, outcome = _failed(function, event, exc)
+    _log(outcome, name, event, started)
+    return outcome
 
 
 def run_all(
@@ -184,7 +185,7 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     started = time.perf_counter()
     key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
     digest = payload_digest(event)
-    outcome_name, reason = "ok", ""
+    outcome_name = "ok"
     try:
         cached = delivery.dedupe.get(key, digest)
         if cached is not None:
@@ -197,24 +198,32 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
             replies = tuple(fn.handle(admitted))
             delivery.dedupe.put(key, digest, replies)
             outcome = Outcome(fn.name, event.id, event.type, 200 if replies else 204, replies)
-    except Skip as skip:  # not remembered: what made it skip (signing off) may change
-        outcome_name, reason = "skipped", str(skip)
-        outcome = Outcome(fn.name, event.id, event.type, 204, skipped=reason)
-    except ModelhooksError as exc:
-        outcome_name = "transient" if isinstance(exc, Transient) else "rejected"
-        outcome = Outcome(fn.name, event.id, event.type, status_of(exc), error=exc.as_json())
-    except Exception as exc:  # a bug or an unwrapped library error: let the platform retry
-        outcome_name = "error"
-        log(logging.ERROR, f"{fn.name} failed", exc_info=exc, event_id=event.id)
-        error = Unavailable(
-            f"internal error in {fn.name}; see the logs for event {event.id}"
-        ).as_json()
-        outcome = Outcome(fn.name, event.id, event.type, 500, error=error)
+    except Exception as exc:  # Skip is not remembered: what made it skip may change
+        outcome_name, outcome = _failed(fn.name, event, exc)
+    _log(outcome, outcome_name, event, started)
+    return outcome
+
+
+def _failed(function: str, event: CanonicalEvent, exc: Exception) -> tuple[str, Outcome]:
+    """(outcome name, outcome) of `function` raising `exc` on `event`."""
+    if isinstance(exc, Skip):
+        return "skipped", Outcome(function, event.id, event.type, 204, skipped=str(exc))
+    if isinstance(exc, ModelhooksError):
+        name = "transient" if isinstance(exc, Transient) else "rejected"
+        return name, Outcome(function, event.id, event.type, status_of(exc), error=exc.as_json())
+    # a bug or an unwrapped library error: let the platform retry
+    log(logging.ERROR, f"{function} failed", exc_info=exc, event_id=event.id)
+    error = Unavailable(f"internal error in {function}; see the logs for event {event.id}")
+    return "error", Outcome(function, event.id, event.type, 500, error=error.as_json())
+
+
+def _log(outcome: Outcome, outcome_name: str, event: CanonicalEvent, started: float) -> None:
+    """One structured line per outcome."""
     level = logging.WARNING if outcome.status >= 400 else logging.INFO
     fields: dict[str, Any] = {
         "event_id": event.id,
         "type": event.type,
-        "function": fn.name,
+        "function": outcome.function,
         "outcome": outcome_name,
         "status": outcome.status,
         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
@@ -224,11 +233,11 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
         fields["uri"] = uri
     if outcome.error:
         fields["error"] = outcome.error
+    reason = outcome.skipped
     if reason:
         fields["reason"] = reason
-    message = f"{fn.name} {outcome_name} {event.type}" + (f": {reason}" if reason else "")
+    message = f"{outcome.function} {outcome_name} {event.type}" + (f": {reason}" if reason else "")
     log(level, message, **fields)
-    return outcome
 
 
 def deliver(

@@ -11,6 +11,7 @@ from pathlib import Path
 from flask.testing import FlaskClient
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks import bootstrap
 from modelhooks.bootstrap import build
 from modelhooks.core.content import MARKER_LABEL, PREFIX
 from modelhooks.delivery.http import create_app
@@ -141,3 +142,31 @@ def test_the_store_watcher_names_versions_by_content_and_a_restart_is_silent(
     assert outcomes and all(status < 300 for status in outcomes), outcomes
     (again,) = registry.list_versions(model.id)
     assert again.custom_properties["digest"] == digest
+
+
+def test_naming_a_push_that_fails_answers_the_errors_status_and_never_raises(
+    home: Path,
+) -> None:
+    """The listing behind the name can fail: a store that did not answer is a 503 (the
+    platform redelivers), a link planted in the local store a 400; the broker, the store
+    watcher and the functions' endpoints get an outcome, never an exception."""
+    from modelhooks.core.errors import Unavailable
+    from modelhooks.events.model import CanonicalEvent
+
+    pushed = ArtifactPushed(
+        model="m", version="1", uri="gs://models/m/1/", digest="gcs-generation:1", store="gcs"
+    )
+    event = CanonicalEvent.new(pushed, source="test", id="e")
+
+    def down(event: CanonicalEvent) -> CanonicalEvent:
+        raise Unavailable("the store did not answer")
+
+    (outcome,) = build(content=down).broker().publish(event)
+    assert (outcome.status, outcome.error and outcome.error["error"]) == (503, "unavailable")
+
+    bootstrap.reset()
+    (home / "store" / "models" / "m").mkdir(parents=True)
+    (home / "store" / "models" / "m" / "1").symlink_to("/etc")
+    (outcome,) = build().broker().publish(event)
+    assert outcome.status == 400 and "symbolic link" in str(outcome.error), outcome
+    assert SqliteModelRegistry(home / "registry.db").get_model("m") is None
