@@ -10,8 +10,8 @@ from pathlib import Path
 
 from flask.testing import FlaskClient
 
-from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks import bootstrap
+from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.bootstrap import build
 from modelhooks.core.content import MARKER_LABEL, PREFIX
 from modelhooks.delivery.http import create_app
