@@ -13,6 +13,7 @@ function first uses it. Tests swap any dependency in one place:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -20,11 +21,14 @@ from pathlib import Path
 from threading import Lock
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from modelhooks.adapters.kube_client import in_cluster
 from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.oci.credentials import OAUTH2_ACCESS_TOKEN
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.core.cleanup import Cleanup
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import ConfigError
+from modelhooks.core.extras import MissingExtra, missing
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
 from modelhooks.core.ports import (
@@ -45,13 +49,13 @@ from modelhooks.delivery.router import load_triggers
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.runtime import Delivery, Sink
 from modelhooks.events.auth import resolve_value
-from modelhooks.events.model import CanonicalEvent
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent
 from modelhooks.handlers import NAMES, load
 
 if TYPE_CHECKING:
     from modelhooks.adapters.signing.streaming import HashOptions
 
-__all__ = ["App", "Deps", "build", "model_registry", "object_store", "reset"]
+__all__ = ["NEEDS", "App", "Deps", "build", "extras_of", "model_registry", "object_store", "reset"]
 
 T = TypeVar("T")
 
@@ -126,6 +130,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     unknown = set(overrides) - deps_fields - {f.name for f in dataclasses.fields(Delivery)}
     if unknown:
         raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
+    _require_extras(settings, _hosted(), set(overrides))
     deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields})
     available = {f.name: getattr(deps, f.name) for f in dataclasses.fields(Deps)}
 
@@ -157,6 +162,92 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}
     )
     return App(settings, deps, delivery)
+
+
+# What each dependency can import, by the backend the settings select for it: (extra, what
+# selects it, whether the settings do; None: chosen per event, e.g. an Artifact Registry host
+# an event names, which falls back to the registry's Docker path without the extra). A
+# process requires at start-up the extras of the selected backends of the functions it hosts
+# (a missing one stops it, naming the extra); a Cloud Run source folder carries every extra
+# its function's dependencies can import, whatever the backend (`extras_of`).
+_Need = tuple[str, str, Callable[[Settings], bool] | None]
+_CLOUD: tuple[_Need, ...] = (
+    ("gcp", "store.backend=cloud (gs:// on GCS)", lambda s: s.store.backend == "cloud"),
+    ("aws", "store.backend=cloud (s3:// on S3)", lambda s: s.store.backend == "cloud"),
+)
+_SIGNING: tuple[_Need, ...] = (
+    (
+        "signing",
+        "signing (MODELHOOKS_SIGNING_*)",
+        lambda s: SigningConfig.from_settings(s.signing, ready_marker="").enabled()[0],
+    ),
+)
+NEEDS: dict[str, tuple[_Need, ...]] = {
+    "registry": (
+        ("k8s", "registry.backend=kubernetes", lambda s: s.registry.backend == "kubernetes"),
+    ),
+    "stores": _CLOUD,
+    "content": _CLOUD,  # the ingress's too: it names every push a function accepts
+    "oci": (
+        (
+            "gcp",
+            f"oci.username={OAUTH2_ACCESS_TOKEN} (Application Default Credentials)",
+            lambda s: s.oci.username == OAUTH2_ACCESS_TOKEN and not s.oci.password,
+        ),
+        ("gcp", "Artifact Registry's API (oci.artifact_registry_endpoint)", None),
+    ),
+    "signer": _SIGNING,
+    "hash_options": _SIGNING,
+    "secrets": (
+        (
+            "k8s",
+            "cleanup reading Secrets (cleanup.kubeconfig, or in a cluster)",
+            lambda s: bool(s.cleanup.kubeconfig) or in_cluster(),
+        ),
+        *_CLOUD,  # a Model's Secret holds GCS or S3 keys
+    ),
+    "cluster": (
+        (
+            "k8s",
+            "notify (notify.kubeconfig, or in a cluster)",
+            lambda s: bool(s.notify.kubeconfig) or in_cluster(),
+        ),
+    ),
+}
+
+
+def _needs(fn: Function) -> set[str]:
+    """The dependencies a function's code paths use: those its handler names, and the
+    ingress's content resolver when it accepts pushes (Delivery.enter)."""
+    return set(fn.needs) | ({"content"} if ArtifactPushed.TYPE in fn.accepts else set())
+
+
+def extras_of(fn: Function) -> tuple[str, ...]:
+    """Every extra `fn`'s code paths can import, whatever backends it is configured with
+    (what its Cloud Run source folder installs), sorted."""
+    derived = {extra for need in _needs(fn) for extra, _, _ in NEEDS.get(need, ())}
+    return tuple(sorted(derived | set(fn.extras)))
+
+
+def _hosted() -> tuple[str, ...]:
+    """The functions this process serves: functions-framework's target (it sets
+    FUNCTION_TARGET before loading the source, as Cloud Run does), else every one."""
+    target = os.environ.get("FUNCTION_TARGET", "")
+    return (target,) if target in NAMES else NAMES
+
+
+def _require_extras(settings: Settings, hosted: tuple[str, ...], given: set[str]) -> None:
+    """Start-up: the extras of the backends `settings` select for the hosted functions'
+    dependencies (those not `given` as overrides) are installed, else MissingExtra."""
+    needs = {n for name in hosted for n in _needs(load(name))} - given
+    selected = {need for n in sorted(needs) for need in NEEDS.get(n, ())}
+    absent = [
+        (extra, why, module)
+        for extra, why, when in sorted(selected, key=lambda need: need[:2])
+        if when is not None and when(settings) and (module := missing(extra))
+    ]
+    if absent:
+        raise MissingExtra(*absent)
 
 
 def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:

@@ -28,7 +28,8 @@ from modelhooks.adapters.object_store.gcs import GcsObjectStore
 from modelhooks.adapters.object_store.s3 import S3ObjectStore
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import parse_uri
-from modelhooks.core.errors import BadRequest, ConfigError
+from modelhooks.core.errors import BadRequest
+from modelhooks.core.extras import importing
 from modelhooks.core.stores import Stores
 
 __all__ = ["clients_for", "gcs_credentials", "oci_auth", "s3_keys"]
@@ -81,10 +82,8 @@ def gcs_credentials(secret: Secret, where: str) -> Any:
         info = json.loads(secret["key.json"])
     except ValueError:
         raise BadRequest(f"{where}: key.json is not JSON", field="key.json") from None
-    try:
+    with importing("gcp", "a gcs secretRef"):
         from google.oauth2 import service_account
-    except ImportError:
-        raise ConfigError("a gcs secretRef needs google-auth (install modelhooks[gcp])") from None
     if not isinstance(info, dict) or info.get("type") != "service_account":
         raise BadRequest(f"{where}: key.json is not a service-account key", field="key.json")
     load: Any = service_account.Credentials.from_service_account_info  # google-auth: untyped

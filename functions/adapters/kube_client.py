@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.core.errors import ConfigError, Unavailable
+from modelhooks.core.extras import importing
 
 __all__ = ["check_kubeconfig", "connect", "in_cluster"]
 
@@ -32,10 +33,8 @@ def connect(kubeconfig: str, *, variable: str, needs: str) -> Any:
     """An `ApiClient` through `kubeconfig`, else the in-cluster configuration. ConfigError
     when the client is not installed (`needs` says for what); Unavailable when the
     configuration cannot be used (a token file not mounted yet is worth a retry)."""
-    try:
+    with importing("k8s", needs):
         from kubernetes import client, config
-    except ImportError:
-        raise ConfigError(f"{needs} needs kubernetes (install modelhooks[k8s])") from None
     where = f"{variable}={kubeconfig}" if kubeconfig else "in-cluster config"
     try:
         if kubeconfig:

@@ -1,7 +1,8 @@
 """Cloud Run functions source folders, one per function, as `gcloud functions deploy
 --source DIR` and terraform/gcp take them: `main.py` (the function's functions-framework
-target), `requirements.txt` (the modelhooks wheel, with the extras that function imports:
-`Function.extras`) and the wheel itself.
+target), `requirements.txt` (the modelhooks wheel, with every extra that function's code
+paths can import, whatever backends it is configured with: `modelhooks.bootstrap.extras_of`,
+derived from the dependencies it names) and the wheel itself.
 
     python -m tests.tools.cloud_run_sources build/functions        (make sources)
 """
@@ -14,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from modelhooks.bootstrap import extras_of
 from modelhooks.handlers import NAMES, load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +51,9 @@ def write_sources(wheel: Path, out: Path) -> dict[str, Path]:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         shutil.copy(wheel, folder / wheel.name)
-        (folder / "requirements.txt").write_text(requirement(wheel.name, load(name).extras) + "\n")
+        (folder / "requirements.txt").write_text(
+            requirement(wheel.name, extras_of(load(name))) + "\n"
+        )
         (folder / "main.py").write_text(MAIN.format(name=name))
         folders[name] = folder
     return folders

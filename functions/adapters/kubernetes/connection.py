@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from modelhooks.adapters.kube_client import check_kubeconfig, connect, in_cluster
+from modelhooks.core.extras import require
 
 __all__ = ["Connection"]
 
@@ -28,6 +29,8 @@ class Connection:
     def __init__(
         self, api_client: Any = None, *, kubeconfig: str = "", variable: str, needs: str
     ) -> None:
+        if api_client is None:  # its library is imported on first use: checked here, at build
+            require("k8s", needs or variable)
         self._api_client = api_client
         self._kubeconfig = kubeconfig
         self._variable = variable

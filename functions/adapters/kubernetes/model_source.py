@@ -38,7 +38,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from modelhooks.core.errors import ConfigError
+from modelhooks.core.extras import require
 from modelhooks.core.logs import log
+
+# The watch is the kubernetes client's through and through: whoever imports this module to
+# watch (`modelhooks watch-models`) needs the k8s extra, said before anything else is done.
+require("k8s", "watching Models (watch-models)")
 
 __all__ = [
     "GROUP",

@@ -65,6 +65,7 @@ from modelhooks.core.errors import (
     Transient,
     Unavailable,
 )
+from modelhooks.core.extras import require
 from modelhooks.core.records import (
     ArtifactState,
     ModelArtifact,
@@ -147,6 +148,8 @@ class KubernetesModelRegistry:
         api_client: Any = None,
         timeout: float = 10.0,
     ) -> None:
+        if api_client is None:  # its library is imported on first use: checked here, at build
+            require("k8s", "registry.backend=kubernetes")
         self.namespace = namespace
         self._kubeconfig = kubeconfig
         self._api_client = api_client

@@ -23,6 +23,7 @@ from modelhooks.core.errors import (
     Unavailable,
     batch_failure,
 )
+from modelhooks.core.extras import require
 from modelhooks.core.records import ObjectInfo
 
 __all__ = ["GcsObjectStore", "gcs_error"]
@@ -62,6 +63,8 @@ class GcsObjectStore:
         page_size: int = 1000,
         credentials: Any = None,
     ) -> None:
+        if client is None:  # its library is imported on first use: checked here, at build
+            require("gcp", "gs:// URIs (GCS)")
         self._client = client
         self._project = project
         self._workers = max(1, workers)

@@ -23,6 +23,7 @@ from modelhooks.core.errors import (
     Unavailable,
     batch_failure,
 )
+from modelhooks.core.extras import require
 from modelhooks.core.records import ObjectInfo
 
 __all__ = ["S3ObjectStore", "s3_error"]
@@ -76,6 +77,8 @@ class S3ObjectStore:
         max_connections: int = 32,
         credentials: Mapping[str, str] | None = None,
     ) -> None:
+        if client is None:  # its library is imported on first use: checked here, at build
+            require("aws", "s3:// URIs (S3)")
         self._client = client
         self._endpoint_url = endpoint_url
         self._region = region

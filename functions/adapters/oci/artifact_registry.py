@@ -34,6 +34,7 @@ from modelhooks.core.errors import (
     Throttled,
     Unavailable,
 )
+from modelhooks.core.extras import importing
 from modelhooks.core.records import Manifest, Tag
 
 __all__ = ["ArtifactRegistry"]
@@ -82,7 +83,8 @@ class ArtifactRegistry:
 
     def _api(self) -> Any:
         if self._client is None:  # built on first use: importing google.* is slow
-            from google.cloud import artifactregistry_v1
+            with importing("gcp", "Artifact Registry's API"):
+                from google.cloud import artifactregistry_v1
 
             with _mapped("the Artifact Registry client"):
                 self._client = artifactregistry_v1.ArtifactRegistryClient(

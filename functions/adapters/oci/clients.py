@@ -11,6 +11,7 @@ batched deletes).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from modelhooks.adapters.oci.artifact_registry import ENDPOINT, ArtifactRegistry
 from modelhooks.adapters.oci.auth import RegistryAuth
 from modelhooks.adapters.oci.credentials import Credentials, StaticCredentials
 from modelhooks.adapters.oci.distribution import DistributionRegistry, parse_uri
+from modelhooks.core.extras import missing
 
 if TYPE_CHECKING:
     import urllib.request
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from modelhooks.core.ports import OciRegistry
 
 __all__ = ["OciClients"]
+
+_log = logging.getLogger("modelhooks.oci")
 
 ARTIFACT_REGISTRY_SUFFIX = "-docker.pkg.dev"
 
@@ -87,11 +91,18 @@ class OciClients:
 
     def registry_for(self, uri: str) -> tuple[OciRegistry, str, str]:
         """(the `OciRegistry` port, repository, tag or digest) for an `oci://` URI: Artifact
-        Registry's API for its hosts (when an endpoint is configured), the distribution API
-        otherwise."""
+        Registry's API for its hosts (when an endpoint is configured and its client, the gcp
+        extra, is installed), the distribution API otherwise."""
         docker, repo, ref = self.for_uri(uri)
         host = parse_uri(uri)[0]
         if not (self.gar_endpoint and host.endswith(ARTIFACT_REGISTRY_SUFFIX)):
+            return docker, repo, ref
+        if missing("gcp"):  # an event named the host: no start-up check could ask for it
+            _log.warning(
+                "%s: Artifact Registry's API needs the gcp extra (pip install "
+                "'modelhooks[gcp]'); using its Docker path",
+                host,
+            )
             return docker, repo, ref
         registry = ArtifactRegistry(
             host, docker=docker, endpoint=self.gar_endpoint, credentials=self.gar_credentials

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from modelhooks.core.errors import ConfigError, Forbidden, Unavailable
+from modelhooks.core.extras import importing
 
 __all__ = [
     "CLOUD_PLATFORM",
@@ -83,11 +84,9 @@ class AccessTokenCredentials:
 
 def _default_credentials() -> Any:
     origin = f"oci.username={OAUTH2_ACCESS_TOKEN} with an empty oci.password"
-    try:
+    with importing("gcp", origin):
         import google.auth
         from google.auth.exceptions import DefaultCredentialsError
-    except ImportError:
-        raise ConfigError(f"{origin} needs google-auth (install modelhooks[gcp])") from None
     try:
         credentials, _project = google.auth.default(scopes=[CLOUD_PLATFORM])
     except DefaultCredentialsError as exc:

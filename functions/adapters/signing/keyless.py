@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.core.errors import ConfigError, Unavailable, VerificationFailed
+from modelhooks.core.extras import require
 
 __all__ = ["SigstoreSigner", "SigstoreTrust", "SigstoreVerifier", "sigstore_env_state"]
 
@@ -97,6 +98,7 @@ class SigstoreSigner:
     """Keyless signing with an identity token read from `token_file`."""
 
     def __init__(self, trust: SigstoreTrust, token_file: Path) -> None:
+        require("signing", "signing models")  # sigstore: on first use
         self._trust = trust
         self._token_file = Path(token_file)
         self._context: Any = None
@@ -145,6 +147,7 @@ class SigstoreVerifier:
     """Accepts bundles whose Fulcio certificate names `identity`, issued via `issuer`."""
 
     def __init__(self, trust: SigstoreTrust, identity: str, issuer: str) -> None:
+        require("signing", "verifying signatures")
         self._trust = trust
         self._identity = identity
         self._issuer = issuer

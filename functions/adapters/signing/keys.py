@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelhooks.adapters.signing.bundle import dsse_bundle, envelope_parts, pae, proto_bundle
 from modelhooks.core.errors import ConfigError, VerificationFailed
+from modelhooks.core.extras import require
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -84,6 +85,7 @@ class KeySigner:
     """Signs with an EC private key; the bundle carries only the key's hint."""
 
     def __init__(self, private_key: ec.EllipticCurvePrivateKey) -> None:
+        require("signing", "signing models")  # model_signing, sigstore_models: on first use
         self._key = private_key
 
     @classmethod
@@ -169,6 +171,7 @@ class KeyVerifier:
     """Trusts one EC public key."""
 
     def __init__(self, public_key: Path) -> None:
+        require("signing", "verifying signatures")
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.hazmat.primitives.serialization import load_pem_public_key
         from model_signing._signing import sign_ec_key
@@ -194,6 +197,7 @@ class CertificateVerifier:
     must chain to them and allow digital signatures or code signing."""
 
     def __init__(self, chain: Sequence[Path]) -> None:
+        require("signing", "verifying signatures")
         from model_signing._signing import sign_certificate
 
         if not chain:
