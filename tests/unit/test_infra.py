@@ -838,14 +838,75 @@ def test_renamed_terraform_resources_are_moved_not_recreated(terraform: dict[str
             assert old not in terraform["resource"][rtype], f"{rtype}.{old} is still declared"
 
 
+EXAMPLES = INFRA / "examples"  # applied on their own, never by the kustomization
+INSTALL_NAMESPACE = "modelhooks"
+# what the install may create outside any namespace; every other kind is namespaced
+CLUSTER_SCOPED = {
+    "CustomResourceDefinition",
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+}
+
+
+def _installed() -> list[Path]:
+    return [p for p in _manifests(INFRA) if not p.is_relative_to(EXAMPLES)]
+
+
 def test_the_kustomization_installs_every_manifest_on_the_image_they_name() -> None:
-    kustomization = yaml.safe_load((ROOT / "infra" / "kustomization.yaml").read_text())
-    listed = {ROOT / "infra" / r for r in kustomization["resources"]}
-    manifests = set(_manifests(ROOT / "infra"))
+    kustomization = yaml.safe_load((INFRA / "kustomization.yaml").read_text())
+    listed = {INFRA / r for r in kustomization["resources"]}
+    manifests = set(_installed())
     assert listed == manifests, listed ^ manifests
+    assert _manifests(EXAMPLES), "infra/examples holds no example"
     (image,) = kustomization["images"]
     used = set(re.findall(r"image: (\S+):", "".join(p.read_text() for p in manifests)))
     assert used == {image["name"]}, used
+
+
+def test_the_install_puts_every_namespaced_object_in_one_namespace() -> None:
+    """Whatever kubectl's current namespace: each manifest names it, the kustomization holds
+    it, and the bindings' subjects are the ServiceAccounts there (the install on a real
+    apiserver: tests/integration/test_install.py)."""
+    kustomization = yaml.safe_load((INFRA / "kustomization.yaml").read_text())
+    assert kustomization.get("namespace") == INSTALL_NAMESPACE
+    docs = [d for path in _installed() for d in _load(path)]
+    for doc in docs:
+        where = doc["metadata"].get("namespace")
+        what = f"{doc['kind']} {doc['metadata']['name']}"
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert where is None, f"{what} is cluster-scoped but names namespace {where}"
+        else:
+            assert where == INSTALL_NAMESPACE, f"{what} lands in {where or 'the current one'}"
+        for subject in doc.get("subjects", []):
+            assert subject["namespace"] == INSTALL_NAMESPACE, (what, subject)
+    assert "PingSource" not in {d["kind"] for d in docs}, "a sample schedule is installed"
+    (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == INSTALL_NAMESPACE
+
+
+_BROKER_URL = re.compile(
+    r"(?:broker-ingress\.knative-eventing\.svc\.cluster\.local|127\.0\.0\.1:8080)"
+    r"/([\w-]+)/([\w-]+)"
+)
+
+
+def test_the_dead_letter_replay_urls_name_the_installed_broker(
+    knative: list[dict[str, Any]],
+) -> None:
+    """`modelhooks replay --to` the Broker's ingress: /<its namespace>/<its name>."""
+    (broker,) = _kind(knative, "Broker").values()
+    expected = (broker["metadata"].get("namespace"), broker["metadata"]["name"])
+    texts = {
+        "infra/README.md": (INFRA / "README.md").read_text(),
+        "README.md": (ROOT / "README.md").read_text(),
+        **{str(p.relative_to(ROOT)): p.read_text() for p in _manifests(KNATIVE)},
+    }
+    found = {(where, url) for where, text in texts.items() for url in _BROKER_URL.findall(text)}
+    assert {where for where, _ in found} >= {"infra/README.md", "infra/knative/dead-letter.yaml"}
+    assert {url for _, url in found} == {expected}, found
 
 
 def test_prune_schedules_publish_canonical_requests_pushed_to_prune(
