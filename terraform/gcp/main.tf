@@ -8,7 +8,9 @@ locals {
   pubsub_agent      = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 
   # the functions the models bucket's finalize events (Eventarc) and the gcr topic (Pub/Sub
-  # push) deliver to: one trigger, one subscription and their invoker bindings each
+  # push) deliver to: one trigger, one subscription and their invoker bindings each. prune
+  # gets the schedules (below); cleanup and notify are deployed with no trigger and no
+  # invoker: their events come from Kubernetes Models (README.md, What reaches each function)
   delivered = toset(["register", "sign"])
 
   # where registrations go: the Kubeflow Model Registry when registry_url is set

@@ -717,6 +717,25 @@ def test_gcr_push_subscription_is_authenticated_and_dead_lettered(
     assert acks["member"] == "${local.pubsub_agent}"
 
 
+def test_terraform_readme_says_what_reaches_each_function(terraform: dict[str, Any]) -> None:
+    """Its table of deliveries is terraform's (`local.delivered`, prune's schedules, the rest
+    nothing), and `make sources` builds a folder for every function."""
+    readme = (TERRAFORM / "README.md").read_text()
+    section = readme.split("## What reaches each function", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([a-z, ]+) \| (.+) \|$", section, re.MULTILINE)
+    table = {frozenset(names.split(", ")): what for names, what in rows if names != "function"}
+    assert set().union(*table) == set(NAMES) == set(terraform["variable"]["functions"]["default"])
+    scheduled = _resource(terraform, "google_pubsub_subscription", "prune_schedule")
+    (push,) = scheduled["push_config"]
+    (target,) = re.findall(r'function\["(\w+)"\]', push["push_endpoint"])
+    assert table[frozenset(_delivered(terraform))].endswith("`local.delivered`")
+    assert "prune_schedules" in table[frozenset({target})]
+    rest = frozenset(NAMES) - _delivered(terraform) - {target}
+    assert table[rest].startswith("nothing"), table
+    (built,) = re.findall(r"^make sources +# build/functions/\{([a-z,]+)\}$", readme, re.MULTILINE)
+    assert set(built.split(",")) == set(NAMES)
+
+
 def test_terraform_iam_bindings(terraform: dict[str, Any]) -> None:
     bindings = dict(terraform["resource"]["google_cloud_run_v2_service_iam_member"])
     scheduled = bindings.pop("prune_schedule_invokes")  # Pub/Sub pushes prune's schedule
