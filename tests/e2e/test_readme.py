@@ -35,6 +35,7 @@ from tests.servers.kube import KubeApiServer
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
 BLOCK = re.compile(r"<!-- readme-test: (?P<name>\w+) -->\n```sh\n(?P<body>.*?)```", re.S)
 
 
@@ -120,6 +121,23 @@ def test_the_try_it_section_works_as_written(checkout: Path, server: Server) -> 
     )
     assert upstream in (ROOT / "README.md").read_text()
     assert run(checkout, upstream).returncode == 0
+
+
+def test_make_help_lists_what_the_readme_names_with_values_not_variables() -> None:
+    listed = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "$(" not in listed.stdout, listed.stdout
+    targets = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    named = re.search(r"`make help` lists the other targets \(([^)]*)\)", README.read_text())
+    assert named, "README.md no longer says which targets `make help` lists"
+    assert set(re.findall(r"`([a-z-]+)`", named[1])) <= targets, listed.stdout
+
+
+def test_contributing_names_every_function() -> None:
+    from modelhooks.handlers import NAMES
+
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    (handlers,) = re.findall(r"^  handlers/ .*\n(?:  {20,}.*\n)*", text, re.M)
+    assert all(re.search(rf"\b{name}\b", handlers) for name in NAMES), (NAMES, handlers)
 
 
 # --- every command block of the three READMEs ------------------------------------------------
