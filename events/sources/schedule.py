@@ -2,8 +2,9 @@
 
 A PingSource sends `dev.knative.sources.ping` on its schedule with the `data` its spec
 gives; ours gives the request's payload, `{"uri": "oci://host/repository"}` (optionally
-`"namespace"`; infra/knative/schedule.yaml). Every ping has an id of its own, so each scheduled run is one delivery. (Cloud Scheduler
-needs no translator: it publishes a canonical CloudEvent through Pub/Sub attributes.)
+`"namespace"`; the example infra/examples/prune-schedule.yaml). Every ping has an id of its
+own, so each scheduled run is one delivery. (Cloud Scheduler needs no translator: it
+publishes a canonical CloudEvent through Pub/Sub attributes.)
 
 >>> ev = from_ping(Inbound("cloudevent", "p1", {"uri": "oci://r.example/models/bert"},
 ...     {"type": "dev.knative.sources.ping", "id": "p1", "source": "/apis/v1/pingsources/x"}))
