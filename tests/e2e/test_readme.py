@@ -6,7 +6,7 @@ run` starts it, command by command, each expected to succeed; only the port diff
 one for 8080).
 
 Then every other ```sh block of README.md, infra/README.md and terraform/gcp/README.md:
-each command is run verbatim (infra's kubectl against the harness kube-apiserver, replays
+each command is run verbatim (infra's kubectl against a fresh harness kube-apiserver, replays
 against `modelhooks serve`) or, where it cannot run here (`gcloud`, `terraform apply`, a
 pod), checked another way, the reason said (tests/e2e/docs_walk.py holds the rules; a
 command no rule claims fails). Run with `-s` to see what was run and what was checked."""
@@ -23,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -218,20 +219,18 @@ def dead_letter_copy(folder: Path) -> None:
 
 def test_infra_readme_walked(
     checkout: Path,
-    kube_apiserver: KubeApiServer,
+    own_kube_apiserver: tuple[KubeApiServer, list[Any]],
     kubectl: Path,
     serve: Callable[..., Served],
 ) -> None:
-    """infra/README.md against the harness kube-apiserver: what Knative Serving's install
-    leaves (its namespace and ConfigMaps) and a team's namespace `ml` exist first, as the
-    README assumes; the dead-letter replay goes to `modelhooks serve` on the forwarded port."""
+    """infra/README.md on a fresh kube-apiserver of its own (a user's cluster, nothing of
+    modelhooks in it; the shared one is left alone): what Knative Serving's install leaves
+    (its namespace and ConfigMaps) and a team's namespace `ml` exist first, as the README
+    assumes; the dead-letter replay goes to `modelhooks serve` on the forwarded port."""
     (checkout / "infra").symlink_to(ROOT / "infra")
-    walk = kube_walk(checkout, kube_apiserver, kubectl)
+    walk = kube_walk(checkout, own_kube_apiserver[0], kubectl)
     prepare = [
         f"kubectl apply -f - <<'EOF'\n{KNATIVE_SERVING_CONFIG}\nEOF",
-        "kubectl label namespace ml modelhooks.dev/models- 2>/dev/null || true",
-        "kubectl -n modelhooks delete secret --ignore-not-found modelhooks-ingress-auth "
-        "modelhooks-signing-key modelhooks-registry",
         "openssl ecparam -name prime256v1 -genkey -noout -out private-key.pem",
     ]
     for line in prepare:
