@@ -130,8 +130,9 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     unknown = set(overrides) - deps_fields - {f.name for f in dataclasses.fields(Delivery)}
     if unknown:
         raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
-    _require_extras(settings, _hosted(), set(overrides))
-    deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields})
+    needs = {n for name in _hosted() for n in _needs(load(name))}
+    _require_extras(settings, needs - set(overrides))
+    deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields}, needs)
     available = {f.name: getattr(deps, f.name) for f in dataclasses.fields(Deps)}
 
     @cache
@@ -236,10 +237,9 @@ def _hosted() -> tuple[str, ...]:
     return (target,) if target in NAMES else NAMES
 
 
-def _require_extras(settings: Settings, hosted: tuple[str, ...], given: set[str]) -> None:
-    """Start-up: the extras of the backends `settings` select for the hosted functions'
-    dependencies (those not `given` as overrides) are installed, else MissingExtra."""
-    needs = {n for name in hosted for n in _needs(load(name))} - given
+def _require_extras(settings: Settings, needs: set[str]) -> None:
+    """Start-up: the extras of the backends `settings` select for these dependencies (the
+    hosted functions', less the overridden) are installed, else MissingExtra."""
     selected = {need for n in sorted(needs) for need in NEEDS.get(n, ())}
     absent = [
         (extra, why, module)
@@ -250,12 +250,13 @@ def _require_extras(settings: Settings, hosted: tuple[str, ...], given: set[str]
         raise MissingExtra(*absent)
 
 
-def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
+def _deps(settings: Settings, overrides: dict[str, Any], needs: set[str]) -> Deps:
     def made(name: str, make: Any) -> Any:  # build only what is not overridden
         return overrides[name] if name in overrides else make()
 
     signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
-    signer = made("signer", signing.signer)
+    # only a process hosting sign signs: another one configured alike needs no signing extra
+    signer = made("signer", signing.signer if "signer" in needs else lambda: None)
     stores = made("stores", lambda: _stores(settings))
     exclude = frozenset({settings.layout.marker, settings.signing.signature_name})
     return Deps(

@@ -1,20 +1,78 @@
 """Helpers for the packaging tests: the wheel built once per session, fresh venvs outside
-the repository, and a canonical CloudEvent to send to what they run."""
+the repository (cached by what they install), functions-framework targets run from them,
+and real-shaped CloudEvents to send to what they run."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from modelhooks.events import samples
 
 VENV_TIMEOUT = 600
+# Venvs installed as users install them, kept by what they install (the requirements with
+# the wheel's content, not its name): a rerun over unchanged code reuses them.
+VENVS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "modelhooks" / "venvs"
+KEEP = 8  # the most recently used venvs kept; older ones are removed
+
+
+def wheel_digest(wheel: Path) -> str:
+    """A digest of what the wheel holds (its files' names and bytes, not the zip's times)."""
+    h = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as z:
+        for name in sorted(z.namelist()):
+            h.update(name.encode() + b"\0" + hashlib.sha256(z.read(name)).digest())
+    return h.hexdigest()
+
+
+def folder_key(folder: Path) -> str:
+    """What a Cloud Run source folder's venv depends on: its requirements.txt, with each
+    wheel it names replaced by that wheel's content digest."""
+    text = (folder / "requirements.txt").read_text()
+    for wheel in sorted(folder.glob("*.whl")):
+        text = text.replace(wheel.name, wheel_digest(wheel))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def cached_venv(key: str, *requirements: str, cwd: Path | None = None) -> Path:
+    """`fresh_venv` kept under VENVS/<key> (a venv cannot move: it is made in place, under a
+    lock, and marked complete last); its bin/ dir."""
+    VENVS.mkdir(parents=True, exist_ok=True)
+    where = VENVS / key
+    with (VENVS / f"{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (where / ".complete").exists():
+            shutil.rmtree(where, ignore_errors=True)
+            fresh_venv(where, *requirements, cwd=cwd)
+            (where / ".complete").touch()
+        os.utime(where)
+    _prune_venvs()
+    return where / "bin"
+
+
+def _prune_venvs() -> None:
+    kept = sorted((p for p in VENVS.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for old in kept[:-KEEP]:
+        with (VENVS / f"{old.name}.lock").open("w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use by another session
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def fresh_venv(where: Path, *requirements: str, cwd: Path | None = None) -> Path:
@@ -61,3 +119,47 @@ def post(
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+def binary(doc: Mapping[str, Any]) -> tuple[dict[str, str], bytes]:
+    """A structured CloudEvent document as binary mode, as Eventarc and Knative send one:
+    its attributes as ce-* headers, its data the body."""
+    headers = {f"ce-{k}": str(v) for k, v in doc.items() if k not in ("data", "datacontenttype")}
+    headers["Content-Type"] = str(doc.get("datacontenttype", "application/json"))
+    return headers, json.dumps(doc["data"]).encode()
+
+
+@contextlib.contextmanager
+def target(
+    bin_dir: Path, folder: Path, name: str, env: Mapping[str, str], log: Path
+) -> Iterator[str]:
+    """`functions-framework --target name` run from `folder` with `bin_dir`'s venv, as Cloud
+    Run runs a source folder; yields its URL once /healthz answers."""
+    port = free_port()
+    command = [str(bin_dir / "functions-framework"), "--target", name, "--port", str(port)]
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(folder), **env}
+    with (
+        log.open("wb") as out,
+        subprocess.Popen(command, cwd=folder, env=environ, stderr=out, stdout=out) as proc,
+    ):
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            _wait_healthy(url, proc, log)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "healthz", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"not healthy after {timeout} s:\n{log.read_text()[-3000:]}")

@@ -130,3 +130,19 @@ def test_an_artifact_registry_host_without_its_client_goes_through_its_docker_pa
     registry, _, _ = OciClients().registry_for(uri)
     assert isinstance(registry, DistributionRegistry)
     assert "pip install 'modelhooks[gcp]'" in caplog.text
+
+
+def test_only_a_process_hosting_sign_needs_the_signing_extra_for_a_key(
+    hide: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settings shared by every function (one config file, one set of variables): register
+    configured with the key starts without the signing extra, and does not sign."""
+    hide("model_signing")
+    key = tmp_path / "key.pem"
+    key.write_text("not read")
+    settings = _settings(tmp_path, MODELHOOKS_SIGNING_KEY=str(key))
+    monkeypatch.setenv("FUNCTION_TARGET", "register")
+    assert bootstrap.build(settings, sink=None).deps.signer is None
+    monkeypatch.setenv("FUNCTION_TARGET", "sign")
+    with pytest.raises(MissingExtra, match=r"\[signing\]"):
+        bootstrap.build(settings, sink=None)
