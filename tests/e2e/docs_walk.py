@@ -88,6 +88,7 @@ class Rule:
     reason: str  # why it is checked rather than run ("" for a rule that runs it)
     check: Check | None = None  # None: run verbatim, and it must succeed
     block: str | None = None  # only commands of blocks with this marker
+    elsewhere: bool = False  # run by another test (the check makes sure it exists)
 
     def matches(self, command: Command) -> re.Match[str] | None:
         if self.block is not None and command.block != self.block:
@@ -99,7 +100,8 @@ class Rule:
         assert match is not None
         if self.check is not None:
             self.check(command, match, walk)
-            walk.done.append(f"CHECKED {command}: {self.reason}")
+            said = f"RUN {command}\n    by {self.reason}" if self.elsewhere else None
+            walk.done.append(said or f"CHECKED {command}\n    {self.reason}")
             return
         text = walk.filled(command.text)
         if text.startswith("cd ") and "&&" not in text:  # the following commands run there
@@ -237,7 +239,16 @@ NO_CLOUD = "needs a Google Cloud project (none here)"
 
 RULES: dict[str, list[Rule]] = {
     "README.md": [
-        *(Rule(r".", "", referenced("tests/e2e/test_readme.py", "TRY_IT"), b) for b in TRY_IT),
+        *(
+            Rule(
+                r".",
+                "test_the_try_it_section_works_as_written, verbatim, in order",
+                referenced("tests/e2e/test_readme.py", "def test_the_try_it_section_works"),
+                block,
+                elsewhere=True,
+            )
+            for block in TRY_IT
+        ),
         Rule(
             r"^make (?P<target>run|test)\b",
             "long-running: `make run` serves until Ctrl-C (the Try-it test starts what its "
@@ -248,9 +259,10 @@ RULES: dict[str, list[Rule]] = {
     "infra/README.md": [
         Rule(
             r"^kubectl apply -k infra/",
-            "applied to the harness kube-apiserver with Knative's CRDs installed by "
-            "tests/integration/test_install.py (not duplicated here)",
+            "tests/integration/test_install.py, on a harness kube-apiserver with Knative's "
+            "CRDs installed (not duplicated here)",
             referenced("tests/integration/test_install.py", '"apply", "-k", "infra/"'),
+            elsewhere=True,
         ),
         Rule(
             r"kustomize edit set image (?P<image>[^=\s]+)=",
