@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import sys
 
-from tests.bench import bench_cleanup, bench_models, bench_prune, bench_signing, bench_spine
+from tests.bench import (
+    bench_cleanup,
+    bench_cold_start,
+    bench_models,
+    bench_prune,
+    bench_signing,
+    bench_spine,
+)
 
 
 def main() -> int:
     print("== spine: register vs a bare functions-framework function", flush=True)
     goals = bench_spine.main([])
+    print("\n== cold start: each Cloud Run source folder vs a bare functions-framework function")
+    goals += bench_cold_start.main([])
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
     goals += bench_signing.main([])
     print("\n== prune: 10,000 tags, bounded concurrency vs a sequential delete loop", flush=True)

@@ -4,6 +4,7 @@ The same paths run for real, in a venv without the extras, in tests/e2e/test_pac
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -146,3 +147,13 @@ def test_only_a_process_hosting_sign_needs_the_signing_extra_for_a_key(
     monkeypatch.setenv("FUNCTION_TARGET", "sign")
     with pytest.raises(MissingExtra, match=r"\[signing\]"):
         bootstrap.build(settings, sink=None)
+
+
+def test_make_run_installs_every_extra() -> None:
+    """The README's demo signs, verifies with model_signing's CLI, watches Models and names
+    gs:// and s3:// URIs: `make run` ($(RUNTIME)) installs modelhooks with all extras."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("$(RUNTIME): pyproject.toml\n", 1)[1].split("\n\n", 1)[0]
+    assert re.findall(r"pip install .*-e '\.\[([a-z,]+)\]'", recipe) == ["all"], recipe
+    (every,) = PYPROJECT["project"]["optional-dependencies"]["all"]
+    assert set(every.removeprefix("modelhooks[").removesuffix("]").split(",")) == set(MODULES)
