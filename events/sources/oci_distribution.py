@@ -195,8 +195,9 @@ def _zot_host(attrs: Mapping[str, str], configured: str | None, where: str) -> s
     host = urlsplit(source).netloc if "://" in source else ""
     if not host:
         raise BadRequest(
-            f"{where}: source {source!r} does not name the registry host; configure the "
-            "registry host for zot events, or set zot's event source to the registry URL",
+            f"{where}: source {source!r} does not name the registry host; set "
+            "ingress.registry_host (--ingress-registry-host, MODELHOOKS_INGRESS_REGISTRY_HOST) "
+            "to the registry zot's events come from, or zot's event source to its URL",
             field="source",
         )
     return host

@@ -18,7 +18,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-from modelhooks.core.addresses import refused_address
+from modelhooks.core.addresses import ALLOW_HINT, refused_address
 from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 
 __all__ = ["guarded_opener"]
@@ -46,7 +46,7 @@ def _connector(allow_local: bool, allowed_hosts: frozenset[str]) -> Any:
             for info in infos:
                 reason = refused_address(ipaddress.ip_address(str(info[4][0]).split("%")[0]))
                 if reason:
-                    raise Forbidden(f"{host} resolves to a {reason}", host=host)
+                    raise Forbidden(f"{host} resolves to a {reason}", host=host, hint=ALLOW_HINT)
         last: OSError | None = None
         for family, kind, proto, _canonical, sockaddr in infos:  # the checked addresses
             sock = socket.socket(family, kind, proto)

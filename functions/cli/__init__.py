@@ -14,20 +14,24 @@ Every setting is also a flag (`--<section>-<name>`), with an environment twin; s
 `modelhooks settings`.
 
 Exit status: 0 ok, 1 verification failed, 2 usage, configuration or bad input,
-3 transient (a backend did not answer: retry), 4 conflict (other content already there).
+3 transient (a backend did not answer: retry), 4 conflict (other content already there),
+70 a bug in modelhooks (an internal error: please report it), 130 interrupted (Ctrl-C:
+the line before says what was done; everything is idempotent, so running it again is safe).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import textwrap
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from modelhooks.core.errors import Conflict, ModelhooksError, Transient, VerificationFailed
 
-__all__ = ["COMMANDS", "EXIT", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT", "INTERNAL_ERROR", "INTERRUPTED", "build_parser", "main"]
 
 # Exit status by error class (the first that matches): see the module docstring.
 EXIT: tuple[tuple[type[ModelhooksError], int], ...] = (
@@ -36,6 +40,8 @@ EXIT: tuple[tuple[type[ModelhooksError], int], ...] = (
     (Conflict, 4),
     (ModelhooksError, 2),
 )
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: not the user's mistake
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 COMMANDS = (
     "serve",
@@ -51,9 +57,26 @@ COMMANDS = (
 )
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions wrapped between words, never inside a `--flag-name`."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors in two lines: what was wrong, and where the help is (not the whole
     usage of a command with dozens of settings)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
@@ -78,17 +101,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # name the command whose usage it is, not the top level's
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        command = commands.choices.get(getattr(args, "command", ""), parser)
-        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    """Run one command; every way it can end is an exit status of the module docstring
+    and at most a few lines on stderr, never a traceback (MODELHOOKS_DEBUG=1 shows the
+    traceback of an internal error)."""
     try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # name the command whose usage it is, not the top level's
+            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            command = commands.choices.get(getattr(args, "command", ""), parser)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
         return int(args.func(args))
     except ModelhooksError as exc:
         print(exc.diagnostics(), file=sys.stderr)
         return next(code for cls, code in EXIT if isinstance(exc, cls))
+    except KeyboardInterrupt as exc:  # commands re-raise it saying what they had done
+        print(f"interrupted: {exc or 'nothing more was done'}", file=sys.stderr)
+        return INTERRUPTED
+    except OSError as exc:
+        # with a file name: one the arguments name (missing, unreadable, a directory);
+        # without: the network or the system, which a retry may find better
+        print(f"os_error: {_os_error(exc)}", file=sys.stderr)
+        return 2 if exc.filename is not None else 3
+    except Exception as exc:
+        if os.environ.get("MODELHOOKS_DEBUG"):
+            raise
+        print(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "  this is a bug in modelhooks: please report it with the command line "
+            "(MODELHOOKS_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return INTERNAL_ERROR
+
+
+def _os_error(exc: OSError) -> str:
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    reason = exc.strerror or str(exc)
+    return f"{where}: {reason}" if where else reason
 
 
 def _version() -> str:

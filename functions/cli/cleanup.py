@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from modelhooks.events.model import CanonicalEvent, ModelDeleted
     from modelhooks.handlers.cleanup import in_use, plan, policy_of, targets
 
-    name, _, version = args.model.partition("/")
     deps = build(common.settings(args)).deps
+    name, version = common.model_and_version(deps.registry, args.model)
     deleted = ModelDeleted(name=name, version=version or None)
     now = stamp(
         CanonicalEvent(
@@ -107,8 +107,13 @@ def run(args: argparse.Namespace) -> int:
         with tqdm(
             total=total, desc="cleanup", unit="del", file=sys.stderr, disable=args.quiet
         ) as bar:
-            for _, purge, apply in plans:
-                failed |= apply(purge, bar.update).failed
+
+            def so_far() -> str:
+                return f"{bar.n} of {total} deletes done; run it again to finish"
+
+            with common.interruptible(so_far):
+                for _, purge, apply in plans:
+                    failed |= apply(purge, bar.update).failed
     if args.json:
         print(
             json.dumps(

@@ -1,33 +1,53 @@
-"""What every command shares: settings as flags, and the two ways to send an event (into
-this process's broker, or POSTed to a URL)."""
+"""What every command shares: settings as flags, the two ways to send an event (into
+this process's broker, or POSTed to a URL), what Ctrl-C reports, a free port."""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import re
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from modelhooks.core.errors import ConfigError, Unavailable
 from modelhooks.core.settings import Settings, describe, load_settings
 
-__all__ = ["http_reason", "http_sender", "local_sender", "settings", "settings_parser"]
+__all__ = [
+    "check_port",
+    "http_reason",
+    "http_sender",
+    "interruptible",
+    "local_sender",
+    "model_and_version",
+    "settings",
+    "settings_parser",
+]
 
 
 def settings_parser(sections: frozenset[str] | None = None) -> argparse.ArgumentParser:
     """A parent parser with the settings a command uses as flags (`--<section>-<name>`):
     those of `sections` (top-level names such as `home`, or sections such as `registry`),
     every one when None. `modelhooks settings --markdown` lists them all."""
+    specs = [s for s in describe() if sections is None or s.path[0] in sections]
     parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("settings (flag > environment > config file > default)")
+    group = parent.add_argument_group(
+        "settings (flag > environment > config file > default)",
+        # listed, not described: `modelhooks settings --markdown` has each one's meaning,
+        # environment variable and default, and `modelhooks settings` the effective values
+        "each takes a value; `modelhooks settings --markdown` describes them: "
+        + ", ".join(s.flag for s in specs),
+    )
     group.add_argument("--config", type=Path, help="YAML config file (env MODELHOOKS_CONFIG)")
-    for spec in describe():
-        if sections is not None and spec.path[0] not in sections:
-            continue
+    for spec in specs:
         group.add_argument(
             spec.flag,
             dest=f"setting:{spec.name}",
             metavar=spec.path[-1].upper(),
-            help=f"{spec.description} (env {spec.env}; default {spec.default!r})",
+            help=argparse.SUPPRESS,
         )
     return parent
 
@@ -39,7 +59,8 @@ def settings(args: argparse.Namespace) -> Settings:
 
 
 def local_sender(settings: Settings) -> Any:
-    """Send into this process's broker; (ok, reason) per event."""
+    """Send into this process's broker; (status, reason) per event: the worst status of
+    the functions that failed (a transient one when any was), 200 when none did."""
     from modelhooks.bootstrap import build
     from modelhooks.core.logs import configure
 
@@ -47,13 +68,13 @@ def local_sender(settings: Settings) -> Any:
     broker = app.broker()
     configure("WARNING")  # the progress bar and summary speak; per-event logs would drown them
 
-    def send(event: Any) -> tuple[bool, str]:
+    def send(event: Any) -> tuple[int, str]:
         if app.delivery.resolve is not None:  # as the ingress does: named by content
             event = app.delivery.resolve(event)
         failed = [o for o in broker.publish(event) if o.status >= 300]
         if not failed:
-            return True, ""
-        return False, "; ".join(_reason(o.as_json()) for o in failed)
+            return 200, ""
+        return max(o.status for o in failed), "; ".join(_reason(o.as_json()) for o in failed)
 
     return send
 
@@ -77,27 +98,84 @@ def http_reason(status: int, text: str) -> str:
 
 
 def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any:
-    """POST to `url` in binary or structured mode (with `extra` headers); (ok, reason) per
-    event."""
+    """POST to `url` in binary or structured mode (with `extra` headers); (status, reason)
+    per event. Unavailable when `url` does not answer (the next event would not get an
+    answer either)."""
     import requests
 
     from modelhooks.delivery.encoding import binary, structured
 
     session = requests.Session()
 
-    def send(event: Any) -> tuple[bool, str]:
+    def send(event: Any) -> tuple[int, str]:
         if mode == "structured":
             body = json.dumps(structured(event)).encode()
             headers = {"Content-Type": "application/cloudevents+json"}
         else:
             msg = binary(event)
             body, headers = msg.body, msg.headers
-        try:
-            resp = session.post(url, data=body, headers={**headers, **(extra or {})}, timeout=60)
-        except requests.RequestException as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        if resp.status_code < 300:
-            return True, ""
-        return False, http_reason(resp.status_code, resp.text)
+        return post(session, url, body, {**headers, **(extra or {})})
 
     return send
+
+
+def post(session: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """(status, reason) of one POST; Unavailable when `url` does not answer."""
+    import requests
+
+    try:
+        resp = session.post(url, data=body, headers=headers, timeout=60)
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise Unavailable(f"{url} did not answer: {_why(exc)}", url=url) from None
+    if resp.status_code < 300:
+        return resp.status_code, ""
+    return resp.status_code, http_reason(resp.status_code, resp.text)
+
+
+def _why(exc: Exception) -> str:
+    """The reason under a requests error's layers: "Connection refused", a timeout, …"""
+    import requests
+
+    if isinstance(exc, requests.Timeout):
+        return "no answer within 60 s"
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
+    return found.group(1).strip() if found else type(exc).__name__
+
+
+def model_and_version(registry: Any, text: str) -> tuple[str, str]:
+    """`MODEL[/VERSION]` as (model, version or ""). A model's name may hold "/" (an OCI
+    repository, `ml-prod/models/sentiment`): the whole text is the model when the registry
+    has one of that name, else the part after the last "/" is the version."""
+    if "/" not in text or registry.get_model(text) is not None:
+        return text, ""
+    name, _, version = text.rpartition("/")
+    return name, version
+
+
+@contextmanager
+def interruptible(done: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C inside the block says what was done so far: `modelhooks.cli.main` prints
+    `interrupted: <done()>` and exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(done()) from None
+
+
+def check_port(host: str, port: int) -> None:
+    """ConfigError when `host:port` cannot be listened on (another server has it), checked
+    before anything starts: a server that cannot listen must not act on the state first."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except (OSError, OverflowError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            if getattr(exc, "errno", None) == errno.EADDRINUSE:
+                why += " (another `modelhooks serve`?): stop it, or choose another --port"
+            raise ConfigError(
+                f"cannot listen on {host}:{port}: {why}", setting="serve.host, serve.port"
+            ) from None

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from modelhooks.delivery.server import run as serve
 
     settings = common.settings(args)
+    common.check_port(settings.serve.host, settings.serve.port)
     store = DeadLetterStore(settings.home / "dead-letter")
     auth = bootstrap.build(settings).delivery.auth
 
@@ -42,11 +43,12 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    serve(
-        routes(auth, store),
-        host=settings.serve.host,
-        port=settings.serve.port,
-        limits=limits(settings),
-        on_ready=ready,
-    )
+    with common.interruptible(lambda: f"stopped; the events kept are in {store.directory}"):
+        serve(
+            routes(auth, store),
+            host=settings.serve.host,
+            port=settings.serve.port,
+            limits=limits(settings),
+            on_ready=ready,
+        )
     return 0

@@ -21,6 +21,7 @@ from typing import Any
 
 from modelhooks.adapters.signing.model import Location
 from modelhooks.adapters.signing.streaming import HashOptions
+from modelhooks.cli import argtypes
 from modelhooks.core.errors import BadRequest
 from modelhooks.core.ports import ObjectStore
 
@@ -61,6 +62,15 @@ class Bar:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+    def so_far(self) -> str:
+        """What was hashed, e.g. `hashing: 1.2GiB of 40.0GiB`."""
+        from tqdm import tqdm
+
+        if self._bar is None:
+            return f"{self._label}: listing the model"
+        done, total = (tqdm.format_sizeof(n, "B", 1024) for n in (self._bar.n, self._bar.total))
+        return f"{self._label}: {done} of {total}"
 
 
 def model_store(uri: str, allow_symlinks: bool) -> tuple[ObjectStore, str, str, Path | None]:
@@ -138,7 +148,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hash", choices=["sha256", "blake3"], default="sha256")
     p.add_argument(
         "--shard-size",
-        type=int,
+        type=argtypes.count,
         default=0,
         metavar="BYTES",
         help="hash files in shards of this size (model_signing's shard mode; sign only)",

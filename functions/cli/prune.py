@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from modelhooks.cli import argtypes
 from modelhooks.core.errors import BadRequest
 from modelhooks.core.retention import Decision, Plan, Policy, apply, plan
 
@@ -34,22 +35,26 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     prune = sub.add_parser("prune", help="tag retention for an OCI repository (plan, apply)")
     steps = prune.add_subparsers(dest="prune_command", required=True)
     p = steps.add_parser("plan", parents=[common], help="print what a policy keeps and deletes")
-    p.add_argument("repository", metavar="oci://HOST/REPOSITORY")
+    p.add_argument("repository", metavar="oci://HOST/REPOSITORY", type=argtypes.oci_repository)
     p.add_argument("--stream", action="append", metavar="GLOB", help="a tag stream (repeatable)")
-    p.add_argument("--keep", type=int, default=10, help="the newest N of each stream (10)")
+    p.add_argument(
+        "--keep", type=argtypes.count, default=10, help="the newest N of each stream (10)"
+    )
     p.add_argument(
         "--protect", action="append", metavar="REGEX", help="never delete (default: latest)"
     )
-    p.add_argument("--grace-hours", type=float, default=24.0, help="spare what is newer (24)")
+    p.add_argument(
+        "--grace-hours", type=argtypes.non_negative, default=24.0, help="spare what is newer (24)"
+    )
     p.add_argument(
         "--untagged-hours",
-        type=float,
+        type=argtypes.non_negative,
         help="also delete manifests left untagged that are older (default: keep manifests)",
     )
     p.add_argument("--json", action="store_true", help="the plan as JSON (for apply --plan)")
     p.set_defaults(func=run_plan)
     a = steps.add_parser("apply", parents=[common], help="delete exactly the tags of a plan")
-    a.add_argument("repository", metavar="oci://HOST/REPOSITORY")
+    a.add_argument("repository", metavar="oci://HOST/REPOSITORY", type=argtypes.oci_repository)
     a.add_argument("--plan", type=Path, required=True, help="a plan printed by `plan --json`")
     a.add_argument("--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=run_apply)
@@ -110,9 +115,16 @@ def run_apply(args: argparse.Namespace) -> int:
     client, repo = _registry(args)
     from tqdm import tqdm
 
+    from modelhooks.cli import common
+
     total = len(planned.delete) + len(planned.manifests)
     with tqdm(total=total, desc="prune", unit="del", file=sys.stderr, disable=args.quiet) as bar:
-        done = apply(client, repo, planned, progress=bar.update)
+
+        def deleted() -> str:
+            return f"{bar.n} of {total} deletes done; apply the same plan again to finish"
+
+        with common.interruptible(deleted):
+            done = apply(client, repo, planned, progress=bar.update)
     for tag in done.skipped:
         print(
             f"skip    {tag}: it is gone or names another digest now (plan again)", file=sys.stderr

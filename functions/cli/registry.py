@@ -66,10 +66,8 @@ def _registry(args: argparse.Namespace) -> ModelRegistry:
 
 def run_show(args: argparse.Namespace) -> int:
     registry = _registry(args)
-    model, wanted = registry.get_model(args.name), ""  # names may hold "/" (OCI)
-    if model is None and "/" in args.name:
-        name, wanted = args.name.rsplit("/", 1)
-        model = registry.get_model(name)
+    name, wanted = common.model_and_version(registry, args.name)
+    model = registry.get_model(name)
     if model is None:
         raise NotFound(f"no model {args.name!r} in the registry")
     versions = [v for v in registry.list_versions(model.id) if not wanted or v.name == wanted]

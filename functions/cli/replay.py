@@ -5,6 +5,10 @@ A source is a file (one JSON document, or JSON Lines), a directory of such files
 push envelope, a native webhook body); it is translated to canonical events first, so
 filters apply to canonical types and times. Replaying twice changes nothing the second
 time: canonical ids are derived from upstream ids and every effect is idempotent.
+
+A document that cannot be read or translated is reported and the rest is sent. Exit status:
+0 every event succeeded, 2 some were refused (bad input: sending them again will not help),
+3 some failed transiently or the target did not answer (run it again), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,16 +22,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from modelhooks.cli import common
-from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.cli import argtypes, common
+from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import translate
 
 __all__ = ["Summary", "add_parser", "read_documents", "replay", "select"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -36,19 +42,33 @@ class Summary:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
+    transient: int = 0  # of the failed: those worth sending again
+    stopped: str = ""  # why the rest was not sent (the target did not answer)
     reasons: Counter[str] = field(default_factory=Counter)
 
-    def lines(self) -> list[str]:
-        out = [
+    def line(self) -> str:
+        return (
             f"sent {self.sent}, succeeded {self.succeeded}, failed {self.failed}, "
             f"skipped {self.skipped}"
-        ]
+        )
+
+    def lines(self) -> list[str]:
+        out = [self.line()]
         out += [f"  {n} x {reason}" for reason, n in self.reasons.most_common()]
+        if self.stopped:
+            out.append(f"stopped: {self.stopped}; the rest was not sent (replaying is safe)")
         return out
+
+    def exit_status(self) -> int:
+        """3 when sending again may help, 2 when something was refused, else 0."""
+        if self.stopped or self.transient:
+            return 3
+        return 2 if self.failed else 0
 
 
 def read_documents(source: str) -> Iterator[tuple[str, Any]]:
-    """(where, JSON document) for every document in the source."""
+    """(where, JSON document) for every document in the source; the document is a
+    BadRequest for a file or line that cannot be read (the rest is still read)."""
     if source == "-":
         yield from _parse("<stdin>", sys.stdin.read())
         return
@@ -60,21 +80,33 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
     else:
         raise BadRequest(f"replay source {source!r} is not a file, a directory or '-'")
     for f in files:
-        yield from _parse(str(f), f.read_text())
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            yield str(f), BadRequest(f"{f}: cannot be read: {getattr(exc, 'strerror', exc)}")
+            continue
+        yield from _parse(str(f), text)
 
 
 def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
+    """One JSON document, else JSON Lines (a line that is not JSON is reported; a file
+    with no JSON line at all is reported once)."""
     try:
         yield where, json.loads(text)
         return
-    except json.JSONDecodeError:
-        pass
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                yield f"{where}:{n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadRequest(f"{where}:{n} is not JSON: {exc}") from None
+    except ValueError as exc:  # JSONDecodeError, or a number too long to convert
+        whole = exc
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    parsed: list[tuple[str, Any]] = []
+    for n, line in lines:
+        try:
+            parsed.append((f"{where}:{n}", json.loads(line)))
+        except ValueError as exc:
+            parsed.append((f"{where}:{n}", BadRequest(f"{where}:{n} is not JSON: {exc}")))
+    if lines and all(isinstance(doc, BadRequest) for _, doc in parsed):
+        yield where, BadRequest(f"{where} is neither JSON nor JSON Lines: {whole}")
+        return
+    yield from parsed
 
 
 def content_type(doc: Any) -> str:
@@ -91,6 +123,9 @@ def to_events(
 ) -> Iterator[CanonicalEvent | BadRequest]:
     """Canonical events, or a BadRequest naming the document that does not translate."""
     for where, doc in docs:
+        if isinstance(doc, BadRequest):  # could not be read
+            yield doc
+            continue
         ctype = content_type(doc)
         try:
             for inbound in decode(
@@ -124,15 +159,17 @@ def select(
 
 
 def replay(
-    events: Iterable[CanonicalEvent | BadRequest],
-    send: Callable[[CanonicalEvent], tuple[bool, str]],
+    events: Iterable[T | BadRequest],
+    send: Callable[[T], tuple[int, str]],
     *,
     rate: float = 0.0,
-    progress: Callable[[], None] = lambda: None,
+    progress: Callable[[], object] = lambda: None,
+    summary: Summary | None = None,
 ) -> Summary:
-    """Send each event (at most `rate` per second); `send` says (ok, reason). Documents
-    that did not translate count as failed, with their reason."""
-    summary = Summary()
+    """Send each event (at most `rate` per second); `send` says (HTTP-like status,
+    reason), or raises Transient when the target did not answer (then the rest is not
+    sent). Documents that did not translate count as failed, with their reason."""
+    summary = Summary() if summary is None else summary
     interval = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
     for event in events:
@@ -144,12 +181,17 @@ def replay(
         if interval:
             time.sleep(max(0.0, next_at - time.monotonic()))
             next_at += interval
-        ok, reason = send(event)
+        try:
+            status, reason = send(event)
+        except Transient as exc:
+            summary.stopped = exc.message
+            break
         summary.sent += 1
-        if ok:
+        if status < 300:
             summary.succeeded += 1
         else:
             summary.failed += 1
+            summary.transient += status >= 500 or status == 429
             summary.reasons[reason] += 1
         progress()
     return summary
@@ -178,7 +220,9 @@ def canonical_type(text: str) -> str:
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     rp = sub.add_parser("replay", parents=[common_flags], help="send stored events again")
     rp.add_argument("source", help="a file (JSON or JSON Lines), a directory, or - for stdin")
-    rp.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
+    rp.add_argument(
+        "--to", metavar="URL", type=argtypes.http_url, help="POST here instead of in-process"
+    )
     rp.add_argument("--mode", choices=["binary", "structured"], default="binary")
     rp.add_argument(
         "--type",
@@ -194,7 +238,9 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     rp.add_argument(
         "--until", type=utc_time, help="only events at or before (ISO 8601; no zone: UTC)"
     )
-    rp.add_argument("--rate", type=float, default=0.0, help="events per second (0 = no limit)")
+    rp.add_argument(
+        "--rate", type=argtypes.non_negative, default=0.0, help="events per second (0 = no limit)"
+    )
     rp.add_argument(
         "--raw",
         action="store_true",
@@ -204,6 +250,7 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     rp.add_argument(
         "--header",
         action="append",
+        type=argtypes.header,
         metavar="'NAME: VALUE'",
         help="an extra HTTP header with --to, e.g. 'Authorization: Bearer …' (repeatable)",
     )
@@ -216,8 +263,6 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     settings = common.settings(args)
     if args.raw:
         return _run_raw(args)
@@ -239,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"error": e.message}))
                 continue
             shown: dict[str, Any] = {"id": e.id, "type": e.type, "subject": e.subject}
-            shown["time"] = str(e.time)
+            shown["time"] = e.time.isoformat() if e.time else None
             if args.verbose:
                 shown["body"] = e.data.to_dict()
             print(json.dumps(shown))
@@ -250,62 +295,65 @@ def run(args: argparse.Namespace) -> int:
             f"(reasons above) (dry run){matched}",
             file=sys.stderr,
         )
-        return 1 if bad else 0
+        return 2 if bad else 0
     if not events:
         print("nothing matched the filters: nothing sent", file=sys.stderr)
         return 0
-    headers = _headers(args.header)
     send = (
-        common.http_sender(args.to, args.mode, headers)
+        common.http_sender(args.to, args.mode, dict(args.header or ()))
         if args.to
         else common.local_sender(settings)
     )
-    with tqdm(total=len(events), unit="event", file=sys.stderr, disable=args.quiet) as bar:
-        summary = replay(events, send, rate=args.rate, progress=lambda: bar.update())
+    return _send_all(events, send, args, unit="event")
+
+
+def _send_all(
+    items: list[Any], send: Callable[[Any], tuple[int, str]], args: Any, unit: str
+) -> int:
+    """Send every item with a progress bar; the summary, or on Ctrl-C what was sent."""
+    from tqdm import tqdm
+
+    summary = Summary()
+
+    def done() -> str:
+        return f"{summary.line()} of {len(items)} {unit}s; replaying again is safe"
+
+    with (
+        common.interruptible(done),
+        tqdm(total=len(items), unit=unit, file=sys.stderr, disable=args.quiet) as bar,
+    ):
+        replay(items, send, rate=args.rate, progress=bar.update, summary=summary)
     for text in summary.lines():
         print(text, file=sys.stderr)
-    return 1 if summary.failed else 0
-
-
-def _headers(values: list[str] | None) -> dict[str, str]:
-    headers = {}
-    for value in values or ():
-        name, sep, text = value.partition(":")
-        if not sep or not name.strip():
-            raise BadRequest(f"--header {value!r} is not 'NAME: VALUE'")
-        headers[name.strip()] = text.strip()
-    return headers
+    return summary.exit_status()
 
 
 def _run_raw(args: argparse.Namespace) -> int:
     """Every document as it was delivered, to `--to`: the server decodes and translates."""
     import requests
-    from tqdm import tqdm
 
     if not args.to:
         raise BadRequest("--raw sends to a server: give --to URL")
     docs = list(read_documents(args.source))
     if args.dry_run:
         for where, doc in docs:
-            print(json.dumps({"document": where, "content_type": content_type(doc)}))
+            shown = (
+                {"document": where, "error": doc.message}
+                if isinstance(doc, BadRequest)
+                else {"document": where, "content_type": content_type(doc)}
+            )
+            print(json.dumps(shown))
         print(f"{len(docs)} documents would be sent unchanged (dry run)", file=sys.stderr)
         return 0
-    extra = _headers(args.header)
-    summary = Summary()
-    with (
-        requests.Session() as http,
-        tqdm(total=len(docs), unit="doc", file=sys.stderr, disable=args.quiet) as bar,
-    ):
-        for where, doc in docs:
-            headers = {"Content-Type": content_type(doc), **extra}
-            resp = http.post(args.to, data=json.dumps(doc).encode(), headers=headers, timeout=60)
-            summary.sent += 1
-            if resp.status_code < 300:
-                summary.succeeded += 1
-            else:
-                summary.failed += 1
-                summary.reasons[f"{where}: {common.http_reason(resp.status_code, resp.text)}"] += 1
-            bar.update()
-    for text in summary.lines():
-        print(text, file=sys.stderr)
-    return 1 if summary.failed else 0
+    extra = dict(args.header or ())
+    http = requests.Session()
+
+    def send(item: tuple[str, Any]) -> tuple[int, str]:
+        where, doc = item
+        headers = {"Content-Type": content_type(doc), **extra}
+        status, reason = common.post(http, args.to, json.dumps(doc).encode(), headers)
+        return status, f"{where}: {reason}"
+
+    items = [doc if isinstance(doc, BadRequest) else (where, doc) for where, doc in docs]
+    with http:
+        return _send_all(items, send, args, unit="document")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from modelhooks.cli.common import check_port, interruptible
 from modelhooks.cli.common import settings as load_args_settings
 from modelhooks.core.settings import Settings
 from modelhooks.delivery.http import Handler
@@ -25,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from modelhooks.delivery.server import run as serve
 
     settings = load_args_settings(args)
+    check_port(settings.serve.host, settings.serve.port)  # before the watcher acts on the state
     handler = build_handler(settings)  # a bad setting or trigger file stops start-up here
     store = (settings.home / "store").resolve()
     signing = build(settings).deps.signer
@@ -33,13 +35,14 @@ def run(args: argparse.Namespace) -> int:
         status = _status(settings, signing.identity() if signing else None)
         print(_banner(host, port, store, settings) + status, file=sys.stderr, flush=True)
 
-    serve(
-        handler,
-        host=settings.serve.host,
-        port=settings.serve.port,
-        limits=limits(settings),
-        on_ready=ready,
-    )
+    with interruptible(lambda: "stopped serving"):
+        serve(
+            handler,
+            host=settings.serve.host,
+            port=settings.serve.port,
+            limits=limits(settings),
+            on_ready=ready,
+        )
     return 0
 
 

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from modelhooks.cli import model_args
+from modelhooks.cli import common, model_args
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.ports import Signer
 
@@ -56,19 +56,20 @@ def run(args: argparse.Namespace) -> int:
     name, at = model_args.signature_location(args.signature, local)
     signer = _signer(args)
     bar = model_args.Bar("hashing", args.quiet)
-    try:
-        signed = sign_model(
-            store,
-            bucket,
-            prefix,
-            signer,
-            options=model_args.hash_options(args, name),
-            at=at,
-            replace=args.replace,
-            progress=bar,
-        )
-    finally:
-        bar.close()
+    with common.interruptible(lambda: f"{bar.so_far()}; nothing was signed"):
+        try:
+            signed = sign_model(
+                store,
+                bucket,
+                prefix,
+                signer,
+                options=model_args.hash_options(args, name),
+                at=at,
+                replace=args.replace,
+                progress=bar,
+            )
+        finally:
+            bar.close()
     model_args.print_signed(signed)
     return 0
 

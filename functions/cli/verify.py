@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from modelhooks.cli import model_args
+from modelhooks.cli import common, model_args
 from modelhooks.core.errors import ConfigError, VerificationFailed
 from modelhooks.core.ports import Verifier
 
@@ -45,29 +45,30 @@ def run(args: argparse.Namespace) -> int:
     verifier = _verifier(args)
     bar = model_args.Bar("verifying", args.quiet)
     try:
-        if args.uri.startswith("oci://"):
-            from modelhooks.adapters.oci.clients import OciClients
-            from modelhooks.adapters.signing.oci import verify_oci
+        with common.interruptible(lambda: f"{bar.so_far()}; nothing was verified"):
+            if args.uri.startswith("oci://"):
+                from modelhooks.adapters.oci.clients import OciClients
+                from modelhooks.adapters.signing.oci import verify_oci
 
-            client, repo, ref = OciClients().for_uri(args.uri)
-            options = model_args.hash_options(args, None)
-            expected = args.expected_digest
-            verified = verify_oci(
-                client, repo, ref, verifier, options=options, expected_digest=expected
-            )
-        else:
-            store, bucket, prefix, local = model_args.model_store(args.uri, args.allow_symlinks)
-            name, at = model_args.signature_location(args.signature, local)
-            verified = verify_model(
-                store,
-                bucket,
-                prefix,
-                verifier,
-                options=model_args.hash_options(args, name),
-                at=at,
-                expected_digest=args.expected_digest,
-                progress=bar,
-            )
+                client, repo, ref = OciClients().for_uri(args.uri)
+                options = model_args.hash_options(args, None)
+                expected = args.expected_digest
+                verified = verify_oci(
+                    client, repo, ref, verifier, options=options, expected_digest=expected
+                )
+            else:
+                store, bucket, prefix, local = model_args.model_store(args.uri, args.allow_symlinks)
+                name, at = model_args.signature_location(args.signature, local)
+                verified = verify_model(
+                    store,
+                    bucket,
+                    prefix,
+                    verifier,
+                    options=model_args.hash_options(args, name),
+                    at=at,
+                    expected_digest=args.expected_digest,
+                    progress=bar,
+                )
     except VerificationFailed as e:
         bar.close()
         print(f"verdict: FAILED\n{e.diagnostics()}")

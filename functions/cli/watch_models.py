@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from modelhooks.cli import common
+from modelhooks.cli import argtypes, common
 from modelhooks.core.errors import BadRequest, ConfigError, ModelhooksError
 
 __all__ = ["add_parser"]
@@ -47,7 +46,9 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
         "sends only what changed meanwhile (env MODELHOOKS_WATCH_STATE; default: none, a "
         "start sends every Model as added)",
     )
-    wm.add_argument("--to", metavar="URL", help="POST to this URL instead of in-process")
+    wm.add_argument(
+        "--to", metavar="URL", type=argtypes.http_url, help="POST here instead of in-process"
+    )
     wm.add_argument(
         "--raw",
         action="store_true",
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         api, send, namespace=args.namespace, reference=_MODES[args.mode], state_file=args.state
     )
     print(f"watching Models on {api.configuration.host}", file=sys.stderr, flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
+    kept = f"; the position is kept in {args.state}" if args.state else ""
+    with common.interruptible(lambda: f"stopped watching{kept}"):
         watcher.run()
     return 0
 
@@ -101,10 +103,11 @@ def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
 
     def send(doc: dict[str, Any]) -> None:
         for event in to_events([("watch", doc)], settings.layout.object_layout()):
-            ok, reason = (
-                (False, event.message) if isinstance(event, ModelhooksError) else send_one(event)
+            status, reason = (
+                (400, event.message) if isinstance(event, ModelhooksError) else send_one(event)
             )
-            print(f"{doc['type']} {doc['subject']}: {'ok' if ok else reason}", file=sys.stderr)
+            outcome = "ok" if status < 300 else reason
+            print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
 
     return send
 
@@ -114,15 +117,9 @@ def _raw_sender(url: str) -> Any:
 
     session = requests.Session()
 
-    def send(doc: dict[str, Any]) -> None:
+    def send(doc: dict[str, Any]) -> None:  # Unavailable stops the watch, resumed next time
         headers = {"Content-Type": "application/cloudevents+json"}
-        try:
-            resp = session.post(url, data=json.dumps(doc).encode(), headers=headers, timeout=60)
-            outcome = (
-                "ok" if resp.status_code < 300 else common.http_reason(resp.status_code, resp.text)
-            )
-        except requests.RequestException as exc:
-            outcome = f"{type(exc).__name__}: {exc}"
-        print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
+        _, reason = common.post(session, url, json.dumps(doc).encode(), headers)
+        print(f"{doc['type']} {doc['subject']}: {reason or 'ok'}", file=sys.stderr)
 
     return send

@@ -20,7 +20,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-__all__ = ["IPAddress", "literal_ip", "refusal", "refused_address"]
+__all__ = ["ALLOW_HINT", "IPAddress", "literal_ip", "refusal", "refused_address"]
+
+# what a person who runs a registry or store on such a host is told (the refusal's `hint`)
+ALLOW_HINT = (
+    "a trusted host of yours? list it in store.allowed_hosts (--store-allowed-hosts, "
+    "MODELHOOKS_STORE_ALLOWED_HOSTS; host or host:port)"
+)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _LOCAL_NAMES = {"localhost", "metadata", "metadata.google.internal", "instance-data"}

@@ -14,7 +14,7 @@ from pathlib import Path
 from threading import Lock
 from urllib.parse import urlsplit
 
-from modelhooks.core.addresses import refusal
+from modelhooks.core.addresses import ALLOW_HINT, refusal
 from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.ports import ObjectStore
 
@@ -122,7 +122,7 @@ class Stores:
             raise BadRequest(f"{uri} names no host", uri=uri)
         reason = refusal(host.split("]")[0] + "]" if host.startswith("[") else host)
         if reason:
-            raise Forbidden(f"{uri} names a {reason}", host=host)
+            raise Forbidden(f"{uri} names a {reason}", host=host, hint=ALLOW_HINT)
 
     def for_scheme(self, scheme: str) -> ObjectStore:
         with self._lock:

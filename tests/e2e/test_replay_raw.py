@@ -39,7 +39,7 @@ def test_raw_documents_meet_the_servers_auth_and_translators(
     url = f"{served.url}/minio-events"
     lay_model(served.home, "models", "models/sentiment/1")  # what the notification names
     refused = replay("--to", url)
-    assert refused.returncode == 1 and "HTTP 401" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "HTTP 401" in refused.stderr, refused.stderr
     assert served.registrations() == []
     done = replay("--to", url, "--header", "Authorization: Bearer minio")
     assert done.returncode == 0, done.stderr

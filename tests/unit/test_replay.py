@@ -12,6 +12,8 @@ from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.cli import main
 from modelhooks.events import samples
 
+pytestmark = pytest.mark.usefixtures("sample_models")
+
 SAMPLES = Path(samples.__file__).parent
 
 
@@ -88,7 +90,7 @@ def test_a_document_that_does_not_translate_is_a_failure_with_its_reason(
     bad.write_text(
         good + "\n" + json.dumps({"specversion": "1.0", "id": "x", "source": "s"}) + "\n"
     )
-    assert replay(home, str(bad)) == 1
+    assert replay(home, str(bad)) == 2  # refused: bad input
     err = capsys.readouterr().err
     assert "sent 1, succeeded 1, failed 1" in err
     assert "bad.jsonl:2" in err and "'type'" in err
@@ -98,8 +100,8 @@ def test_replay_to_a_url_that_refuses_reports_why(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = str(SAMPLES / "canonical-artifact-pushed.json")
-    assert replay(home, source, "--to", "http://127.0.0.1:9/") == 1
-    assert "ConnectionError" in capsys.readouterr().err
+    assert replay(home, source, "--to", "http://127.0.0.1:9/") == 3  # transient
+    assert "http://127.0.0.1:9/ did not answer: Connection refused" in capsys.readouterr().err
 
 
 def test_a_missing_source_is_a_clear_error(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

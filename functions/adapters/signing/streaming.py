@@ -265,6 +265,10 @@ def hash_model(
             return Resource(name, serialization.algorithm, hasher.hexdigest())
 
         with ThreadPoolExecutor(workers, "mh-hash") as hashers:
-            resources = tuple(hashers.map(hash_unit, units))
+            try:
+                resources = tuple(hashers.map(hash_unit, units))
+            except BaseException:  # e.g. Ctrl-C in this thread: the workers stop at their
+                failed.set()  # next chunk instead of hashing the rest before the pool joins
+                raise
 
     return Manifest(model_name(bucket, prefix), serialization, resources)

@@ -1,0 +1,80 @@
+"""Argument types: a flag's value is checked where it is parsed, so a mistake is a usage
+error (exit 2) naming the flag, before anything runs.
+
+    p.add_argument("--keep", type=argtypes.count)            # 0, 1, 2, …
+    p.add_argument("--rate", type=argtypes.non_negative)     # a finite float >= 0
+    p.add_argument("--to", type=argtypes.http_url)           # http(s)://host[:port]/…
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from urllib.parse import urlsplit
+
+__all__ = ["count", "header", "http_url", "non_negative", "oci_repository"]
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number, 0 or more")
+    return value
+
+
+def http_url(text: str) -> str:
+    """An http:// or https:// URL with a host (and a valid port, if any)."""
+    parts = urlsplit(text)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/"
+        )
+    if any(c.isspace() or ord(c) < 32 for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a URL holds no spaces or control characters")
+    return text
+
+
+def oci_repository(text: str) -> str:
+    """An OCI repository, `oci://HOST/REPOSITORY` (the `oci://` may be left out)."""
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme != "oci":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: not an OCI repository; give oci://HOST/REPOSITORY"
+        )
+    host, _, repository = (rest if sep else text).partition("/")
+    if not host or not repository.strip("/"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no repository; give oci://HOST/REPOSITORY"
+        )
+    return text
+
+
+def header(text: str) -> tuple[str, str]:
+    """An HTTP header, `NAME: VALUE`."""
+    name, sep, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not sep or not _TOKEN.match(name) or any(c in value for c in "\r\n\0"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'NAME: VALUE'")
+    return name, value
