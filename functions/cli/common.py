@@ -69,8 +69,6 @@ def local_sender(settings: Settings) -> Any:
     configure("WARNING")  # the progress bar and summary speak; per-event logs would drown them
 
     def send(event: Any) -> tuple[int, str]:
-        if app.delivery.resolve is not None:  # as the ingress does: named by content
-            event = app.delivery.resolve(event)
         failed = [o for o in broker.publish(event) if o.status >= 300]
         if not failed:
             return 200, ""
