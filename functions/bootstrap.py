@@ -132,7 +132,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
     needs = {n for name in _hosted() for n in _needs(load(name))}
     _require_extras(settings, needs - set(overrides))
-    deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields}, needs)
+    deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields})
     available = {f.name: getattr(deps, f.name) for f in dataclasses.fields(Deps)}
 
     @cache
@@ -250,13 +250,12 @@ def _require_extras(settings: Settings, needs: set[str]) -> None:
         raise MissingExtra(*absent)
 
 
-def _deps(settings: Settings, overrides: dict[str, Any], needs: set[str]) -> Deps:
+def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
     def made(name: str, make: Any) -> Any:  # build only what is not overridden
         return overrides[name] if name in overrides else make()
 
     signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
-    # only a process hosting sign signs: another one configured alike needs no signing extra
-    signer = made("signer", signing.signer if "signer" in needs else lambda: None)
+    signer = made("signer", signing.signer)
     stores = made("stores", lambda: _stores(settings))
     exclude = frozenset({settings.layout.marker, settings.signing.signature_name})
     return Deps(

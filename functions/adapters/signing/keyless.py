@@ -98,7 +98,6 @@ class SigstoreSigner:
     """Keyless signing with an identity token read from `token_file`."""
 
     def __init__(self, trust: SigstoreTrust, token_file: Path) -> None:
-        require("signing", "signing models")  # sigstore: on first use
         self._trust = trust
         self._token_file = Path(token_file)
         self._context: Any = None

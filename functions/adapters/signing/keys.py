@@ -85,7 +85,6 @@ class KeySigner:
     """Signs with an EC private key; the bundle carries only the key's hint."""
 
     def __init__(self, private_key: ec.EllipticCurvePrivateKey) -> None:
-        require("signing", "signing models")  # model_signing, sigstore_models: on first use
         self._key = private_key
 
     @classmethod

@@ -16,6 +16,7 @@ from modelhooks.adapters.signing.bundle import signer_of, unverified_payload
 from modelhooks.adapters.signing.manifest import Manifest
 from modelhooks.adapters.signing.streaming import HashOptions, Progress, hash_model, read_object
 from modelhooks.core.errors import BadRequest, Conflict, NotFound, VerificationFailed
+from modelhooks.core.extras import require
 from modelhooks.core.ports import ObjectStore, Signer, Verifier
 
 __all__ = [
@@ -97,6 +98,7 @@ def sign_model(
     nothing is signed again (`created=False`). Any other signature (other content, other
     signer, forged) is a Conflict, unless `replace`.
     """
+    require("signing", "signing models")  # before hashing: the bundle needs its libraries
     opts = options or HashOptions()
     out = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
     manifest = hash_model(

@@ -33,6 +33,7 @@ from modelhooks.core.errors import (
     NotFound,
     VerificationFailed,
 )
+from modelhooks.core.extras import require
 from modelhooks.core.ports import Signer, Verifier
 from modelhooks.core.records import ObjectInfo
 
@@ -120,6 +121,7 @@ def sign_oci(
     """Sign the model at `repo:ref` (tag or digest) and push the bundle as its referrer.
     Idempotent: this signer's existing referrer bundle over the same root digest is kept
     (other signers' referrers are left alone: a model may carry several signatures)."""
+    require("signing", "signing models")  # before hashing: the bundle needs its libraries
     opts = options or HashOptions()
     manifest, digest, size = _hash(client, repo, ref, opts.serialization(), opts)
     if not manifest.resources:  # a signature over nothing would "verify" forever
