@@ -90,12 +90,20 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
 
 def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
     """One JSON document, else JSON Lines (a line that is not JSON is reported; a file
-    with no JSON line at all is reported once)."""
+    with no JSON line at all is reported once). Messages pulled from a Pub/Sub subscription
+    (`gcloud pubsub subscriptions pull --format=json`, a dead-letter subscription's) are
+    each the push that delivered them."""
     try:
-        yield where, json.loads(text)
-        return
+        doc = json.loads(text)
     except ValueError as exc:  # JSONDecodeError, or a number too long to convert
         whole = exc
+    else:
+        if _pulled(doc):
+            for i, item in enumerate(doc):
+                yield f"{where}[{i}]", _as_push(item["message"])
+        else:
+            yield where, doc
+        return
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     parsed: list[tuple[str, Any]] = []
     for n, line in lines:
@@ -107,6 +115,27 @@ def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
         yield where, BadRequest(f"{where} is neither JSON nor JSON Lines: {whole}")
         return
     yield from parsed
+
+
+def _pulled(doc: Any) -> bool:
+    """Pub/Sub pulled messages: `[{"ackId": …, "message": {…}}, …]`."""
+    return (
+        isinstance(doc, list)
+        and bool(doc)
+        and all(
+            isinstance(d, dict) and "ackId" in d and isinstance(d.get("message"), dict) for d in doc
+        )
+    )
+
+
+def _as_push(message: dict[str, Any]) -> dict[str, Any]:
+    """A pulled message as Pub/Sub pushes it (a dead letter names the subscription it came
+    through)."""
+    attributes = message.get("attributes")
+    source = isinstance(attributes, dict) and attributes.get(
+        "CloudPubSubDeadLetterSourceSubscription"
+    )
+    return {"message": message, "subscription": source if isinstance(source, str) else ""}
 
 
 def content_type(doc: Any) -> str:
