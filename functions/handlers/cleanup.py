@@ -77,6 +77,9 @@ def handle(
     policy = policy_of(data, cleanup)
     found = targets(data, registry, since=stamp(event))  # none known yet: nothing to do (a
     # push older than the deletion, registered later, brings its own deletion: register)
+    if policy.name == "Retain":  # nothing is deleted, so no store or registry is reached
+        kept = [(t, Purge(t.uri, kept=((t.uri, "deletionPolicy Retain"),))) for t in found]
+        return [_purged(event, data, policy, *done, n) for n, done in enumerate(kept)]
     for target in found:  # every location is checked before anything is deleted
         if _external(target):
             continue
@@ -94,27 +97,26 @@ def handle(
         (target, *plan(target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used))
         for target in found
     ]
-    replies = []
-    for n, (target, purge, apply) in enumerate(planned):
-        done = apply(purge, lambda _: None)
-        reply = ArtifactPurged(
-            uri=target.uri,
-            model=data.name,
-            deleted=[d.name for d in done.deletions if d.name not in done.failed],
-            kept=[name for name, _ in done.kept],
-            failed=done.failed,
-            policy=policy.name,
-            namespace=data.namespace,
-        )
-        replies.append(
-            CanonicalEvent.new(
-                reply,
-                source="modelhooks/cleanup",
-                subject=event.subject,
-                id=f"{event.id}/purged/{n}",
-            )
-        )
-    return replies
+    done = [(target, apply(purge, lambda _: None)) for target, purge, apply in planned]
+    return [_purged(event, data, policy, *each, n) for n, each in enumerate(done)]
+
+
+def _purged(
+    event: CanonicalEvent, data: ModelDeleted, policy: Policy, target: Target, done: Purge, n: int
+) -> CanonicalEvent:
+    """The `artifact.purged` reply for one location: what went, what stayed, what failed."""
+    reply = ArtifactPurged(
+        uri=target.uri,
+        model=data.name,
+        deleted=[d.name for d in done.deletions if d.name not in done.failed],
+        kept=[name for name, _ in done.kept],
+        failed=done.failed,
+        policy=policy.name,
+        namespace=data.namespace,
+    )
+    return CanonicalEvent.new(
+        reply, source="modelhooks/cleanup", subject=event.subject, id=f"{event.id}/purged/{n}"
+    )
 
 
 def plan(

@@ -250,3 +250,20 @@ def test_an_http_source_is_its_publishers_and_nothing_is_deleted(world: World) -
     source = {"http": {"url": "https://models.example.com/bert.tar.gz", "sha256": "d" * 64}}
     (reply,) = world.delete("bert", deletionPolicy="Delete", source=source)
     assert reply.deleted == [] and reply.kept == [source["http"]["url"]]  # and it answers
+
+
+def test_retain_reaches_no_store_or_registry(world: World) -> None:
+    """Retain deletes nothing, so it checks and contacts nothing: a version on a registry
+    host that does not resolve (or a store that is down) is kept, not a 400 or a 503."""
+    data = ArtifactPushed(
+        model="bert",
+        version="2",
+        uri="oci://registry.invalid:5000/bert@sha256:" + "a" * 64,
+        digest="sha256:" + "a" * 64,
+        store="oci",
+    )
+    event = CanonicalEvent(id="p-oci", source="t", type=data.TYPE, data=data, time=T0)
+    register_model(event, data, registry=world.registry)
+    (reply,) = world.delete("bert", deletionPolicy="Retain")
+    assert isinstance(reply, ArtifactPurged)
+    assert (reply.policy, reply.deleted, reply.kept) == ("Retain", [], [data.uri])
