@@ -17,6 +17,7 @@ from contextlib import closing as _closing
 import pytest
 import requests
 
+from modelhooks.delivery.server import Limits
 from tests.e2e.conftest import Served
 from tests.e2e.packaging import free_port
 
@@ -91,7 +92,7 @@ def test_answers_carry_their_length(served: Served) -> None:
 
 OVERSIZED = [2 << 20, 16 << 20]
 ATTEMPTS = 20
-LINGER = 5.0  # modelhooks.delivery.server.Limits.linger
+LINGER = Limits().linger  # what `modelhooks serve` runs with
 
 
 def oversized_event(size: int) -> bytes:
@@ -186,6 +187,6 @@ def test_a_slow_sender_of_a_refused_body_is_cut_off_after_the_linger(served: Ser
             received += chunk
     assert other.status_code == 200
     assert closed_after is not None, f"still open after {3 * LINGER} s of trickling"
-    assert LINGER - 0.5 < closed_after < LINGER + 2
+    assert LINGER - 0.5 < closed_after < LINGER + 5  # + slack for a loaded machine
     if received:  # read before the reset: the 413, closing
         assert received.startswith(b"HTTP/1.1 413") and b"connection: close" in received.lower()
