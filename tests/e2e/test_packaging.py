@@ -1,6 +1,13 @@
-"""The package as its users install it: the wheel alone in a fresh venv outside the
-repository (`modelhooks serve` routes by the Trigger YAML it carries), and the Cloud Run
-functions source folder of each function (main.py + requirements.txt + the wheel)."""
+"""The package as its users install it, in fresh venvs outside the repository:
+
+- the wheel alone, no extras: `modelhooks serve` routes by the Trigger YAML it carries, and
+  every command or setting that needs an optional library stops with exit 2 naming the
+  extra to install (never a traceback, exit 3, a 500 or a 503);
+- the Cloud Run functions source folder of each function (main.py + requirements.txt + the
+  wheel), installed as Cloud Run installs it, handles a real-shaped upstream notification of
+  each backend it can be configured with, on the real server: an Eventarc GCS finalize on
+  fake-gcs-server, a MinIO notification on MinIO, the Kubernetes registry and Models on the
+  kube-apiserver."""
 
 from __future__ import annotations
 
