@@ -13,7 +13,7 @@ import math
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["count", "header", "http_url", "non_negative", "oci_repository"]
+__all__ = ["count", "header", "http_url", "non_negative", "oci_repository", "regex"]
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
 
@@ -68,6 +68,15 @@ def oci_repository(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r} names no repository; give oci://HOST/REPOSITORY"
         )
+    return text
+
+
+def regex(text: str) -> str:
+    """A regular expression (Python's syntax)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
     return text
 
 

@@ -41,7 +41,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--keep", type=argtypes.count, default=10, help="the newest N of each stream (10)"
     )
     p.add_argument(
-        "--protect", action="append", metavar="REGEX", help="never delete (default: latest)"
+        "--protect",
+        action="append",
+        metavar="REGEX",
+        type=argtypes.regex,
+        help="never delete (default: latest)",
     )
     p.add_argument(
         "--grace-hours", type=argtypes.non_negative, default=24.0, help="spare what is newer (24)"

@@ -407,8 +407,10 @@ def load_settings(
 
     def put(path: tuple[str, ...], value: Any, where: str) -> None:
         node = merged
-        for part in path[:-1]:
+        for n, part in enumerate(path[:-1], 1):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):  # a config file gave a value where a section is
+                raise ConfigError(f"invalid setting {origin[path[:n]]}: expected a section")
         node[path[-1]] = value
         origin[path] = where
 
@@ -462,7 +464,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
     try:
         doc = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must hold a mapping of settings")

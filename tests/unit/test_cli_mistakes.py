@@ -42,6 +42,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         (["replay", PUSHED, "--header", "no colon"], "--header", "NAME: VALUE"),
         (["sign", "./m", "--key", "k.pem", "--shard-size", "-5"], "--shard-size", "0 or more"),
         (["watch-models", "--to", "localhost:8080"], "--to", "http:// or https:// URL"),
+        (["prune", "plan", "oci://r.example.com/m", "--protect", "("], "--protect", "regular"),
     ],
 )
 def test_a_bad_flag_value_is_a_usage_error_naming_the_flag(
@@ -50,6 +51,22 @@ def test_a_bad_flag_value_is_a_usage_error_naming_the_flag(
     code, _, err = run(capsys, *argv)
     assert code == 2 and f"argument {flag}" in err and why in err, err
     assert not home.exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"registry: [1, 2]\n", "invalid setting registry in "),  # and a registry flag
+        (b"\xff\xfe\x00", "cannot read config file"),
+    ],
+)
+def test_a_config_file_that_is_not_one_is_a_config_error(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, why: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_bytes(content)
+    code, _, err = run(capsys, "settings", "--config", str(config), "--registry-backend", "sqlite")
+    assert code == 2 and err.startswith(f"config_error: {why}"), err
 
 
 def test_prune_names_what_an_oci_repository_is(
