@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.diagnostics(), file=sys.stderr)
         return next(code for cls, code in EXIT if isinstance(exc, cls))
     except KeyboardInterrupt as exc:  # commands re-raise it saying what they had done
-        print(f"interrupted: {exc or 'nothing more was done'}", file=sys.stderr)
+        print(f"interrupted: {exc or 'stopped before it finished'}", file=sys.stderr)
         return INTERRUPTED
     except OSError as exc:
         # with a file name: one the arguments name (missing, unreadable, a directory);

@@ -10,7 +10,7 @@ plan is printed as a table (every object, tag, referrer and manifest that goes, 
 stays and why); unless `--dry-run`, exactly that list is deleted, with a progress bar.
 Nothing a live version of another model uses goes. The registration is left as it is.
 Exit status: 0 done, 2 a bad argument or policy, 3 a backend did not answer (run again:
-what is gone stays gone).
+what is gone stays gone), 130 interrupted (likewise).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ a progress bar.
     modelhooks verify s3://models/bert/1 --identity me@example.com --issuer https://accounts.example.com
     modelhooks sign oci://127.0.0.1:5000/models/bert:v1 --key key.pem   (bundle pushed as a referrer)
 
-Exit status: 0 signed / verified, 1 verification failed, 2 any other error.
+Exit status: 0 signed / verified, 1 verification failed, 2 a bad argument or model, 3 the
+store did not answer, 4 signed already with other content (sign --replace), 130 interrupted.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ where the registry lists them, pushed longer ago); nothing is changed. `apply` d
 exactly what the plan file says, in the order that leaves nothing dangling — the
 manifests' referrers, the tags (a tag moved since planning is skipped), the manifests —
 with a progress bar; what is gone already is fine.
-Exit status: 0 done, 2 a bad argument or plan, 3 the registry did not answer.
+Exit status: 0 done, 2 a bad argument or plan, 3 the registry did not answer, 130 interrupted
+(the line before says how many deletes were done: apply the same plan again).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
     modelhooks sign s3://models/bert/1 --identity-token /var/run/secrets/sigstore/token
     modelhooks sign oci://127.0.0.1:5000/models/bert:v1 --key key.pem   (bundle pushed as a referrer)
 
-Exit status: 0 signed, 2 any error.
+Exit status: 0 signed, 2 a bad argument or model, 3 the store did not answer, 4 signed
+already with other content (--replace overwrites), 130 interrupted (nothing signed).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
     modelhooks verify s3://models/bert/1 --identity me@example.com --issuer https://accounts.example.com
     modelhooks verify oci://127.0.0.1:5000/models/bert:v1 --public-key key.pub
 
-Exit status: 0 verified, 1 verification failed, 2 any other error.
+Exit status: 0 verified, 1 verification failed, 2 a bad argument or model, 3 the store did
+not answer, 130 interrupted.
 """
 
 from __future__ import annotations
