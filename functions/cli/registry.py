@@ -152,4 +152,4 @@ def run_import(args: argparse.Namespace) -> int:
     for refusal in report.refused:
         print(f"refused: {refusal}", file=sys.stderr)
     print(report.summary())
-    return 1 if report.refused else 0
+    return 2 if report.refused else 0  # refused input, as replay's refused events (1: verification)

@@ -80,19 +80,33 @@ def import_registry(registry: ModelRegistry, doc: Mapping[str, Any]) -> ImportRe
         raise BadRequest(f"not a registry export: its format is not {FORMAT!r}")
     key = source_id_key(str(doc.get("backend") or "unknown"))
     report = ImportReport()
-    for m in doc.get("models") or ():
+    for m in _records(report, "the document's models", doc.get("models")):
         model = _attempt(
             report, f"model {m.get('name')!r}", partial(_import_model, registry, report, m, key)
         )
         if model is None:
             continue
-        for v in m.get("versions") or ():
+        for v in _records(report, f"model {m['name']!r} versions", m.get("versions")):
             _attempt(
                 report,
                 f"model {m['name']!r} version {v.get('name')!r}",
                 partial(_import_version, registry, report, model, v, key),
             )
     return report
+
+
+def _records(report: ImportReport, where: str, value: Any) -> list[Json]:
+    """The records of a list in the document; a list that is not one, or an item that is
+    not a record, is refused as malformed (the rest is imported)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        report.refused.append(f"{where}: malformed (a list of records expected)")
+        return []
+    records = [r for r in value if isinstance(r, dict)]
+    if len(records) < len(value):
+        report.refused.append(f"{where}: {len(value) - len(records)} malformed (not records)")
+    return records
 
 
 def _attempt(report: ImportReport, where: str, action: Callable[[], R]) -> R | None:

@@ -126,3 +126,23 @@ def test_the_cli_moves_a_registry_between_homes(
     assert "0 created, 0 updated, 6 unchanged, 0 refused" in capsys.readouterr().out
     moved = SqliteModelRegistry(tmp_path / "b" / "registry.db")
     assert without_ids(export_registry(moved)) == without_ids(json.loads(out.read_text()))
+
+
+def test_refused_records_exit_2_naming_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused record is refused input (2), not a failed verification (1)."""
+    out = tmp_path / "export.json"
+    source = SqliteModelRegistry(tmp_path / "a" / "registry.db")
+    populate(source)
+    source.close()
+    assert main(["registry", "export", "--home", str(tmp_path / "a"), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    doc["models"][0]["versions"] = "not a list"
+    out.write_text(json.dumps(doc))
+    assert main(["registry", "import", str(out), "--home", str(tmp_path / "b")]) == 2
+    assert "versions: malformed" in capsys.readouterr().err
+    for models in ("x", [1, None], [{"name": "m", "versions": [1, "v"]}], [{"versions": {}}]):
+        out.write_text(json.dumps({**doc, "models": models}))
+        assert main(["registry", "import", str(out), "--home", str(tmp_path / "c")]) == 2
+        assert "malformed" in capsys.readouterr().err, models
