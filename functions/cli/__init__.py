@@ -16,7 +16,8 @@ Every setting is also a flag (`--<section>-<name>`), with an environment twin; s
 Exit status: 0 ok, 1 verification failed, 2 usage, configuration or bad input,
 3 transient (a backend did not answer: retry), 4 conflict (other content already there),
 70 a bug in modelhooks (an internal error: please report it), 130 interrupted (Ctrl-C:
-the line before says what was done; everything is idempotent, so running it again is safe).
+the line before says what was done; everything is idempotent, so running it again is safe),
+141 the reader of the output went away (`… | head`: quietly, as a shell reports SIGPIPE).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ EXIT: tuple[tuple[type[ModelhooksError], int], ...] = (
 )
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: not the user's mistake
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 COMMANDS = (
     "serve",
@@ -118,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # commands re-raise it saying what they had done
         print(f"interrupted: {exc or 'stopped before it finished'}", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # whoever read our output stopped (`… | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return BROKEN_PIPE
     except OSError as exc:
         # with a file name: one the arguments name (missing, unreadable, a directory);
         # without: the network or the system, which a retry may find better

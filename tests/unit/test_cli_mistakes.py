@@ -264,3 +264,23 @@ def test_help_is_short_and_shows_plain_values(capsys: pytest.CaptureFixture[str]
         assert len(out.splitlines()) <= 60, f"{command}: {len(out.splitlines())} lines"
         assert "PosixPath" not in out and "--home" in out
         assert "modelhooks settings --markdown" in out
+
+
+def test_a_reader_that_goes_away_ends_it_quietly(tmp_path: Path) -> None:
+    """`modelhooks replay … --dry-run | head -1`: the rest of the output has nowhere to go;
+    that is the reader's choice, not an error to report (141, as a shell reports SIGPIPE)."""
+    import subprocess
+    import sys
+
+    many = tmp_path / "many.jsonl"  # well past a pipe's buffer once printed
+    line = json.dumps(samples.load("canonical-artifact-pushed"))
+    many.write_text("\n".join([line] * 2000) + "\n")
+    modelhooks = Path(sys.executable).with_name("modelhooks")
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{modelhooks} replay {many} --dry-run | head -1"],
+        capture_output=True,
+        text=True,
+        env={"MODELHOOKS_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.stdout.count("\n") == 1
+    assert done.returncode == 141 and "rror" not in done.stderr, (done.returncode, done.stderr)
