@@ -383,6 +383,36 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
             version="1.3",
             binaries={"mmdebstrap": "/usr/bin/mmdebstrap"},
         ),
+        # A private Sigstore (tests/servers/sigstore.py; facts in ../shared/SIGSTORE-LOCAL.md).
+        # TesseraCT and rekor-tiles both name their binary `posix`: cached as their own names.
+        GoBuild(
+            name="tesseract",
+            module="github.com/transparency-dev/tesseract",
+            version="v0.1.1",
+            package="github.com/transparency-dev/tesseract/cmd/tesseract/posix",
+        ),
+        GoBuild(
+            # Rekor v2; v2.2.1 still accepts DSSE entries (v2.3.0+ drops them).
+            name="rekor-tiles",
+            module="github.com/sigstore/rekor-tiles/v2",
+            version="v2.2.1",
+            package="github.com/sigstore/rekor-tiles/v2/cmd/rekor-server/posix",
+        ),
+        GoBuild(
+            # The TSA's REST API behind our own main (tsa/main.go): upstream's `serve` binds
+            # its metrics to :2112 on all interfaces, one TSA per machine.
+            name="timestamp-server",
+            module="github.com/sigstore/timestamp-authority",
+            version="v1.2.9",
+            package="timestamp-server",
+            source="tsa/main.go",
+        ),
+        GoBuild(
+            name="fulcio",
+            module="github.com/sigstore/fulcio",
+            version="v1.8.8",
+            package="github.com/sigstore/fulcio",
+        ),
         GoBuild(
             name="model-registry",
             module="github.com/kubeflow/model-registry",
