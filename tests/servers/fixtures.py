@@ -22,6 +22,8 @@ zot                registries.OciRegistry (same fields; CloudEvents to notify_ur
 ociregistry        registries.OciRegistry (referrers API, tag DELETE; no notifications)
 artifact_registry  artifact_registry.ArtifactRegistryStandIn (in-process stand-in for GAR's REST API; per test)
 model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
+sigstore           sigstore.Sigstore (fulcio/rekor/tsa/ct/tuf urls, tuf_root, trust_config,
+                   cli_trust_config, issuer, kube, token(), identity()); uses kube_apiserver
 podman             containers.Podman (podman + runc; base_image() made with mmdebstrap)
 =================  ===========================================================
 
@@ -55,6 +57,8 @@ from tests.servers.registries import (
     start_ociregistry,
     start_zot,
 )
+from tests.servers.sigstore import NEEDS as SIGSTORE_NEEDS
+from tests.servers.sigstore import Sigstore, start_sigstore
 from tests.servers.token_auth import TokenServer
 
 T = TypeVar("T")
@@ -207,6 +211,18 @@ def model_registry(
     """Kubeflow Model Registry REST server over a throw-away PostgreSQL 15."""
     needs = ("postgresql", "model-registry")
     yield from _serve(request, tmp_path_factory, needs, start_model_registry)
+
+
+@pytest.fixture(scope="session")
+def sigstore(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    kube_apiserver: KubeApiServer,
+) -> Iterator[Sigstore]:
+    """A private Sigstore (CT log, Rekor v2, TSA, Fulcio) whose OIDC issuer is
+    ``kube_apiserver``, with its TUF repository served on loopback (tests/servers/sigstore.py)."""
+    start = functools.partial(start_sigstore, kube=kube_apiserver)
+    yield from _serve(request, tmp_path_factory, SIGSTORE_NEEDS, start)
 
 
 @pytest.fixture(scope="session")

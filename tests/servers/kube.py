@@ -208,6 +208,8 @@ def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
                 f"--client-ca-file={ca.cert_file}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 f"--service-account-issuer={url}",
+                # the discovery document names it (Fulcio's `kubernetes` issuer reads it)
+                f"--service-account-jwks-uri={url}/openid/v1/jwks",
                 f"--service-account-key-file={sa_key}",
                 f"--service-account-signing-key-file={sa_key}",
                 f"--token-auth-file={tokens}",
