@@ -123,6 +123,42 @@ def test_fulcio_refuses_a_token_for_another_audience(sigstore: Sigstore, trust: 
     assert cause.response is not None and cause.response.status_code == 400
 
 
+def test_fulcio_refuses_an_expired_token_it_would_otherwise_accept(sigstore: Sigstore) -> None:
+    import base64
+
+    import jwt
+    import requests
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from sigstore.oidc import IdentityError, IdentityToken
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([]))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = csr.public_bytes(serialization.Encoding.PEM)
+    body = {"certificateSigningRequest": base64.b64encode(pem).decode()}
+
+    def ask_fulcio(token: str) -> requests.Response:
+        return requests.post(
+            f"{sigstore.fulcio_url}/api/v2/signingCert",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+
+    live = sigstore.signed_token(NAMESPACE, ACCOUNT, expires_in=600)
+    expired = sigstore.signed_token(NAMESPACE, ACCOUNT, expires_in=-60)
+    assert ask_fulcio(live).status_code in (200, 201)  # the crafted token is otherwise valid
+    assert ask_fulcio(expired).status_code == 400
+    with pytest.raises(IdentityError) as refused:  # sigstore-python refuses it first
+        IdentityToken(expired, client_id="sigstore")
+    assert isinstance(refused.value.__cause__, jwt.ExpiredSignatureError)
+
+
 def _model_signing(*args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("model_signing")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "model_signing"]

@@ -38,6 +38,9 @@ class KubeApiServer:
     etcd_url: str
     version: str
     log_files: tuple[Path, ...]
+    # the key that signs its ServiceAccount tokens (RSA, PEM): for tokens TokenRequest
+    # cannot mint, e.g. already expired ones
+    service_account_key: Path | None = None
 
     def write_kubeconfig(
         self, path: Path, *, token: str | None = None, user: str = "admin"
@@ -231,6 +234,7 @@ def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
             etcd_url=etcd_url,
             version=KUBE_VERSION,
             log_files=(apiserver.log_path, etcd.log_path),
+            service_account_key=sa_key,
         )
         return info, processes
     except BaseException:

@@ -88,7 +88,7 @@ class Sigstore:
         expiration_seconds: int = 600,
     ) -> str:
         """A TokenRequest token of the ServiceAccount (namespace and account created if
-        absent); the apiserver refuses expirations under 600 s."""
+        absent); the apiserver refuses expirations under 600 s (see `signed_token`)."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
@@ -115,6 +115,40 @@ class Sigstore:
                 service_account, namespace, request
             )
         return str(answer.status.token)
+
+    def signed_token(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        expires_in: int,
+        audience: str = AUDIENCE,
+    ) -> str:
+        """A ServiceAccount token shaped as the apiserver makes them and signed with its own
+        key, expiring in ``expires_in`` seconds: negative for one already expired, which
+        TokenRequest cannot mint (it refuses expirations under 600 s)."""
+        import jwt
+
+        key_file = self.kube.service_account_key
+        assert key_file is not None, "kube_apiserver started without a service-account key"
+        key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        der = _spki_der(key.public_key())
+        kid = base64.urlsafe_b64encode(hashlib.sha256(der).digest()).rstrip(b"=").decode()
+        now = int(dt.datetime.now(dt.UTC).timestamp())
+        issued = min(now, now + expires_in - 600)
+        claims = {
+            "iss": self.issuer,
+            "sub": f"system:serviceaccount:{namespace}:{service_account}",
+            "aud": [audience],
+            "iat": issued,
+            "nbf": issued,
+            "exp": now + expires_in,
+            "kubernetes.io": {
+                "namespace": namespace,
+                "serviceaccount": {"name": service_account, "uid": secrets.token_hex(16)},
+            },
+        }
+        return jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})  # type: ignore[arg-type]
 
 
 # --- key and CA material -------------------------------------------------------------------
