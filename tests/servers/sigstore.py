@@ -23,6 +23,7 @@ import hashlib
 import http.server
 import json
 import secrets
+import ssl
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -376,9 +377,12 @@ def write_tuf_repository(directory: Path, targets: dict[str, bytes]) -> Path:
 
 
 class _StaticServer:
-    """A threaded HTTP server of one folder on a loopback port (the TUF repository)."""
+    """A threaded HTTP server of one folder on a loopback port (the TUF repository); stops
+    with the fixture's processes (it has their ``name``, ``log_path`` and ``stop``)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, log_path: Path) -> None:
+        self.name, self.log_path = "tuf-http", log_path
+        log_path.touch()
         handler = functools.partial(_QuietHandler, directory=str(folder))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -396,16 +400,6 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-class _ServerStop:
-    """Adapts `_StaticServer` to the fixture's list of processes (stop + log_path)."""
-
-    def __init__(self, server: _StaticServer, log_path: Path) -> None:
-        self.name, self.server, self.log_path = "tuf-http", server, log_path
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
 # --- processes -----------------------------------------------------------------------------
 
 
@@ -415,8 +409,9 @@ def _get(url: str, **kwargs: Any) -> bytes:
         return body
 
 
-def _status_ok(url: str) -> Callable[[], bool]:
-    return lambda: bool(_get(url) is not None)
+def _answers(url: str) -> Callable[[], bool]:
+    """A readiness probe: ``url`` answers 2xx (urlopen raises otherwise)."""
+    return lambda: _get(url) is not None
 
 
 def _bind_discovery(kube: KubeApiServer) -> None:
@@ -447,9 +442,7 @@ def _bind_discovery(kube: KubeApiServer) -> None:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-    # anonymous, as Fulcio reads it
-    import ssl
-
+    # read anonymously, as Fulcio will
     context = ssl.create_default_context(cafile=str(kube.ca_file))
     document = json.loads(_get(f"{kube.url}/.well-known/openid-configuration", context=context))
     if document.get("issuer") != kube.url:
@@ -537,9 +530,9 @@ def _start(workdir: Path, kube: KubeApiServer, processes: list[Any]) -> Sigstore
     )
     processes.append(tsa)
 
-    ct.wait_ready(_status_ok(f"{ct_url}/ct/v1/get-roots"), timeout=60)
-    rekor.wait_ready(_status_ok(f"{rekor_url}/healthz"), timeout=60)
-    tsa.wait_ready(_status_ok(f"{tsa_url}/certchain"), timeout=60)
+    ct.wait_ready(_answers(f"{ct_url}/ct/v1/get-roots"), timeout=60)
+    rekor.wait_ready(_answers(f"{rekor_url}/healthz"), timeout=60)
+    tsa.wait_ready(_answers(f"{tsa_url}/certchain"), timeout=60)
     tsa_chain = x509.load_pem_x509_certificates(_get(f"{tsa_url}/certchain"))
 
     # Fulcio: file CA, the kube-apiserver as a `kubernetes` issuer, SCTs from the CT log.
@@ -570,7 +563,7 @@ def _start(workdir: Path, kube: KubeApiServer, processes: list[Any]) -> Sigstore
             f"--port={fulcio_port}",
             "--grpc-host=127.0.0.1",
             f"--grpc-port={free_port()}",
-            f"--metrics-port={free_port()}",
+            f"--metrics-port={free_port()}",  # bound on all interfaces, no flag for it
             f"--legacy-unix-domain-socket={workdir / 'fulcio.sock'}",
             f"--config-path={fulcio_config}",
             "--ca=fileca",
@@ -583,7 +576,7 @@ def _start(workdir: Path, kube: KubeApiServer, processes: list[Any]) -> Sigstore
         log_path=workdir / "fulcio.log",
     )
     processes.append(fulcio)
-    fulcio.wait_ready(_status_ok(f"{fulcio_url}/api/v2/trustBundle"), timeout=60)
+    fulcio.wait_ready(_answers(f"{fulcio_url}/api/v2/trustBundle"), timeout=60)
 
     # Trust: the trusted root and signing config, as a ClientTrustConfig file and as TUF
     # targets served over HTTP (the same HTTP server serves the OIDC stub for the CLI).
@@ -610,9 +603,8 @@ def _start(workdir: Path, kube: KubeApiServer, processes: list[Any]) -> Sigstore
         },
     )
     served = tuf_dir / "repository"
-    http_server = _StaticServer(served)
-    (workdir / "tuf-http.log").touch()
-    processes.append(_ServerStop(http_server, workdir / "tuf-http.log"))
+    http_server = _StaticServer(served, workdir / "tuf-http.log")
+    processes.append(http_server)
     stub_url = f"{http_server.url}/oidc-stub"
     stub = served / "oidc-stub" / ".well-known"
     stub.mkdir(parents=True)
