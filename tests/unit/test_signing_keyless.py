@@ -19,7 +19,7 @@ from modelhooks.adapters.signing import (
     SigstoreTrust,
     SigstoreVerifier,
 )
-from modelhooks.core.errors import ConfigError, VerificationFailed
+from modelhooks.core.errors import CredentialsRefused, VerificationFailed
 from tests.unit.signing_material import make_key
 
 EMBEDDED = Path(sigstore.__file__).parent / "_store" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"
@@ -65,11 +65,46 @@ def test_key_signed_bundle_is_not_a_sigstore_signature(tmp_path: Path, trust_con
         verifier.verify(bundle)
 
 
-def test_bad_identity_token_is_a_config_error(tmp_path: Path, trust_config: Path) -> None:
+def test_a_bad_or_absent_identity_token_is_our_credentials_refused(
+    tmp_path: Path, trust_config: Path
+) -> None:
+    """The deployment's own credential: 503 for a delivery (retried, dead-lettered), naming
+    the file and what is wrong with it."""
     token = tmp_path / "token"
     token.write_text("not-a-jwt")
     signer = SigstoreSigner(SigstoreTrust(trust_config=trust_config), token)
-    with pytest.raises(ConfigError, match="identity token"):
+    with pytest.raises(CredentialsRefused, match=f"identity token {token} is not a JWT"):
         signer.identity()
-    with pytest.raises(ConfigError):
+    with pytest.raises(CredentialsRefused, match="No such file"):
         SigstoreSigner(SigstoreTrust(trust_config=trust_config), tmp_path / "absent").identity()
+
+
+def test_an_expired_token_or_one_for_another_audience_is_refused_naming_it(
+    tmp_path: Path, trust_config: Path
+) -> None:
+    import time
+
+    import jwt
+
+    token = tmp_path / "token"
+    signer = SigstoreSigner(SigstoreTrust(trust_config=trust_config), token)
+    claims = {"iss": "https://issuer", "sub": "s", "aud": ["sigstore"], "exp": time.time() - 5}
+    token.write_text(jwt.encode(claims, "k" * 32, algorithm="HS256"))
+    with pytest.raises(CredentialsRefused, match=f"identity token {token} expired at 20"):
+        signer.identity()
+    token.write_text(jwt.encode({**claims, "exp": time.time() + 600, "aud": "k8s"}, "k" * 32))
+    with pytest.raises(CredentialsRefused, match="audience 'k8s', not 'sigstore'"):
+        signer.identity()
+
+
+def test_the_identity_is_the_one_fulcio_certifies() -> None:
+    """A Kubernetes ServiceAccount token is certified as the account's URI (Fulcio's
+    `kubernetes` issuer type), others by their email or subject."""
+    from modelhooks.adapters.signing.keyless import certificate_identity
+
+    k8s = {"sub": "system:serviceaccount:ml:trainer"}
+    k8s["kubernetes.io"] = {"namespace": "ml", "serviceaccount": {"name": "trainer"}}  # type: ignore[assignment]
+    uri = "https://kubernetes.io/namespaces/ml/serviceaccounts/trainer"
+    assert certificate_identity(k8s) == uri
+    assert certificate_identity({"sub": "x", "email": "a@example.com"}) == "a@example.com"
+    assert certificate_identity({"sub": "x"}) == "x"

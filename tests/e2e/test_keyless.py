@@ -1,0 +1,145 @@
+"""Keyless signing end to end on the harness's private Sigstore (Fulcio with the
+kube-apiserver as its issuer, a CT log, Rekor v2, a TSA): `modelhooks sign` with a real
+ServiceAccount's token, configured as Kubeflow's async-upload job is (SIGSTORE_* URLs and the
+instance's TUF root) or with a trust-config file; verified by `modelhooks verify` and by the
+upstream `model_signing verify sigstore`; a wrong identity, a wrong issuer, a tampered file
+and an expired token each refused with the reason."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers.sigstore import Sigstore
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+BIN = Path(sys.executable).parent
+NS, SA = "ml-keyless", "trainer"
+
+
+def modelhooks(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "modelhooks"), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def model(tmp_path: Path, name: str = "model") -> Path:
+    where = tmp_path / name
+    where.mkdir()
+    (where / "weights.bin").write_bytes(os.urandom(4096))
+    (where / "config.json").write_text('{"layers": 2}')
+    return where
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MODELHOOKS_HOME": str(tmp_path)}
+
+
+def instance_env(sigstore: Sigstore, tmp_path: Path) -> dict[str, str]:
+    """As a Kubeflow user configures the instance: its URLs and its TUF root."""
+    return {
+        **base_env(tmp_path),
+        "SIGSTORE_TUF_URL": sigstore.tuf_url,
+        "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
+        "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
+        "SIGSTORE_REKOR_URL": sigstore.rekor_url,
+        "SIGSTORE_TSA_URL": sigstore.tsa_url,
+    }
+
+
+def token_file(tmp_path: Path, token: str) -> Path:
+    path = tmp_path / "token"
+    path.write_text(token)
+    return path
+
+
+@pytest.mark.parametrize("configured", ["sigstore-urls", "trust-config"])
+def test_a_model_signed_keylessly_verifies_with_ours_and_upstream(
+    sigstore: Sigstore, tmp_path: Path, configured: str
+) -> None:
+    where = model(tmp_path)
+    token = token_file(tmp_path, sigstore.token(NS, SA))
+    if configured == "sigstore-urls":
+        env, trust = instance_env(sigstore, tmp_path), []
+    else:
+        env, trust = base_env(tmp_path), ["--trust-config", str(sigstore.trust_config)]
+    signed = modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env)
+    assert signed.returncode == 0, signed.stderr
+    assert f"sigstore {Sigstore.identity(NS, SA)} ({sigstore.issuer})" in signed.stdout
+    again = modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env)
+    assert again.returncode == 0 and "verdict: already signed" in again.stdout, again.stdout
+
+    identity = ["--identity", Sigstore.identity(NS, SA), "--issuer", sigstore.issuer]
+    verified = modelhooks("verify", str(where), *identity, *trust, env=env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert Sigstore.identity(NS, SA) in verified.stdout
+
+    upstream = subprocess.run(
+        [
+            str(BIN / "model_signing"), "verify", "sigstore", str(where),
+            "--signature", str(where / "model.sig"),
+            "--identity", Sigstore.identity(NS, SA),
+            "--identity_provider", sigstore.issuer,
+            "--trust_config", str(sigstore.trust_config),
+            "--ignore-paths", str(where / "model.sig"),
+        ],
+        capture_output=True, text=True, env=base_env(tmp_path), timeout=120,
+    )  # fmt: skip
+    assert upstream.returncode == 0, upstream.stdout + upstream.stderr
+
+
+def test_wrong_identity_wrong_issuer_and_tampering_are_refused_with_the_reason(
+    sigstore: Sigstore, tmp_path: Path
+) -> None:
+    where = model(tmp_path)
+    token = token_file(tmp_path, sigstore.token(NS, SA))
+    trust = ["--trust-config", str(sigstore.trust_config)]
+    env = base_env(tmp_path)
+    assert (
+        modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env).returncode
+        == 0
+    )
+
+    def verify(identity: str, issuer: str) -> subprocess.CompletedProcess[str]:
+        return modelhooks(
+            "verify", str(where), "--identity", identity, "--issuer", issuer, *trust, env=env
+        )
+
+    other = verify(Sigstore.identity(NS, "someone-else"), sigstore.issuer)
+    assert other.returncode == 1 and "FAILED" in other.stdout, other.stdout + other.stderr
+    foreign = verify(Sigstore.identity(NS, SA), "https://issuer.example.com")
+    assert foreign.returncode == 1 and "FAILED" in foreign.stdout, foreign.stdout
+    (where / "weights.bin").write_bytes(b"tampered")
+    tampered = verify(Sigstore.identity(NS, SA), sigstore.issuer)
+    assert tampered.returncode == 1 and "weights.bin" in tampered.stdout, tampered.stdout
+
+
+def test_an_expired_token_and_a_refused_identity_are_refused_naming_them(
+    sigstore: Sigstore, tmp_path: Path
+) -> None:
+    """The deployment's own credentials refused: 503 for a delivery (retried, then
+    dead-lettered), exit 3 here, saying what was wrong; nothing is written."""
+    where = model(tmp_path)
+    trust = ["--trust-config", str(sigstore.trust_config)]
+    env = base_env(tmp_path)
+    token = token_file(tmp_path, sigstore.signed_token(NS, SA, expires_in=-60))
+    expired = modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env)
+    assert expired.returncode == 3, expired.stdout + expired.stderr
+    assert f"identity token {token} expired at" in expired.stderr, expired.stderr
+
+    token.write_text(sigstore.token(NS, SA, audience="not-sigstore"))
+    other = modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env)
+    assert other.returncode == 3 and "not 'sigstore'" in other.stderr, other.stderr
+
+    real = sigstore.token(NS, SA)
+    token.write_text(real[:-4] + ("AAAA" if not real.endswith("AAAA") else "BBBB"))  # forged
+    refused = modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert f"Fulcio refused the identity {Sigstore.identity(NS, SA)}" in refused.stderr
+    assert sigstore.issuer in refused.stderr
+    assert not (where / "model.sig").exists()
