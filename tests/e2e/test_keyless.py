@@ -10,11 +10,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from modelhooks.adapters.object_store.gcs import GcsObjectStore
+from modelhooks.adapters.object_store.local import LocalObjectStore
+from modelhooks.adapters.object_store.s3 import S3ObjectStore
+from modelhooks.adapters.signing import sign_model, verify_model
+from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust, SigstoreVerifier
+from modelhooks.core.errors import VerificationFailed
+from modelhooks.core.ports import ObjectStore
 from tests.servers.sigstore import Sigstore
+from tests.unit.signing_material import write_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -143,3 +154,56 @@ def test_an_expired_token_and_a_refused_identity_are_refused_naming_them(
     assert f"Fulcio refused the identity {Sigstore.identity(NS, SA)}" in refused.stderr
     assert sigstore.issuer in refused.stderr
     assert not (where / "model.sig").exists()
+
+
+@pytest.fixture(params=["local", "s3", "gcs"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ObjectStore, str]]:
+    """(store, bucket): a fresh bucket on the local store, MinIO or fake-gcs-server."""
+    bucket = f"models-{uuid.uuid4().hex[:12]}"
+    if request.param == "local":
+        (tmp_path / bucket).mkdir()
+        yield LocalObjectStore(tmp_path), bucket
+    elif request.param == "s3":
+        minio: Any = request.getfixturevalue("minio")
+        with minio.s3_client() as client:
+            client.create_bucket(Bucket=bucket)
+            yield S3ObjectStore(client), bucket
+    else:
+        fake_gcs: Any = request.getfixturevalue("fake_gcs")
+        client = fake_gcs.storage_client()
+        client.create_bucket(bucket)
+        yield GcsObjectStore(client), bucket
+
+
+def test_a_model_in_each_store_signed_keylessly_verifies_and_a_tampered_one_does_not(
+    sigstore: Sigstore, store: tuple[ObjectStore, str], tmp_path: Path
+) -> None:
+    """What the `sign` function does on a push: the model streamed from its store, the
+    signature written next to it, verified where it lies."""
+    s, bucket = store
+    for path in sorted(write_model(tmp_path / "model").rglob("*")):
+        if path.is_file():
+            rel = path.relative_to(tmp_path / "model").as_posix()
+            s.put(bucket, f"bert/1/{rel}", path.read_bytes())
+    trust = SigstoreTrust.from_env(
+        {
+            "SIGSTORE_TUF_URL": sigstore.tuf_url,
+            "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
+            "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
+            "SIGSTORE_REKOR_URL": sigstore.rekor_url,
+            "SIGSTORE_TSA_URL": sigstore.tsa_url,
+        }
+    )
+    signer = SigstoreSigner(trust, token_file(tmp_path, sigstore.token(NS, SA)))
+    signed = sign_model(s, bucket, "bert/1", signer)
+    assert (
+        signed.created
+        and signed.signer == f"sigstore {Sigstore.identity(NS, SA)} ({sigstore.issuer})"
+    )
+    assert not sign_model(s, bucket, "bert/1", signer).created  # a redelivery: already signed
+
+    verifier = SigstoreVerifier(trust, Sigstore.identity(NS, SA), sigstore.issuer)
+    assert verify_model(s, bucket, "bert/1", verifier).root_digest == signed.root_digest
+    s.put(bucket, "bert/1/config.json", b'{"layers": 3}')
+    with pytest.raises(VerificationFailed, match=r"config\.json"):
+        verify_model(s, bucket, "bert/1", verifier)
