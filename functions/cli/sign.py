@@ -3,10 +3,13 @@
     modelhooks sign ./bert --key key.pem
     modelhooks sign gs://models/bert/1 --key leaf.key --certificate leaf.crt --certificate-chain ca.crt
     modelhooks sign s3://models/bert/1 --identity-token /var/run/secrets/sigstore/token
+    SIGSTORE_TUF_URL=… SIGSTORE_FULCIO_URL=… SIGSTORE_REKOR_URL=… modelhooks sign s3://models/bert/1
     modelhooks sign oci://127.0.0.1:5000/models/bert:v1 --key key.pem   (bundle pushed as a referrer)
 
-Exit status: 0 signed, 2 a bad argument or model, 3 the store did not answer, 4 signed
-already with other content (--replace overwrites), 130 interrupted (nothing signed).
+Exit status: 0 signed, 2 a bad argument or model, 3 the store or a Sigstore service did not
+answer, or the identity token (absent, expired, another audience) or its identity was
+refused, 4 signed already with other content (--replace overwrites), 130 interrupted
+(nothing signed).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--identity-token",
         type=Path,
         metavar="FILE",
-        help="OIDC token file for Sigstore keyless signing (SIGSTORE_*_URL select the instance)",
+        help="OIDC token file for Sigstore keyless signing, read for each signature (default: "
+        "signing.identity_token, else the pod's service-account token); the instance: "
+        "--trust-config or SIGSTORE_*_URL",
     )
     sign.add_argument("--replace", action="store_true", help="overwrite a different signature")
     sign.set_defaults(func=run)
@@ -81,7 +86,10 @@ def _signer(args: argparse.Namespace) -> Signer:
         KeySigner,
         SigstoreSigner,
         SigstoreTrust,
+        sigstore_env_state,
     )
+    from modelhooks.adapters.signing.config import DEFAULT_TOKEN_PATH
+    from modelhooks.core.settings import load_settings
 
     password = args.password_file.read_text().strip() if args.password_file else None
     if args.certificate:
@@ -91,7 +99,16 @@ def _signer(args: argparse.Namespace) -> Signer:
         return CertificateSigner.from_files(args.key, args.certificate, chain, password)
     if args.key:
         return KeySigner.from_file(args.key, password)
-    if args.identity_token:
-        trust = SigstoreTrust.from_env(trust_config=args.trust_config)
-        return SigstoreSigner(trust, args.identity_token)
-    raise ConfigError("choose a method: --key, --certificate with --key, or --identity-token")
+    # keyless when a token, a trust config or the Sigstore instance's URLs are given; the
+    # token and trust config default to the signing settings, then the pod's token
+    keyless = load_settings().signing
+    trust_config = args.trust_config or (
+        Path(keyless.trust_config) if keyless.trust_config else None
+    )
+    if args.identity_token or trust_config or sigstore_env_state() == "all":
+        token = args.identity_token or Path(keyless.identity_token or DEFAULT_TOKEN_PATH)
+        return SigstoreSigner(SigstoreTrust.from_env(trust_config=trust_config), token)
+    raise ConfigError(
+        "choose a method: --key, --certificate with --key, or keyless: --identity-token, "
+        "--trust-config, or SIGSTORE_TUF_URL, SIGSTORE_FULCIO_URL and SIGSTORE_REKOR_URL"
+    )

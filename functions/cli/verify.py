@@ -95,7 +95,12 @@ def _verifier(args: argparse.Namespace) -> Verifier:
     if args.certificate_chain:
         return CertificateVerifier(args.certificate_chain)
     if args.identity and args.issuer:
-        trust = SigstoreTrust.from_env(trust_config=args.trust_config)
+        from modelhooks.core.settings import load_settings
+
+        configured = load_settings().signing.trust_config  # --trust-config wins
+        trust = SigstoreTrust.from_env(
+            trust_config=args.trust_config or (Path(configured) if configured else None)
+        )
         return SigstoreVerifier(trust, args.identity, args.issuer)
     raise ConfigError(
         "choose a method: --public-key, --certificate-chain, or --identity with --issuer"

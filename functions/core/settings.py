@@ -219,9 +219,21 @@ class SigningSettings(_Section, frozen=True, kw_only=True):
     ] = ""
     public_key: Annotated[str, doc("public key PEM to verify with (key method)")] = ""
     identity_token: Annotated[
-        str, doc("OIDC token file for keyless signing (e.g. a projected service-account token)")
+        str,
+        doc(
+            "keyless: the OIDC token file, re-read for every signature (a service-account "
+            "token projected with audience sigstore); empty: "
+            "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        ),
     ] = ""
-    trust_config: Annotated[str, doc("sigstore ClientTrustConfig JSON (keyless)")] = ""
+    trust_config: Annotated[
+        str,
+        doc(
+            "keyless: a sigstore ClientTrustConfig JSON (trusted root + signing config); "
+            "empty: SIGSTORE_TUF_URL (with SIGSTORE_TUF_ROOT) and SIGSTORE_FULCIO_URL, "
+            "SIGSTORE_REKOR_URL, SIGSTORE_TSA_URL"
+        ),
+    ] = ""
     identity: Annotated[str, doc("keyless verify: the signer identity expected")] = ""
     issuer: Annotated[str, doc("keyless verify: the OIDC issuer expected")] = ""
     signature_name: Annotated[str, doc("the signature's file name inside the model prefix")] = (

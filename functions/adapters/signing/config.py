@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.ports import Signer, Verifier
 
-__all__ = ["SigningConfig"]
+__all__ = ["DEFAULT_TOKEN_PATH", "SigningConfig"]
+
+DEFAULT_TOKEN_PATH = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 if TYPE_CHECKING:
     from modelhooks.adapters.signing.manifest import HashType
@@ -125,7 +127,9 @@ class SigningConfig:
             )
         if self.key:
             return KeySigner.from_file(self.key, password)
-        token = self.identity_token or Path("/var/run/secrets/sigstore/token")
+        # unset: the pod's service-account token, as Kubeflow's async-upload job reads it
+        # (infra/knative projects one with audience sigstore and points the setting at it)
+        token = self.identity_token or DEFAULT_TOKEN_PATH
         trust = SigstoreTrust.from_env(env, trust_config=self.trust_config)
         return SigstoreSigner(trust, token)
 
