@@ -51,7 +51,8 @@ def test_trust_config_file_and_url_overrides(trust_config: Path) -> None:
     signing = config._inner.signing_config
     assert [s.url for s in signing.ca_urls] == ["https://fulcio.internal"]
     assert [s.url for s in signing.rekor_tlog_urls] == ["https://rekor.internal"]
-    assert [s.url for s in signing.tsa_urls] == ["https://tsa.internal"]
+    # a TSA given by its host alone is its timestamp endpoint, as signing configs name it
+    assert [s.url for s in signing.tsa_urls] == ["https://tsa.internal/api/v1/timestamp"]
     assert config.signing_config.get_fulcio().url.startswith("https://fulcio.internal")
 
 

@@ -5,7 +5,8 @@ streamed from where the model lies through the ObjectStore port.
     streaming  parallel ranged-read hashing with bounded memory
     bundle     Sigstore bundle v0.3 / DSSE envelope reading and assembly
     keys       EC key and certificate signers / verifiers
-    keyless    Sigstore keyless signer / verifier and where its trust comes from
+    keyless    Sigstore keyless signer / verifier: the identity token, errors per service
+    trust      where a Sigstore instance's trust comes from (file, trusted root, TUF, URLs)
     config     SigningConfig: method, key material, the enabling rule
     model      sign_model / verify_model / verify_bundle
     local      local directories (symlink policy)

@@ -86,10 +86,30 @@ def signer_of(bundle: bytes) -> str:
         names = [str(n.value) for n in san]
     except x509.ExtensionNotFound:
         names = []
+    issuer = _fulcio_issuer(leaf)
+    if issuer is not None:  # Fulcio's: the identity and the OIDC issuer that vouched for it
+        return f"sigstore {', '.join(names) or '?'} ({issuer})"
     subject = leaf.subject.rfc4514_string()
     return f"certificate {subject or '(empty subject)'}" + (
         f" ({', '.join(names)})" if names else ""
     )
+
+
+def _fulcio_issuer(leaf: Any) -> str | None:
+    """The OIDC issuer Fulcio recorded in the certificate (its v2 extension, a DER
+    UTF8String, else the deprecated raw one); None for a certificate Fulcio did not make."""
+    from cryptography import x509
+
+    for oid, der in (("1.3.6.1.4.1.57264.1.8", True), ("1.3.6.1.4.1.57264.1.1", False)):
+        try:
+            value = leaf.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid)).value.value
+        except x509.ExtensionNotFound:
+            continue
+        raw = bytes(value)
+        if der and raw[:1] == b"\x0c" and len(raw) > 1:  # UTF8String: tag, length, text
+            raw = raw[2:] if raw[1] < 0x80 else raw[2 + (raw[1] & 0x7F) :]
+        return raw.decode("utf-8", "replace")
+    return None
 
 
 def proto_bundle(bundle: bytes) -> Bundle:

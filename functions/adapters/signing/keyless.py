@@ -1,30 +1,28 @@
 """Sigstore keyless signing: a short-lived Fulcio certificate for an OIDC identity, the
-signature logged in Rekor (and timestamped by a TSA when configured).
-
-Where the trust comes from, first match wins:
-1. a ClientTrustConfig JSON file (trusted root + signing config), as `model_signing
-   --trust_config` takes;
-2. `SIGSTORE_TUF_URL` (with `SIGSTORE_TUF_ROOT`, a bootstrap root.json, for a private
-   instance); `SIGSTORE_FULCIO_URL` / `SIGSTORE_REKOR_URL` / `SIGSTORE_TSA_URL` then replace
-   the service URLs of its signing config;
-3. the public-good instance.
+signature logged in Rekor (and timestamped by a TSA when configured). Where the instance's
+trust comes from (a trust config, a trusted root, TUF, SIGSTORE_* URLs): `trust.py`.
 
 The identity token is read from a file on each signature (projected service-account tokens
 rotate), e.g. `/var/run/secrets/sigstore/token` with audience `sigstore`.
+
+Errors name the piece that failed: the token (absent, malformed, expired, another
+audience) and an identity Fulcio refuses are CredentialsRefused (the deployment's own
+credential: 503 for a delivery, retried then dead-lettered for a replay once fixed; exit 3
+on the command line); Fulcio, Rekor or the TSA not answering or failing is Unavailable
+naming the service and its URL; a malformed trust config is a ConfigError naming the file
+and the field.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from modelhooks.adapters.signing.trust import ENV_URLS, SigstoreTrust, sigstore_env_state
 from modelhooks.core.errors import (
-    ConfigError,
     CredentialsRefused,
     ModelhooksError,
     Unavailable,
@@ -33,89 +31,13 @@ from modelhooks.core.errors import (
 from modelhooks.core.extras import require
 
 __all__ = [
+    "ENV_URLS",
     "SigstoreSigner",
     "SigstoreTrust",
     "SigstoreVerifier",
     "certificate_identity",
     "sigstore_env_state",
 ]
-
-ENV_URLS = ("SIGSTORE_TUF_URL", "SIGSTORE_FULCIO_URL", "SIGSTORE_REKOR_URL")
-
-
-def sigstore_env_state(env: Mapping[str, str] | None = None) -> str:
-    """ "all", "some" or "none" of SIGSTORE_{TUF,FULCIO,REKOR}_URL are set."""
-    env = os.environ if env is None else env
-    count = sum(bool(env.get(name)) for name in ENV_URLS)
-    return "all" if count == len(ENV_URLS) else "some" if count else "none"
-
-
-@dataclass(frozen=True)
-class SigstoreTrust:
-    """Where to find the Sigstore instance: see the module docstring."""
-
-    trust_config: Path | None = None
-    tuf_url: str | None = None
-    tuf_root: Path | None = None
-    fulcio_url: str | None = None
-    rekor_url: str | None = None
-    tsa_url: str | None = None
-
-    @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, trust_config: Path | None = None
-    ) -> SigstoreTrust:
-        env = os.environ if env is None else env
-        root = env.get("SIGSTORE_TUF_ROOT")
-        return cls(
-            trust_config=trust_config,
-            tuf_url=env.get("SIGSTORE_TUF_URL") or None,
-            tuf_root=Path(root) if root else None,
-            fulcio_url=env.get("SIGSTORE_FULCIO_URL") or None,
-            rekor_url=env.get("SIGSTORE_REKOR_URL") or None,
-            tsa_url=env.get("SIGSTORE_TSA_URL") or None,
-        )
-
-    def load(self) -> Any:
-        """The sigstore `ClientTrustConfig` (network: TUF refresh unless a file is given)."""
-        from sigstore.models import ClientTrustConfig
-
-        try:
-            if self.trust_config:
-                config = ClientTrustConfig.from_json(self.trust_config.read_text())
-            elif self.tuf_url:
-                config = ClientTrustConfig.from_tuf(self.tuf_url, bootstrap_root=self.tuf_root)
-            else:
-                config = ClientTrustConfig.production()
-        except OSError as e:
-            raise ConfigError("cannot read the Sigstore trust config", reason=str(e)) from e
-        except Exception as e:  # TUF and network errors: the instance may come back
-            raise Unavailable("cannot load Sigstore trust material", reason=str(e)) from e
-        self._override_services(config)
-        return config
-
-    def _override_services(self, config: Any) -> None:
-        """SIGSTORE_{FULCIO,REKOR,TSA}_URL replace the instance's services of that kind,
-        keeping the API version and validity its signing config gives them (a private
-        Rekor v2 is spoken to as v2); a kind the config lacks is added as v1."""
-        from sigstore_models.trustroot.v1 import Service
-
-        inner = config._inner.signing_config
-        for url, attr in (
-            (self.fulcio_url, "ca_urls"),
-            (self.rekor_url, "rekor_tlog_urls"),
-            (self.tsa_url, "tsa_urls"),
-        ):
-            if url:
-                known = sorted(getattr(inner, attr), key=lambda s: s.major_api_version)
-                like = known[-1] if known else None
-                service = Service(
-                    url=url,
-                    major_api_version=like.major_api_version if like else 1,
-                    valid_for=like.valid_for if like else None,
-                    operator="modelhooks",
-                )
-                setattr(inner, attr, [service])
 
 
 class SigstoreSigner:
@@ -166,17 +88,17 @@ class SigstoreSigner:
         return f"sigstore {certificate_identity(claims)} ({claims.get('iss', '?')})"
 
     def signed(self, bundle: bytes) -> bool:
-        """Whether the bundle's certificate names this token's identity (unverified: the
-        bundle was ours to write; verifiers check the chain and the log)."""
+        """Whether the bundle's certificate names this token's identity and issuer
+        (unverified: the bundle was ours to write; verifiers check the chain and the log)."""
         from modelhooks.adapters.signing.bundle import signer_of
 
         try:
-            _, claims = self._claims()
+            return signer_of(bundle) == self.identity()  # identity and issuer
         except CredentialsRefused:
             return False
-        return f"({certificate_identity(claims)}" in signer_of(bundle)
 
     def sign(self, statement: bytes) -> bytes:
+        import requests
         from sigstore._internal.fulcio.client import FulcioClientError
         from sigstore._internal.rekor import RekorClientError
         from sigstore._internal.timestamp import TimestampError
@@ -200,16 +122,39 @@ class SigstoreSigner:
                 bundle = signer.sign_dsse(Statement(statement))
         except FulcioClientError as e:
             subject = certificate_identity(claims)
-            raise _fulcio_error(e, subject, str(claims.get("iss", "?"))) from e
+            issuer = str(claims.get("iss", "?"))
+            raise _fulcio_error(e, self._context._fulcio.url, subject, issuer) from e
         except RekorClientError as e:
+            url = getattr(self._context._rekor, "url", "?")
             raise Unavailable(
-                "the transparency log (Rekor) refused or failed", reason=str(e)
+                f"the transparency log (Rekor {url}) refused or failed: {e}", url=url
             ) from e
         except TimestampError as e:
             raise Unavailable("the timestamp authority failed", reason=str(e)) from e
-        except Exception as e:  # a service that did not answer at all
+        except requests.RequestException as e:  # a service that did not answer at all
+            url = str(getattr(e.request, "url", "") or "?")
+            raise Unavailable(f"{self._service(url)} {url} did not answer: {e}", url=url) from e
+        except Exception as e:
             raise Unavailable("Sigstore signing failed", reason=str(e)) from e
-        return str(bundle.to_json()).encode()
+        document = str(bundle.to_json())
+        tsas = [c.url for c in self._context._tsa_clients]
+        if tsas and '"rfc3161Timestamps"' not in document:
+            # sigstore-python only logs a TSA's failure and goes on; Rekor v2 entries carry
+            # no time, so without the timestamp the signature could never be verified
+            raise Unavailable(
+                f"the timestamp authority {', '.join(tsas)} gave no timestamp", url=tsas[0]
+            )
+        return document.encode()
+
+    def _service(self, url: str) -> str:
+        """Which Sigstore service `url` (a request that failed) belongs to."""
+        rekor = str(getattr(self._context._rekor, "url", ""))
+        tsas = [c.url for c in self._context._tsa_clients]
+        if rekor and url.startswith(rekor):
+            return "the transparency log (Rekor)"
+        if any(url.startswith(t) for t in tsas):
+            return "the timestamp authority"
+        return "the certificate authority (Fulcio)"
 
 
 def certificate_identity(claims: Mapping[str, Any]) -> str:
@@ -224,18 +169,20 @@ def certificate_identity(claims: Mapping[str, Any]) -> str:
     return str(claims.get("email") or claims.get("sub") or "?")
 
 
-def _fulcio_error(error: Exception, subject: str, issuer: str) -> ModelhooksError:
-    """Fulcio refusing the identity (4xx: our credentials) or not answering (transient)."""
-    reason = str(error) or str(error.__cause__)
-    status = getattr(getattr(error.__cause__, "response", None), "status_code", None)
+def _fulcio_error(error: Exception, url: str, subject: str, issuer: str) -> ModelhooksError:
+    """Fulcio refusing the identity (4xx: our credentials) or failing (transient)."""
+    response = getattr(error.__cause__, "response", None)
+    status = getattr(response, "status_code", None)
+    # sigstore-python drops Fulcio's message for any error status: read it from the answer
+    reason = (getattr(response, "text", "") or str(error) or str(error.__cause__)).strip()[:500]
     if status in (400, 401, 403):
         return CredentialsRefused(
-            f"Fulcio refused the identity {subject} of issuer {issuer}",
+            f"Fulcio refused the identity {subject} of issuer {issuer} (at {url})",
             subject=subject,
             issuer=issuer,
             reason=reason,
         )
-    return Unavailable("Fulcio did not issue a certificate", reason=reason)
+    return Unavailable(f"Fulcio {url} did not issue a certificate (HTTP {status})", reason=reason)
 
 
 class SigstoreVerifier:
