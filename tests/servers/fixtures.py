@@ -24,6 +24,7 @@ artifact_registry  artifact_registry.ArtifactRegistryStandIn (in-process stand-i
 model_registry     model_registry.ModelRegistry (url, api_url, database_dsn)
 sigstore           sigstore.Sigstore (fulcio/rekor/tsa/ct/tuf urls, tuf_root, trust_config,
                    cli_trust_config, issuer, kube, token(), identity()); uses kube_apiserver
+node               node.Node (kube, registry, pod_env, probe_image, push_image, push_artifact)
 podman             containers.Podman (podman + runc; base_image() made with mmdebstrap)
 =================  ===========================================================
 
@@ -48,6 +49,8 @@ from tests.servers.artifact_registry import ArtifactRegistryStandIn
 from tests.servers.containers import Podman
 from tests.servers.kube import KubeApiServer, start_kube
 from tests.servers.model_registry import ModelRegistry, start_model_registry
+from tests.servers.node import NEEDS as NODE_NEEDS
+from tests.servers.node import Node, start_node
 from tests.servers.objectstores import FakeGcs, Minio, start_fake_gcs, start_minio
 from tests.servers.recipes import RECIPES, declared_unavailable
 from tests.servers.registries import (
@@ -223,6 +226,15 @@ def sigstore(
     ``kube_apiserver``, with its TUF repository served on loopback (tests/servers/sigstore.py)."""
     start = functools.partial(start_sigstore, kube=kube_apiserver)
     yield from _serve(request, tmp_path_factory, SIGSTORE_NEEDS, start)
+
+
+@pytest.fixture(scope="session")
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Node]:
+    """A single-node Kubernetes (its own etcd + apiserver, controller-manager, scheduler,
+    containerd, kubelet, bridge CNI, loopback registry): Pods run (tests/servers/node.py)."""
+    yield from _serve(request, tmp_path_factory, NODE_NEEDS, start_node)
 
 
 @pytest.fixture(scope="session")

@@ -167,7 +167,16 @@ def restart_apiserver(
     return time.monotonic() - down
 
 
-def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
+# A node's kubelet (tests/servers/node.py) authenticates with this token as the Node authorizer
+# expects: user system:node:<node name>, group system:nodes.
+NODE_NAME = "localhost"
+KUBELET_TOKEN = "modelhooks-kubelet-token"
+
+
+def start_kube(workdir: Path, *, for_node: bool = False) -> tuple[KubeApiServer, list[Process]]:
+    """etcd + kube-apiserver; ``for_node``: configured for a kubelet and controller-manager
+    (Node authorizer, ServiceAccount admission, a client certificate for calls to the kubelet,
+    the ImageVolume feature gate; ../shared/NODE-LOCAL.md)."""
     etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     peer_url = f"http://127.0.0.1:{peer_port}"
@@ -196,6 +205,18 @@ def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
         admin_token = "modelhooks-admin-token"
         tokens = workdir / "tokens.csv"
         tokens.write_text(f'{admin_token},admin,admin-uid,"system:masters"\n')
+        node_args = ["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
+        if for_node:
+            with tokens.open("a") as lines:
+                lines.write(f'{KUBELET_TOKEN},system:node:{NODE_NAME},kubelet-uid,"system:nodes"\n')
+            client_cert, client_key = ca.issue("kube-apiserver-kubelet-client", workdir / "pki")
+            node_args = [
+                "--authorization-mode=Node,RBAC",
+                f"--kubelet-client-certificate={client_cert}",
+                f"--kubelet-client-key={client_key}",
+                "--kubelet-preferred-address-types=Hostname",
+                "--feature-gates=ImageVolume=true",
+            ]
         url = f"https://127.0.0.1:{api_port}"
         apiserver = Process(
             "kube-apiserver",
@@ -216,8 +237,7 @@ def start_kube(workdir: Path) -> tuple[KubeApiServer, list[Process]]:
                 f"--service-account-key-file={sa_key}",
                 f"--service-account-signing-key-file={sa_key}",
                 f"--token-auth-file={tokens}",
-                "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount",
+                *node_args,
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--v=1",

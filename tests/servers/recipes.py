@@ -8,6 +8,7 @@ because ``go install mod@version`` refuses modules with replace directives.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -79,7 +80,8 @@ class GoBuild:
                 log(f"{self.name}: {len(replaces)} replace directives added")
             if self.source:
                 shutil.copy(Path(__file__).parent / self.source, wd / "main.go")
-                run(self.name, [GO, "get", f"{self.module}@{self.version}"], cwd=wd, env=env)
+                if self.module:  # a main of only the standard library needs no module
+                    run(self.name, [GO, "get", f"{self.module}@{self.version}"], cwd=wd, env=env)
             else:
                 run(self.name, [GO, "get", f"{self.package}@{self.version}"], cwd=wd, env=env)
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -259,7 +261,68 @@ _kube_ldflags = tuple(
     )
 )
 
+CONTAINERD_VERSION = "v2.2.9"
+# containerd v2.2.9's default sandbox image (internal/cri/config/config.go DefaultSandboxImage)
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
+
 MR_VERSION = "v0.3.0"  # v0.3.1+ are not served by this machine's module proxy (see TESTING.md)
+
+def _source_version(source: str) -> str:
+    """A main of our own with no module behind it is cached by its content."""
+    return hashlib.sha256((Path(__file__).parent / source).read_bytes()).hexdigest()[:12]
+
+
+# A node (tests/servers/node.py; facts in ../shared/NODE-LOCAL.md): the kubelet and
+# the control plane's other two, containerd 2 (image volumes: Debian's 1.6 ignores
+# them) with its runc shim and ctr, Debian's CNI plugins (and runc, with podman's).
+NODE_RECIPES: tuple[GoBuild | AptPackage, ...] = (
+    *(
+        GoBuild(
+            name=name,
+            module="k8s.io/kubernetes",
+            version=KUBE_VERSION,
+            package=f"k8s.io/kubernetes/cmd/{name}",
+            replaces=_kubernetes_staging,
+            ldflags=_kube_ldflags,
+        )
+        for name in ("kubelet", "kube-controller-manager", "kube-scheduler")
+    ),
+    *(
+        GoBuild(
+            name=name,
+            module="github.com/containerd/containerd/v2",
+            version=CONTAINERD_VERSION,
+            package=f"github.com/containerd/containerd/v2/cmd/{name}",
+            tags=("no_btrfs", "no_devmapper", "no_zfs"),
+            ldflags=(
+                f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",
+            ),
+        )
+        for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+    ),
+    GoBuild(
+        # The sandbox ("pause") image's only file: nothing can be pulled here.
+        name="pause",
+        module="",
+        version=_source_version("node/pause.go"),
+        package="pause",
+        source="node/pause.go",
+    ),
+    GoBuild(
+        # The node tests' program (cat files, whoami with the Pod's token, sleep).
+        name="node-probe",
+        module="",
+        version=_source_version("node/probe.go"),
+        package="node-probe",
+        source="node/probe.go",
+    ),
+    AptPackage(
+        name="cni-plugins",
+        package="containernetworking-plugins",
+        version="1.1",
+        binaries={tool: f"/usr/lib/cni/{tool}" for tool in ("bridge", "host-local", "loopback")},
+    ),
+)
 
 RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
     r.name: r
@@ -413,6 +476,7 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
             version="v1.8.8",
             package="github.com/sigstore/fulcio",
         ),
+        *NODE_RECIPES,
         GoBuild(
             name="model-registry",
             module="github.com/kubeflow/model-registry",
