@@ -20,9 +20,9 @@ import pytest
 from modelhooks.adapters.object_store.gcs import GcsObjectStore
 from modelhooks.adapters.object_store.local import LocalObjectStore
 from modelhooks.adapters.object_store.s3 import S3ObjectStore
-from modelhooks.adapters.signing import sign_model, verify_model
+from modelhooks.adapters.signing import HashOptions, sign_model, verify_model
 from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust, SigstoreVerifier
-from modelhooks.core.errors import VerificationFailed
+from modelhooks.core.errors import Unavailable, VerificationFailed
 from modelhooks.core.ports import ObjectStore
 from tests.servers.sigstore import Sigstore
 from tests.unit.signing_material import write_model
@@ -207,3 +207,135 @@ def test_a_model_in_each_store_signed_keylessly_verifies_and_a_tampered_one_does
     s.put(bucket, "bert/1/config.json", b'{"layers": 3}')
     with pytest.raises(VerificationFailed, match=r"config\.json"):
         verify_model(s, bucket, "bert/1", verifier)
+
+
+def _instance(sigstore: Sigstore, **overrides: str) -> dict[str, str]:
+    """SIGSTORE_* as a Kubeflow user sets them for this instance."""
+    env = {
+        "SIGSTORE_TUF_URL": sigstore.tuf_url,
+        "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
+        "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
+        "SIGSTORE_REKOR_URL": sigstore.rekor_url,
+        "SIGSTORE_TSA_URL": sigstore.tsa_url,
+    }
+    return {**env, **overrides}
+
+
+@pytest.fixture(params=["distribution3", "ociregistry"])
+def oci_registry(request: pytest.FixtureRequest) -> Any:
+    """distribution v3 (no referrers API: the fallback tag) and cue-labs' registry (referrers)."""
+    return request.getfixturevalue(request.param)
+
+
+def test_a_model_in_an_oci_registry_signed_keylessly_as_a_referrer(
+    sigstore: Sigstore, oci_registry: Any, tmp_path: Path
+) -> None:
+    from modelhooks.adapters.oci.distribution import DistributionRegistry
+    from modelhooks.adapters.signing.oci import sign_oci, verify_oci
+    from tests.integration.test_signing_oci import push_model
+
+    client = DistributionRegistry(oci_registry.url)
+    push_model(client, "models/bert", "v1", write_model(tmp_path / "bert"))
+    trust = SigstoreTrust.from_env(_instance(sigstore))
+    signer = SigstoreSigner(trust, token_file(tmp_path, sigstore.token(NS, SA)))
+    signed = sign_oci(client, "models/bert", "v1", signer)
+    assert signed.created
+    assert signed.signer == f"sigstore {Sigstore.identity(NS, SA)} ({sigstore.issuer})"
+    assert not sign_oci(client, "models/bert", "v1", signer).created  # already signed
+
+    verifier = SigstoreVerifier(trust, Sigstore.identity(NS, SA), sigstore.issuer)
+    assert verify_oci(client, "models/bert", "v1", verifier).root_digest == signed.root_digest
+    other = SigstoreVerifier(trust, Sigstore.identity(NS, "someone-else"), sigstore.issuer)
+    with pytest.raises(VerificationFailed) as refused:
+        verify_oci(client, "models/bert", "v1", other)
+    assert "someone-else" in refused.value.diagnostics(), refused.value.diagnostics()
+    # the tag moved to other content: the signature does not cover it
+    changed = write_model(tmp_path / "bert2")
+    next(p for p in sorted(changed.rglob("*")) if p.is_file() and p.stat().st_size).write_bytes(
+        b"x"
+    )
+    push_model(client, "models/bert", "v1", changed)
+    with pytest.raises(VerificationFailed):
+        verify_oci(client, "models/bert", "v1", verifier)
+
+
+def test_the_sign_function_records_the_identity_and_issuer(
+    sigstore: Sigstore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push through the `sign` function as deployed (settings + SIGSTORE_* env): the
+    registry's version and the model.signed reply name the certificate's identity and
+    issuer, and `modelhooks registry show` shows them."""
+    import json
+    from datetime import UTC, datetime
+
+    from modelhooks.bootstrap import build
+    from modelhooks.core.settings import load_settings
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+    from modelhooks.handlers.register import register_model
+    from modelhooks.handlers.sign import sign_artifact
+
+    for name, value in _instance(sigstore).items():
+        monkeypatch.setenv(name, value)
+    write_model(tmp_path / "store" / "models" / "bert" / "1")
+    token = token_file(tmp_path, sigstore.token(NS, SA))
+    settings = load_settings(
+        env={"MODELHOOKS_HOME": str(tmp_path), "MODELHOOKS_SIGNING_IDENTITY_TOKEN": str(token)}
+    )
+    deps = build(settings).deps
+    assert isinstance(deps.signer, SigstoreSigner)  # all three URLs: keyless is on
+    data = ArtifactPushed(
+        model="bert",
+        version="1",
+        uri=f"file://{tmp_path}/store/models/bert/1/",
+        digest="sha256:" + "1" * 64,
+        store="local",
+    )
+    event = CanonicalEvent(id="e1", source="t", type=data.TYPE, data=data, time=datetime.now(UTC))
+    register_model(event, data, registry=deps.registry)
+    (reply,) = sign_artifact(
+        event, data, stores=deps.stores, oci=deps.oci, registry=deps.registry,
+        signer=deps.signer, options=deps.hash_options or HashOptions(),
+    )  # fmt: skip
+    expected = f"sigstore {Sigstore.identity(NS, SA)} ({sigstore.issuer})"
+    assert isinstance(reply.data, ModelSigned) and reply.data.signer == expected
+    env = {**base_env(tmp_path), "MODELHOOKS_HOME": str(tmp_path)}
+    shown = modelhooks("registry", "show", "bert/1", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert expected in json.dumps(json.loads(shown.stdout)), shown.stdout
+
+
+def test_the_token_is_read_again_for_every_signature(sigstore: Sigstore, tmp_path: Path) -> None:
+    """Projected tokens rotate: one signer, its file rewritten between two signatures."""
+    token = token_file(tmp_path, sigstore.token(NS, SA))
+    signer = SigstoreSigner(SigstoreTrust(trust_config=sigstore.trust_config), token)
+    store = LocalObjectStore(tmp_path)
+    for name in ("a", "b"):
+        write_model(tmp_path / "models" / name)
+    first = sign_model(store, "models", "a", signer)
+    token.write_text(sigstore.token(NS, "rotated"))
+    second = sign_model(store, "models", "b", signer)
+    assert Sigstore.identity(NS, SA) in first.signer
+    assert Sigstore.identity(NS, "rotated") in second.signer
+
+
+@pytest.mark.parametrize("piece", ["rekor", "tsa"])
+def test_a_log_or_timestamp_authority_that_does_not_answer_is_transient_naming_it(
+    sigstore: Sigstore, tmp_path: Path, piece: str
+) -> None:
+    """503 for a delivery (redelivered), naming the service; nothing is written."""
+    from modelhooks.delivery.statuses import status_of
+
+    closed = "http://127.0.0.1:9"  # the discard port: nothing listens
+    if piece == "rekor":
+        trust, named = SigstoreTrust(trust_config=sigstore.trust_config, rekor_url=closed), "Rekor"
+    else:
+        trust = SigstoreTrust(trust_config=sigstore.trust_config, tsa_url=closed)
+        named = "timestamp authority"
+    where = write_model(tmp_path / "models" / "m")
+    signer = SigstoreSigner(trust, token_file(tmp_path, sigstore.token(NS, SA)))
+    with pytest.raises(Unavailable) as failed:
+        sign_model(LocalObjectStore(tmp_path), "models", "m", signer)
+    message = failed.value.diagnostics()
+    assert named in message and closed in message, message
+    assert status_of(failed.value) == 503
+    assert not (where / "model.sig").exists()

@@ -15,6 +15,8 @@ and the field.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -118,7 +120,7 @@ class SigstoreSigner:
             # A signer per signature, for the token just read; its key and certificate made
             # once, up front (sigstore 4.5's cache=False makes a new key at each use, so the
             # certificate's key would not be the one that signed).
-            with self._context.signer(identity) as signer:
+            with _Warnings("sigstore.sign") as warnings, self._context.signer(identity) as signer:
                 bundle = signer.sign_dsse(Statement(statement))
         except FulcioClientError as e:
             subject = certificate_identity(claims)
@@ -135,16 +137,24 @@ class SigstoreSigner:
             url = str(getattr(e.request, "url", "") or "?")
             raise Unavailable(f"{self._service(url)} {url} did not answer: {e}", url=url) from e
         except Exception as e:
+            self._check_timestamped(None, warnings.messages)
             raise Unavailable("Sigstore signing failed", reason=str(e)) from e
         document = str(bundle.to_json())
-        tsas = [c.url for c in self._context._tsa_clients]
-        if tsas and '"rfc3161Timestamps"' not in document:
-            # sigstore-python only logs a TSA's failure and goes on; Rekor v2 entries carry
-            # no time, so without the timestamp the signature could never be verified
-            raise Unavailable(
-                f"the timestamp authority {', '.join(tsas)} gave no timestamp", url=tsas[0]
-            )
+        self._check_timestamped(document, warnings.messages)
         return document.encode()
+
+    def _check_timestamped(self, document: str | None, warnings: list[str]) -> None:
+        """sigstore-python only logs a TSA's failure and goes on (then fails to assemble a
+        Rekor v2 bundle, whose entries carry no time): name the TSA and why."""
+        tsas = [c.url for c in self._context._tsa_clients]
+        if tsas and (document is None or '"rfc3161Timestamps"' not in document):
+            why = next((w for w in warnings if "timestamp" in w), "")
+            if why or document is not None:
+                raise Unavailable(
+                    f"the timestamp authority {', '.join(tsas)} gave no timestamp",
+                    url=tsas[0],
+                    reason=why,
+                )
 
     def _service(self, url: str) -> str:
         """Which Sigstore service `url` (a request that failed) belongs to."""
@@ -155,6 +165,27 @@ class SigstoreSigner:
         if any(url.startswith(t) for t in tsas):
             return "the timestamp authority"
         return "the certificate authority (Fulcio)"
+
+
+class _Warnings(logging.Handler):
+    """The warnings `logger` emits in this thread while the block runs."""
+
+    def __init__(self, logger: str) -> None:
+        super().__init__(logging.WARNING)
+        self._logger = logging.getLogger(logger)
+        self._thread = threading.get_ident()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self._thread:
+            self.messages.append(record.getMessage())
+
+    def __enter__(self) -> _Warnings:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
 
 
 def certificate_identity(claims: Mapping[str, Any]) -> str:
