@@ -9,6 +9,7 @@ from tests.bench import (
     bench_cleanup,
     bench_cold_start,
     bench_models,
+    bench_node,
     bench_prune,
     bench_signing,
     bench_spine,
@@ -31,6 +32,8 @@ def main() -> int:
         flush=True,
     )
     goals += bench_models.main([])
+    print("\n== node: the harness's single-node Kubernetes, start-up and memory", flush=True)
+    goals += bench_node.main([])
     print("\n== goals")
     for goal in goals:
         print(goal.line())

@@ -274,7 +274,7 @@ def _make_cgroups(root: str) -> None:
                 (folder / knob).write_text((folder.parent / knob).read_text())
 
 
-def _cgroup_pids(root: str) -> set[int]:
+def cgroup_pids(root: str) -> set[int]:
     found: set[int] = set()
     for folder in _cgroup_dirs(root):
         for procs in folder.rglob("cgroup.procs") if folder.is_dir() else ():
@@ -292,7 +292,7 @@ def _mounts_under(path: Path) -> list[str]:
     return found
 
 
-def _processes_naming(text: str) -> list[int]:
+def processes_naming(text: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -305,8 +305,8 @@ def _processes_naming(text: str) -> list[int]:
 def leftovers(node: Node) -> list[str]:
     """What a stopped node would have left behind: mounts, processes, its bridge, cgroups."""
     found = [f"mount {m}" for m in _mounts_under(node.workdir)]
-    found += [f"process {p}" for p in _processes_naming(str(node.workdir)) if p != os.getpid()]
-    found += [f"process {p} in the node's cgroups" for p in _cgroup_pids(node.cgroup_root)]
+    found += [f"process {p}" for p in processes_naming(str(node.workdir)) if p != os.getpid()]
+    found += [f"process {p} in the node's cgroups" for p in cgroup_pids(node.cgroup_root)]
     found += [f"log link {link}" for link in _log_links(node.workdir)]
     socket = node.workdir / "containerd" / "containerd.sock"
     found += [f"file {f}" for f in _runtime_files(node.bridge, socket, node.containers)]
@@ -344,7 +344,7 @@ def _stop_pods(ctr: list[str], cgroup_root: str, containers: list[str]) -> None:
     """Kill every process in the node's cgroups, noting containerd's containers first."""
     listed = subprocess.run([*ctr, "containers", "ls", "-q"], capture_output=True, text=True)
     containers += listed.stdout.split()
-    _kill_all(lambda: _cgroup_pids(cgroup_root))
+    _kill_all(lambda: cgroup_pids(cgroup_root))
 
 
 def _runtime_files(bridge: str, socket: Path, containers: list[str]) -> list[Path]:
@@ -362,7 +362,7 @@ def _runtime_files(bridge: str, socket: Path, containers: list[str]) -> list[Pat
 def _clean(
     workdir: Path, bridge: str, cgroup_root: str, containerd_work: Path, containers: list[str]
 ) -> None:
-    _kill_all(lambda: [p for p in _processes_naming(str(containerd_work)) if p != os.getpid()])
+    _kill_all(lambda: [p for p in processes_naming(str(containerd_work)) if p != os.getpid()])
     for path in _runtime_files(bridge, containerd_work / "containerd.sock", containers):
         with contextlib.suppress(OSError):
             path.unlink()
