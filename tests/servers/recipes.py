@@ -267,6 +267,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
 
 MR_VERSION = "v0.3.0"  # v0.3.1+ are not served by this machine's module proxy (see TESTING.md)
 
+
 def _source_version(source: str) -> str:
     """A main of our own with no module behind it is cached by its content."""
     return hashlib.sha256((Path(__file__).parent / source).read_bytes()).hexdigest()[:12]
