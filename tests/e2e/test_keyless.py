@@ -7,6 +7,7 @@ and an expired token each refused with the reason."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -265,7 +266,6 @@ def test_the_sign_function_records_the_identity_and_issuer(
     """A push through the `sign` function as deployed (settings + SIGSTORE_* env): the
     registry's version and the model.signed reply name the certificate's identity and
     issuer, and `modelhooks registry show` shows them."""
-    import json
     from datetime import UTC, datetime
 
     from modelhooks.bootstrap import build
@@ -305,17 +305,26 @@ def test_the_sign_function_records_the_identity_and_issuer(
 
 
 def test_the_token_is_read_again_for_every_signature(sigstore: Sigstore, tmp_path: Path) -> None:
-    """Projected tokens rotate: one signer, its file rewritten between two signatures."""
+    """Projected tokens rotate: one signer, its file rewritten between two signatures; a
+    certificate is kept while the token is the same (one Fulcio round trip, not one per
+    signature)."""
     token = token_file(tmp_path, sigstore.token(NS, SA))
     signer = SigstoreSigner(SigstoreTrust(trust_config=sigstore.trust_config), token)
     store = LocalObjectStore(tmp_path)
-    for name in ("a", "b"):
+    for name in ("a", "b", "c"):
         write_model(tmp_path / "models" / name)
     first = sign_model(store, "models", "a", signer)
+    again = sign_model(store, "models", "b", signer)  # the same token: the same certificate
     token.write_text(sigstore.token(NS, "rotated"))
-    second = sign_model(store, "models", "b", signer)
-    assert Sigstore.identity(NS, SA) in first.signer
+    second = sign_model(store, "models", "c", signer)
+    assert Sigstore.identity(NS, SA) in first.signer and again.created
     assert Sigstore.identity(NS, "rotated") in second.signer
+
+    def certificate(name: str) -> str:
+        bundle = json.loads((tmp_path / "models" / name / "model.sig").read_text())
+        return str(bundle["verificationMaterial"]["certificate"]["rawBytes"])
+
+    assert certificate("a") == certificate("b") != certificate("c")
 
 
 @pytest.mark.parametrize("piece", ["rekor", "tsa"])

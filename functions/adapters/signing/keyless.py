@@ -55,6 +55,8 @@ class SigstoreSigner:
         self._trust = trust
         self._token_file = Path(token_file)
         self._context: Any = None
+        self._signer: tuple[str, Any] | None = None  # (token, sigstore Signer): _signer_for
+        self._expires = 0.0  # when the kept signer's certificate expires
 
     def _claims(self) -> tuple[str, dict[str, Any]]:
         """The token and its claims (unverified: Fulcio verifies it), refused when absent,
@@ -117,11 +119,10 @@ class SigstoreSigner:
         if self._context is None:
             self._context = SigningContext.from_trust_config(self._trust.load())
         try:
-            # A signer per signature, for the token just read; its key and certificate made
-            # once, up front (sigstore 4.5's cache=False makes a new key at each use, so the
-            # certificate's key would not be the one that signed).
-            with _Warnings("sigstore.sign") as warnings, self._context.signer(identity) as signer:
+            with _Warnings("sigstore.sign") as warnings:
+                signer = self._signer_for(token, identity)
                 bundle = signer.sign_dsse(Statement(statement))
+                self._expires = bundle.signing_certificate.not_valid_after_utc.timestamp()
         except FulcioClientError as e:
             subject = certificate_identity(claims)
             issuer = str(claims.get("iss", "?"))
@@ -155,6 +156,21 @@ class SigstoreSigner:
                     url=tsas[0],
                     reason=why,
                 )
+
+    def _signer_for(self, token: str, identity: Any) -> Any:
+        """A sigstore Signer for this token: its key and Fulcio certificate made once, up
+        front, and kept for the next signatures while the token file holds the same token
+        and the certificate has a minute left (a certificate costs a Fulcio round trip and
+        a CT log entry). Not cache=False: sigstore 4.5 then makes a new key at each use, so
+        the certificate's key would not be the one that signed."""
+        from sigstore.sign import Signer
+
+        kept = self._signer
+        if kept is not None and kept[0] == token and time.time() < self._expires - 60:
+            return kept[1]
+        signer = Signer(identity, self._context)
+        self._signer, self._expires = (token, signer), time.time() + 120
+        return signer
 
     def _service(self, url: str) -> str:
         """Which Sigstore service `url` (a request that failed) belongs to."""
