@@ -243,3 +243,22 @@ def test_a_fulcio_certificate_is_recorded_as_its_identity_and_issuer() -> None:
         },
     }
     assert signer_of(json.dumps(bundle).encode()) == f"sigstore {identity} ({ISSUER})"
+
+
+@pytest.mark.parametrize("fulcio", [(400, REFUSED.encode())], indirect=True)
+def test_the_token_file_is_read_again_for_every_signature(
+    fulcio: str, trust_config: Path, token: Path
+) -> None:
+    """One signer; its file rewritten between signatures, as the kubelet rotates it."""
+    signer = SigstoreSigner(SigstoreTrust(trust_config=trust_config, fulcio_url=fulcio), token)
+    live = token.read_text()
+    claims = jwt.decode(live, options={"verify_signature": False})
+    token.write_text(jwt.encode({**claims, "exp": int(time.time()) - 60}, "k" * 32))
+    with pytest.raises(CredentialsRefused, match="expired at"):
+        signer.sign(_statement())
+    token.write_text(live)
+    with pytest.raises(CredentialsRefused, match="Fulcio refused"):  # read again: it went on
+        signer.sign(_statement())
+    token.unlink()
+    with pytest.raises(CredentialsRefused, match=re.escape(f"identity token {token}")):
+        signer.sign(_statement())
