@@ -262,3 +262,20 @@ def test_the_token_file_is_read_again_for_every_signature(
     token.unlink()
     with pytest.raises(CredentialsRefused, match=re.escape(f"identity token {token}")):
         signer.sign(_statement())
+
+
+def test_verifying_needs_only_the_trusted_root(tmp_path: Path) -> None:
+    """A verifier (admission, `modelhooks verify`) with SIGSTORE_TRUSTED_ROOT alone: no
+    signing services, and what it is given is judged, not refused as configuration."""
+    from modelhooks.adapters.signing import KeySigner
+    from modelhooks.adapters.signing.keyless import SigstoreVerifier
+    from modelhooks.core.errors import VerificationFailed
+    from tests.unit.signing_material import make_key
+
+    root = tmp_path / "trusted_root.json"
+    root.write_text((EMBEDDED / "trusted_root.json").read_text())
+    bundle = KeySigner.from_file(make_key(tmp_path).private).sign(_statement())
+    trust = SigstoreTrust.from_env({"SIGSTORE_TRUSTED_ROOT": str(root)})
+    verifier = SigstoreVerifier(trust, "me@example.com", "https://issuer.example")
+    with pytest.raises(VerificationFailed):
+        verifier.verify(bundle)

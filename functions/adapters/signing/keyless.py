@@ -250,7 +250,7 @@ class SigstoreVerifier:
         from sigstore.verify import Verifier, policy
 
         if self._verifier is None:
-            self._verifier = Verifier(trusted_root=self._trust.load().trusted_root)
+            self._verifier = Verifier(trusted_root=self._trust.verifying_root())
         try:
             parsed = Bundle.from_json(bundle)
             payload_type, payload = self._verifier.verify_dsse(
