@@ -8,6 +8,7 @@ import sys
 from tests.bench import (
     bench_cleanup,
     bench_cold_start,
+    bench_keyless,
     bench_models,
     bench_node,
     bench_prune,
@@ -23,6 +24,8 @@ def main() -> int:
     goals += bench_cold_start.main([])
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
     goals += bench_signing.main([])
+    print("\n== keyless: Sigstore signatures vs key signatures of the same model", flush=True)
+    goals += bench_keyless.main([])
     print("\n== prune: 10,000 tags, bounded concurrency vs a sequential delete loop", flush=True)
     goals += bench_prune.main([])
     print("\n== cleanup: 100,000 objects vs aws s3 rm; 10,000 vs a GCS delete loop", flush=True)
