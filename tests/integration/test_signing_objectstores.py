@@ -3,17 +3,11 @@ ObjectStore contract the signing code relies on (same assertions as the local st
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import model_signing
 import pytest
 
-from modelhooks.adapters.object_store.gcs import GcsObjectStore
-from modelhooks.adapters.object_store.local import LocalObjectStore
-from modelhooks.adapters.object_store.s3 import S3ObjectStore
 from modelhooks.adapters.signing import (
     HashOptions,
     KeySigner,
@@ -23,7 +17,7 @@ from modelhooks.adapters.signing import (
 )
 from modelhooks.core.errors import Conflict, NotFound, VerificationFailed
 from modelhooks.core.ports import ObjectStore
-from tests.unit.signing_material import KeyPair, make_key, write_model
+from tests.unit.signing_material import KeyPair, make_key, upload, write_model
 
 pytestmark = pytest.mark.integration
 
@@ -33,29 +27,10 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
     return make_key(tmp_path_factory.mktemp("keys"))
 
 
-@pytest.fixture(params=["local", "s3", "gcs"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ObjectStore, str]]:
+@pytest.fixture
+def store(each_store: tuple[ObjectStore, str]) -> tuple[ObjectStore, str]:
     """(store, bucket): a fresh bucket in each backend."""
-    bucket = f"models-{uuid.uuid4().hex[:12]}"
-    if request.param == "local":
-        (tmp_path / bucket).mkdir()
-        yield LocalObjectStore(tmp_path), bucket
-    elif request.param == "s3":
-        minio: Any = request.getfixturevalue("minio")
-        with minio.s3_client() as client:
-            client.create_bucket(Bucket=bucket)
-            yield S3ObjectStore(client), bucket
-    else:
-        fake_gcs: Any = request.getfixturevalue("fake_gcs")
-        client = fake_gcs.storage_client()
-        client.create_bucket(bucket)
-        yield GcsObjectStore(client), bucket
-
-
-def upload(store: ObjectStore, bucket: str, model: Path, prefix: str) -> None:
-    for path in sorted(model.rglob("*")):
-        if path.is_file():
-            store.put(bucket, f"{prefix}/{path.relative_to(model).as_posix()}", path.read_bytes())
+    return each_store
 
 
 def test_contract(store: tuple[ObjectStore, str]) -> None:

@@ -270,3 +270,27 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if starts:
         summary = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in starts.items())
         terminalreporter.write_line(f"test servers started (time to ready): {summary}")
+
+
+@pytest.fixture(params=["local", "s3", "gcs"])
+def each_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    """(ObjectStore, bucket): a fresh bucket on the local store, MinIO and fake-gcs-server
+    in turn (the servers started on first use)."""
+    from modelhooks.adapters.object_store.gcs import GcsObjectStore
+    from modelhooks.adapters.object_store.local import LocalObjectStore
+    from modelhooks.adapters.object_store.s3 import S3ObjectStore
+
+    bucket = f"models-{secrets.token_hex(6)}"
+    if request.param == "local":
+        (tmp_path / bucket).mkdir()
+        yield LocalObjectStore(tmp_path), bucket
+    elif request.param == "s3":
+        minio: Minio = request.getfixturevalue("minio")
+        with minio.s3_client() as client:
+            client.create_bucket(Bucket=bucket)
+            yield S3ObjectStore(client), bucket
+    else:
+        fake_gcs: FakeGcs = request.getfixturevalue("fake_gcs")
+        client = fake_gcs.storage_client()
+        client.create_bucket(bucket)
+        yield GcsObjectStore(client), bucket

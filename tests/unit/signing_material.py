@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from modelhooks.core.ports import ObjectStore
+
 __all__ = ["Chain", "KeyPair", "make_chain", "make_key", "write_model"]
 
 
@@ -126,3 +128,10 @@ def write_model(directory: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return directory
+
+
+def upload(store: ObjectStore, bucket: str, model: Path, prefix: str) -> None:
+    """Every file of the local `model` directory put under `prefix` in `bucket`."""
+    for path in sorted(model.rglob("*")):
+        if path.is_file():
+            store.put(bucket, f"{prefix}/{path.relative_to(model).as_posix()}", path.read_bytes())
