@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -210,28 +211,31 @@ def test_a_model_in_an_oci_registry_signed_keylessly_as_a_referrer(
     from tests.integration.test_signing_oci import push_model
 
     client = DistributionRegistry(oci_registry.url)
-    push_model(client, "models/bert", "v1", write_model(tmp_path / "bert"))
+    repo = f"models/keyless-{uuid.uuid4().hex[:8]}"  # the registries are the session's
+    push_model(client, repo, "v1", write_model(tmp_path / "bert"))
     trust = SigstoreTrust.from_env(_instance(sigstore))
     signer = SigstoreSigner(trust, token_file(tmp_path, sigstore.token(NS, SA)))
-    signed = sign_oci(client, "models/bert", "v1", signer)
+    signed = sign_oci(client, repo, "v1", signer)
     assert signed.created
     assert signed.signer == f"sigstore {Sigstore.identity(NS, SA)} ({sigstore.issuer})"
-    assert not sign_oci(client, "models/bert", "v1", signer).created  # already signed
+    assert not sign_oci(client, repo, "v1", signer).created  # already signed
 
     verifier = SigstoreVerifier(trust, Sigstore.identity(NS, SA), sigstore.issuer)
-    assert verify_oci(client, "models/bert", "v1", verifier).root_digest == signed.root_digest
+    assert verify_oci(client, repo, "v1", verifier).root_digest == signed.root_digest
     other = SigstoreVerifier(trust, Sigstore.identity(NS, "someone-else"), sigstore.issuer)
     with pytest.raises(VerificationFailed) as refused:
-        verify_oci(client, "models/bert", "v1", other)
+        verify_oci(client, repo, "v1", other)
     assert "someone-else" in refused.value.diagnostics(), refused.value.diagnostics()
-    # the tag moved to other content: the signature does not cover it
+    # other content under another tag: this signature does not cover it (a tag is not
+    # moved here: the session registries notify every push, and a moved tag is a 409 that
+    # the registry would redeliver to whichever test listens next)
     changed = write_model(tmp_path / "bert2")
     next(p for p in sorted(changed.rglob("*")) if p.is_file() and p.stat().st_size).write_bytes(
         b"x"
     )
-    push_model(client, "models/bert", "v1", changed)
+    push_model(client, repo, "v2", changed)
     with pytest.raises(VerificationFailed):
-        verify_oci(client, "models/bert", "v1", verifier)
+        verify_oci(client, repo, "v2", verifier)
 
 
 def test_the_sign_function_records_the_identity_and_issuer(
