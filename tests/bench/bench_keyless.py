@@ -51,15 +51,7 @@ def run(sigstore: object, tmp: Path, signatures: int, files: int, size: int) -> 
     store = LocalObjectStore(tmp)
     token = tmp / "token"
     token.write_text(sigstore.token("bench", "signer"))
-    trust = SigstoreTrust.from_env(
-        {
-            "SIGSTORE_TUF_URL": sigstore.tuf_url,
-            "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
-            "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
-            "SIGSTORE_REKOR_URL": sigstore.rekor_url,
-            "SIGSTORE_TSA_URL": sigstore.tsa_url,
-        }
-    )
+    trust = SigstoreTrust.from_env(sigstore.env())
     (tmp / "keys").mkdir()
     signers: dict[str, Signer] = {
         "key": KeySigner.from_file(make_key(tmp / "keys").private),

@@ -49,18 +49,6 @@ def base_env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "MODELHOOKS_HOME": str(tmp_path)}
 
 
-def instance_env(sigstore: Sigstore, tmp_path: Path) -> dict[str, str]:
-    """As a Kubeflow user configures the instance: its URLs and its TUF root."""
-    return {
-        **base_env(tmp_path),
-        "SIGSTORE_TUF_URL": sigstore.tuf_url,
-        "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
-        "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
-        "SIGSTORE_REKOR_URL": sigstore.rekor_url,
-        "SIGSTORE_TSA_URL": sigstore.tsa_url,
-    }
-
-
 def token_file(tmp_path: Path, token: str) -> Path:
     path = tmp_path / "token"
     path.write_text(token)
@@ -74,7 +62,7 @@ def test_a_model_signed_keylessly_verifies_with_ours_and_upstream(
     where = model(tmp_path)
     token = token_file(tmp_path, sigstore.token(NS, SA))
     if configured == "sigstore-urls":
-        env, trust = instance_env(sigstore, tmp_path), []
+        env, trust = {**base_env(tmp_path), **sigstore.env()}, []
     else:
         env, trust = base_env(tmp_path), ["--trust-config", str(sigstore.trust_config)]
     signed = modelhooks("sign", str(where), "--identity-token", str(token), *trust, env=env)
@@ -161,15 +149,7 @@ def test_a_model_in_each_store_signed_keylessly_verifies_and_a_tampered_one_does
     signature written next to it, verified where it lies."""
     s, bucket = each_store
     upload(s, bucket, write_model(tmp_path / "model"), "bert/1")
-    trust = SigstoreTrust.from_env(
-        {
-            "SIGSTORE_TUF_URL": sigstore.tuf_url,
-            "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
-            "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
-            "SIGSTORE_REKOR_URL": sigstore.rekor_url,
-            "SIGSTORE_TSA_URL": sigstore.tsa_url,
-        }
-    )
+    trust = SigstoreTrust.from_env(sigstore.env())
     signer = SigstoreSigner(trust, token_file(tmp_path, sigstore.token(NS, SA)))
     signed = sign_model(s, bucket, "bert/1", signer)
     assert (
@@ -183,18 +163,6 @@ def test_a_model_in_each_store_signed_keylessly_verifies_and_a_tampered_one_does
     s.put(bucket, "bert/1/config.json", b'{"layers": 3}')
     with pytest.raises(VerificationFailed, match=r"config\.json"):
         verify_model(s, bucket, "bert/1", verifier)
-
-
-def _instance(sigstore: Sigstore, **overrides: str) -> dict[str, str]:
-    """SIGSTORE_* as a Kubeflow user sets them for this instance."""
-    env = {
-        "SIGSTORE_TUF_URL": sigstore.tuf_url,
-        "SIGSTORE_TUF_ROOT": str(sigstore.tuf_root),
-        "SIGSTORE_FULCIO_URL": sigstore.fulcio_url,
-        "SIGSTORE_REKOR_URL": sigstore.rekor_url,
-        "SIGSTORE_TSA_URL": sigstore.tsa_url,
-    }
-    return {**env, **overrides}
 
 
 @pytest.fixture(params=["distribution3", "ociregistry"])
@@ -213,7 +181,7 @@ def test_a_model_in_an_oci_registry_signed_keylessly_as_a_referrer(
     client = DistributionRegistry(oci_registry.url)
     repo = f"models/keyless-{uuid.uuid4().hex[:8]}"  # the registries are the session's
     push_model(client, repo, "v1", write_model(tmp_path / "bert"))
-    trust = SigstoreTrust.from_env(_instance(sigstore))
+    trust = SigstoreTrust.from_env(sigstore.env())
     signer = SigstoreSigner(trust, token_file(tmp_path, sigstore.token(NS, SA)))
     signed = sign_oci(client, repo, "v1", signer)
     assert signed.created
@@ -252,7 +220,7 @@ def test_the_sign_function_records_the_identity_and_issuer(
     from modelhooks.handlers.register import register_model
     from modelhooks.handlers.sign import sign_artifact
 
-    for name, value in _instance(sigstore).items():
+    for name, value in sigstore.env().items():
         monkeypatch.setenv(name, value)
     write_model(tmp_path / "store" / "models" / "bert" / "1")
     token = token_file(tmp_path, sigstore.token(NS, SA))

@@ -75,6 +75,17 @@ class Sigstore:
     kube: KubeApiServer
     log_files: tuple[Path, ...] = field(default=(), compare=False)
 
+    def env(self) -> dict[str, str]:
+        """SIGSTORE_* as a Kubeflow user sets them for this instance: its URLs and its
+        TUF repository with the bootstrap root."""
+        return {
+            "SIGSTORE_TUF_URL": self.tuf_url,
+            "SIGSTORE_TUF_ROOT": str(self.tuf_root),
+            "SIGSTORE_FULCIO_URL": self.fulcio_url,
+            "SIGSTORE_REKOR_URL": self.rekor_url,
+            "SIGSTORE_TSA_URL": self.tsa_url,
+        }
+
     @staticmethod
     def identity(namespace: str, service_account: str) -> str:
         """The certificate identity Fulcio gives a ServiceAccount token."""
