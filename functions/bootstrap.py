@@ -45,6 +45,7 @@ from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.delivery.broker import Broker
 from modelhooks.delivery.dedupe import Dedupe
+from modelhooks.delivery.remote import remote, subscribers
 from modelhooks.delivery.router import load_triggers
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.runtime import Delivery, Sink
@@ -130,13 +131,22 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     unknown = set(overrides) - deps_fields - {f.name for f in dataclasses.fields(Delivery)}
     if unknown:
         raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
-    needs = {n for name in _hosted() for n in _needs(load(name))}
+    elsewhere = subscribers(settings.router.subscribers, NAMES)
+    # a function run elsewhere needs nothing here but what names its pushes (Delivery.enter)
+    needs = {
+        n
+        for name in _hosted()
+        for n in _needs(load(name))
+        if name not in elsewhere or n == "content"
+    }
     _require_extras(settings, needs - set(overrides))
     deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields})
     available = {f.name: getattr(deps, f.name) for f in dataclasses.fields(Deps)}
 
     @cache
     def function(name: str) -> Function:
+        if name in elsewhere:
+            return remote(load(name), elsewhere[name], settings.router.timeout)
         return load(name).bind(available)
 
     delivery = Delivery(

@@ -90,7 +90,7 @@ def _status(settings: Settings, signer: str | None) -> str:
     mode = (
         f"forwarding canonical events to {settings.router.sink} (K_SINK): no function runs here"
         if settings.router.sink
-        else "routing in-process by the Triggers"
+        else f"routing by the Triggers; {_where(settings.router.subscribers)}"
     )
     return (
         f"functions: {', '.join(NAMES)}; {mode}\n"
@@ -98,6 +98,16 @@ def _status(settings: Settings, signer: str | None) -> str:
         f"store:     {store}\n"
         f"signing:   {'on, as ' + signer if signer else 'off (set --signing-key to sign)'}\n"
     )
+
+
+def _where(spec: str) -> str:
+    """Where the functions run: in-process, or at their subscribers' URLs."""
+    from modelhooks.delivery.remote import subscribers
+
+    table = subscribers(spec)
+    if not table:
+        return "every function in-process"
+    return "run elsewhere: " + ", ".join(f"{name} at {url}" for name, url in table.items())
 
 
 def _banner(host: str, port: int, store: Path, settings: Settings) -> str:

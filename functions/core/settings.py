@@ -181,6 +181,17 @@ class RouterSettings(_Section, frozen=True, kw_only=True):
     sink: Annotated[
         str, doc("where replies are POSTed instead of answered (SinkBinding)", env="K_SINK")
     ] = ""
+    subscribers: Annotated[
+        str,
+        doc(
+            "functions run elsewhere, `function=URL;…`: `serve` is then their Broker, POSTing "
+            "each event the Triggers route to them and routing their replies (a cluster "
+            "without Knative, infra/kubernetes); the others run in-process"
+        ),
+    ] = ""
+    timeout: Annotated[
+        float, doc("seconds a subscriber may take to answer (sign hashes whole models)", gt=0)
+    ] = 900.0
 
 
 class ServeSettings(_Section, frozen=True, kw_only=True):
@@ -333,6 +344,45 @@ class TenancySettings(_Section, frozen=True, kw_only=True):
     ] = ""
 
 
+class AdmissionSettings(_Section, frozen=True, kw_only=True):
+    tls_cert_file: Annotated[
+        str,
+        doc(
+            "serving certificate (PEM) of the admission webhook: set with tls_key_file, "
+            "`modelhooks serve` and the admission target answer HTTPS; both files are "
+            "re-read when they change (a rotated Secret needs no restart)"
+        ),
+    ] = ""
+    tls_key_file: Annotated[str, doc("private key (PEM) of tls_cert_file")] = ""
+    kubeconfig: Annotated[
+        str,
+        doc(
+            "kubeconfig through which admission reads VerificationPolicies; empty: the "
+            "pod's in-cluster config when running in Kubernetes, else none (every model "
+            "reference is then refused: nothing is trusted)"
+        ),
+    ] = ""
+    timeout: Annotated[
+        float,
+        doc(
+            "seconds an AdmissionReview may take; keep it under the webhook's timeoutSeconds "
+            "(infra/k8s/admission): past it the review is answered by the policies' "
+            "failurePolicy, before the apiserver gives up",
+            gt=0,
+        ),
+    ] = 8.0
+    cache_size: Annotated[
+        int, doc("verified (digest, policy) pairs remembered (successes only; 0 = off)", ge=0)
+    ] = 1000
+    cache_bytes: Annotated[int, doc("bytes the verification cache may hold", ge=0)] = 1 << 20
+    cache_ttl: Annotated[
+        float, doc("seconds a successful verification is remembered", ge=0)
+    ] = 600.0
+    max_review_bytes: Annotated[
+        int, doc("largest AdmissionReview read (bigger ones are refused with the reason)", gt=0)
+    ] = 3 << 20
+
+
 class Settings(_Section, frozen=True, kw_only=True):
     home: Annotated[Path, doc("embedded state: store/, registry.db, keys")] = Path(".modelhooks")
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], doc("log threshold")] = (
@@ -350,6 +400,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     cleanup: CleanupSettings = field(default_factory=CleanupSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
 
 @dataclass(frozen=True)
