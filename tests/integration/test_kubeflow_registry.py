@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from modelhooks.adapters.model_registry.kubeflow import VERSION_ID, KubeflowModelRegistry
+from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry, external_id
 from modelhooks.core.errors import NotFound
 from modelhooks.core.records import ArtifactState, ModelArtifact
 from tests.contract.model_registry import ModelRegistryContract, unique
@@ -63,9 +63,9 @@ def test_artifact_is_a_model_artifact_with_its_digest(
     assert body["artifactType"] == "model-artifact"
     assert body["state"] == "PENDING"
     assert body["customProperties"]["digest"]["string_value"] == "etag:abc"
+    assert body["externalId"] == external_id(version.id, "model")  # found by it, exactly
     (listed,) = kubeflow.list_artifacts(version.id)
     assert listed == dataclasses.replace(artifact, state=ArtifactState.PENDING)
-    assert VERSION_ID not in listed.custom_properties
     assert listed.custom_properties == {"source_event": "e1"}
 
 

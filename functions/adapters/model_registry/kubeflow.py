@@ -2,31 +2,56 @@
 requests (imported when the adapter is built).
 
 Mapping: RegisteredModel, ModelVersion and ModelArtifact (artifactType "model-artifact")
-map one to one; ids are the server's string ids; custom properties are typed
-`MetadataStringValue`s; an artifact's digest is its custom property "digest".
+map one to one; ids are the server's string ids; an artifact's digest is its custom
+property "digest". Kubeflow's first-class fields that the domain records lack are custom
+properties under `kubeflow.` in the domain (`FIELDS`: a model's owner, a version's author, an
+artifact's description, model format name/version, storage key/path), written back as the
+fields, so `registry show` prints them and an export keeps them on any backend.
 
-There is no transaction over REST: `transaction()` is a no-op and each write stands alone;
-handlers stay correct by being idempotent (find-or-create on natural identity).
+Typed custom properties, both ways: int, double, bool, string and struct (JSON text) values
+are read as their text; a write sends every value with the type the server holds for that
+key (an unchanged value verbatim), new keys as strings. A failed upload is an artifact in
+state ABANDONED with the reason in `FAILURE_REASON` (upstream's job leaves it PENDING).
 
-Server quirks handled here (seen on v0.3.0 over PostgreSQL: unquoted mixed-case table names
-in hand-written SQL; v0.3.8 quotes them):
-- parent-scoped queries (`registered_models/{id}/versions`, `model_version?parentResourceId`,
-  `model_versions/{id}/artifacts`) and any `nextPageToken` answer 500 ("relation ... does
-  not exist", "missing FROM-clause entry": SQLSTATE 42P01). Reads then fall back to the
-  global listing without pageSize (which that server answers in one page), filtered here.
-  Global artifact listings do not name the version, so artifacts written here also carry
-  the version id in the custom property `modelhooks.model_version_id` (hidden from the
-  domain object); on such a server, artifacts other clients wrote are not listed.
-- creating a version or artifact under a parent that does not exist succeeds: the parent
-  is fetched first so that a missing one is NotFound.
-- a taken name is 409 (400/422 "already exists" on other versions): both are Conflict.
+Flat in registry size: every read and write of register and sign is exact, by name or by
+id, never a listing. A version is created with externalId `modelhooks:<model id>:<name>`
+and an artifact with `modelhooks:<version id>:<name>`, both found by that id (an exact,
+unique query on every server version), so the hot path costs the same at 10 versions and
+at 10,000. Server versions (PostgreSQL, the harness):
+- v0.3.0: unquoted mixed-case table names in hand-written SQL. Parent-scoped queries
+  (`model_version?name&parentResourceId`, `registered_models/{id}/versions`,
+  `model_versions/{id}/artifacts`), any `filterQuery` and any `nextPageToken` answer 500
+  SQLSTATE 42P01. `externalId` lookups, lookups by id, `registered_model?name` and the
+  first page of a listing work. So: versions and artifacts by externalId; a version another
+  client wrote (no such externalId) is found by name once, when creating it conflicts, by
+  one scan of the version listing, and given its externalId ("adopted"): exact from then
+  on. A version's artifacts: the one named `ARTIFACT` ("model", what register and transfer
+  write) and those its custom property `ARTIFACTS` names (written when an artifact of
+  another name is created), each by externalId. Listings (list, export, archive, cleanup,
+  prune) fall back to the global listing in one page, filtered here.
+- v0.3.1 - v0.3.9 and later tags: the module proxy refuses them (checked once each, see
+  docs/kubeflow.md); upstream's release notes for v0.3.x quote the table names, so the
+  scoped queries are tried first and used wherever they answer.
+- a taken name is 409 (400/422 "already exists" on other versions): both are Conflict;
+  creating under a parent that does not exist succeeds there, so the parent is checked.
+
+Concurrency: a transaction (one handler's reads and writes) holds the lock of the first
+model it names, so transactions of one model run one at a time in this process and those
+of different models in parallel. Across processes (N pods) the Model Registry has no
+conditional write; every update re-reads the record first and refuses (`StaleWrite`, a
+Transient error: the delivery is redelivered and derives again) when it changed since the
+transaction read it, and as the transaction ends it re-reads what it wrote and refuses the
+same way when another writer overwrote it. What is left is a race in the one round trip
+between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
+broker's partition key) closes it. See docs/kubeflow.md.
 """
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.errors import (
@@ -37,6 +62,7 @@ from modelhooks.core.errors import (
     ModelhooksError,
     NotFound,
     Throttled,
+    Transient,
     Unavailable,
 )
 from modelhooks.core.records import (
@@ -50,18 +76,65 @@ from modelhooks.core.records import (
 if TYPE_CHECKING:
     import requests
 
-__all__ = ["KubeflowModelRegistry"]
+__all__ = [
+    "ARTIFACT",
+    "ARTIFACTS",
+    "FAILURE_REASON",
+    "FIELDS",
+    "KubeflowModelRegistry",
+    "StaleWrite",
+    "external_id",
+]
 
 API_PATH = "/api/model_registry/v1alpha3"
 ARTIFACT_TYPE = "model-artifact"
 PAGE_SIZE = 1000
 DIGEST = "digest"
-VERSION_ID = "modelhooks.model_version_id"
+ARTIFACT = "model"  # the artifact register and transfer write: found without a listing
+ARTIFACTS = "modelhooks.artifacts"  # a version's other artifact names (comma-separated)
+FAILURE_REASON = "modelhooks.failure_reason"  # why an ABANDONED artifact failed
+LEGACY_VERSION_ID = "modelhooks.model_version_id"  # written before externalIds; hidden
+MODELS, VERSIONS, ARTIFACTS_PATH = "/registered_models", "/model_versions", "/model_artifacts"
+# Kubeflow's own fields, as the domain's custom properties (key -> REST field), per kind.
+FIELDS: dict[str, dict[str, str]] = {
+    MODELS: {"kubeflow.owner": "owner"},
+    VERSIONS: {"kubeflow.author": "author"},
+    ARTIFACTS_PATH: {
+        "kubeflow.description": "description",
+        "kubeflow.model_format_name": "modelFormatName",
+        "kubeflow.model_format_version": "modelFormatVersion",
+        "kubeflow.storage_key": "storageKey",
+        "kubeflow.storage_path": "storagePath",
+    },
+}
+_TYPES = {
+    "MetadataStringValue": "string_value",
+    "MetadataIntValue": "int_value",
+    "MetadataDoubleValue": "double_value",
+    "MetadataBoolValue": "bool_value",
+    "MetadataStructValue": "struct_value",
+}
 Json = dict[str, Any]
 
 
 class _BrokenQuery(Unavailable):
-    """The server cannot run this query at all (SQLSTATE 42P01): use the global listing."""
+    """The server cannot run this query at all (SQLSTATE 42P01)."""
+
+
+class StaleWrite(Transient):
+    """Another writer changed a record this delivery read or wrote (another process: this
+    one serializes each model's transactions). A redelivery reads it again."""
+
+    code = "stale_write"
+
+
+def external_id(parent_id: str, name: str) -> str:
+    """The externalId of the version (artifact) `name` under model (version) `parent_id`.
+
+    >>> external_id("12", "v1")
+    'modelhooks:12:v1'
+    """
+    return f"modelhooks:{parent_id}:{name}"
 
 
 def registry_error(status: int, message: str, where: str, **details: Any) -> ModelhooksError:
@@ -84,10 +157,45 @@ def registry_error(status: int, message: str, where: str, **details: Any) -> Mod
     return Unavailable(text, **details)  # 5xx, 408
 
 
-class KubeflowModelRegistry:
-    """A Kubeflow Model Registry, by its server URL (the REST base is appended).
+class _Transaction(threading.local):
+    """Per thread: how deep in `transaction()` it is, the model lock it holds, and the
+    records it read and wrote ((collection, id) -> JSON as the server answered)."""
 
-    >>> registry = KubeflowModelRegistry("http://model-registry:8080", token="...")  # doctest: +SKIP
+    def __init__(self) -> None:
+        self.depth = 0
+        self.model: str | None = None
+        self.read: dict[tuple[str, str], Json] = {}
+        self.written: dict[tuple[str, str], Json] = {}
+
+
+class _Locks:
+    """One lock per model name, kept while some thread holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    def acquire(self, name: str) -> None:
+        with self._guard:
+            lock, users = self._locks.get(name, (threading.Lock(), 0))
+            self._locks[name] = (lock, users + 1)
+        lock.acquire()
+
+    def release(self, name: str) -> None:
+        with self._guard:
+            lock, users = self._locks[name]
+            lock.release()
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
+
+
+class KubeflowModelRegistry:
+    """A Kubeflow Model Registry, by its server URL (the REST base is appended); `token` a
+    bearer token, `verify` a CA bundle path (or False, or True: the system's CAs).
+
+    >>> registry = KubeflowModelRegistry("https://model-registry:8443", token="...")  # doctest: +SKIP
     >>> registry.get_model("bert")  # doctest: +SKIP
     RegisteredModel(id='1', name='bert', ...)
     """
@@ -99,6 +207,7 @@ class KubeflowModelRegistry:
         base_url: str,
         *,
         token: str | None = None,
+        verify: str | bool = True,
         timeout: float = 30,
         session: requests.Session | None = None,
     ) -> None:
@@ -110,101 +219,253 @@ class KubeflowModelRegistry:
             import requests  # here, not at import: bootstrap imports this module on demand
 
             session = requests.Session()
+            adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+        session.verify = verify
         self._session = session
-        self._serial = threading.RLock()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._txn = _Transaction()
+        self._locks = _Locks()
+        self._scoped: bool | None = None  # can the server answer parent-scoped queries?
+        self._paged: bool | None = None  # can it follow a nextPageToken?
 
     def close(self) -> None:
         """Close the HTTP session (unless it was given to us)."""
         if self._owns_session:
             self._session.close()
 
-    def transaction(self) -> AbstractContextManager[None]:
-        """REST has no transactions: each write stands alone (handlers are idempotent, so a
-        redelivery completes what a failure interrupted). Within this process, transactions
-        run one at a time, so a handler's read-then-write is not interleaved with another's;
-        across processes the Model Registry offers no conditional write to do the same."""
-        return self._serialized()
-
     @contextmanager
-    def _serialized(self) -> Iterator[None]:
-        with self._serial:
+    def transaction(self) -> Iterator[None]:
+        """Each write stands alone over REST (handlers are idempotent: a redelivery completes
+        what a failure interrupted). A transaction serializes on the first model it names
+        (in this process) and checks, before each update and as it ends, that no other
+        writer changed what it read or wrote (`StaleWrite` otherwise; see the module)."""
+        txn = self._txn
+        txn.depth += 1
+        try:
             yield
+            if txn.depth == 1:
+                self._check_written()
+        finally:
+            txn.depth -= 1
+            if txn.depth == 0:
+                txn.read.clear()
+                txn.written.clear()
+                if txn.model is not None:
+                    self._locks.release(txn.model)
+                    txn.model = None
+
+    def _lock_model(self, name: str) -> None:
+        txn = self._txn
+        if txn.depth and txn.model is None:
+            self._locks.acquire(name)
+            txn.model = name
+
+    def _check_written(self) -> None:
+        for (collection, record_id), wrote in self._txn.written.items():
+            now = self._call("GET", f"{collection}/{record_id}")
+            if _essence(now) != _essence(wrote):
+                raise StaleWrite(
+                    f"model registry: {collection}/{record_id} was overwritten by another "
+                    "writer as this delivery wrote it",
+                    url=self.api_url,
+                )
 
     # registered models
     def get_model(self, name: str) -> RegisteredModel | None:
+        self._lock_model(name)
         found = self._call("GET", "/registered_model", params={"name": name}, missing_ok=True)
-        return _model(found) if found else None
+        if not found or found.get("name") != name:  # the server matches names with LIKE
+            return None
+        return _model(self._remember(MODELS, found))
 
     def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
-        body = {"name": name, "customProperties": _values(properties)}
-        return _model(self._call("POST", "/registered_models", json=body))
+        self._lock_model(name)
+        body = {"name": name, **_body(MODELS, properties, {})}
+        return _model(self._remember(MODELS, self._call("POST", MODELS, json=body)))
 
     def update_model(self, model: RegisteredModel) -> RegisteredModel:
-        body = _update(model.state, model.description, model.custom_properties)
-        return _model(self._call("PATCH", f"/registered_models/{model.id}", json=body))
+        return _model(self._update(MODELS, model.id, model.state, model.description, model))
 
     def list_models(self) -> list[RegisteredModel]:
-        return [_model(item) for item in self._listing("/registered_models", "/registered_models")]
+        return [_model(item) for item in self._listing(MODELS)]
 
     # versions
     def get_version(self, model_id: str, name: str) -> ModelVersion | None:
-        params = {"name": name, "parentResourceId": model_id}
-        try:
-            found = self._call("GET", "/model_version", params=params, missing_ok=True)
-        except _BrokenQuery:
-            return next((v for v in self.list_versions(model_id) if v.name == name), None)
-        return _version(found) if found else None
+        params = {"externalId": external_id(model_id, name)}
+        found = self._call("GET", "/model_version", params=params, missing_ok=True)
+        if not found and self._scoped is not False:  # a version another client wrote
+            found = self._scoped_query(
+                "/model_version", {"name": name, "parentResourceId": model_id}
+            )
+        return _version(self._remember(VERSIONS, found)) if found else None
 
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:
-        self._call("GET", f"/registered_models/{model_id}")  # NotFound: the server won't check
+        self._parent(MODELS, model_id)  # NotFound: the server won't check
         body = {
             "name": name,
             "registeredModelId": model_id,
-            "customProperties": _values(properties),
+            "externalId": external_id(model_id, name),
+            **_body(VERSIONS, properties, {}),
         }
-        return _version(self._call("POST", "/model_versions", json=body))
+        try:
+            created = self._call("POST", VERSIONS, json=body)
+        except Conflict:
+            if self._scoped is False:  # another client's version: findable from now on
+                self._adopt(model_id, name)
+            raise
+        return _version(self._remember(VERSIONS, created))
 
     def update_version(self, version: ModelVersion) -> ModelVersion:
-        body = _update(version.state, version.description, version.custom_properties)
-        return _version(self._call("PATCH", f"/model_versions/{version.id}", json=body))
+        return _version(
+            self._update(VERSIONS, version.id, version.state, version.description, version)
+        )
 
     def list_versions(self, model_id: str) -> list[ModelVersion]:
-        scoped = f"/registered_models/{model_id}/versions"
         items = self._listing(
-            scoped, "/model_versions", lambda v: v.get("registeredModelId") == model_id
+            f"{MODELS}/{model_id}/versions",
+            fallback=VERSIONS,
+            keep=lambda v: v.get("registeredModelId") == model_id,
         )
         return [_version(item) for item in items]
 
+    def _adopt(self, model_id: str, name: str) -> None:
+        """Give the version `name` of `model_id` that another client created its externalId
+        (one scan of the version listing, once per such version)."""
+        for item in self._items(VERSIONS, None):
+            if item.get("registeredModelId") == model_id and item.get("name") == name:
+                if not item.get("externalId"):
+                    ext = {"externalId": external_id(model_id, name)}
+                    self._call("PATCH", f"{VERSIONS}/{item['id']}", json=ext)
+                return
+
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
-        scoped = f"/model_versions/{version_id}/artifacts"
-        items = self._listing(
-            scoped,
-            "/model_artifacts",
-            lambda a: _props(a).get(VERSION_ID) == version_id,
-            artifactType=ARTIFACT_TYPE,
-        )
-        return [_artifact(a, version_id) for a in items if a.get("artifactType") == ARTIFACT_TYPE]
+        if self._scoped is not False:
+            try:
+                items = list(
+                    self._items(
+                        f"{VERSIONS}/{version_id}/artifacts",
+                        PAGE_SIZE,
+                        artifactType=ARTIFACT_TYPE,
+                    )
+                )
+                self._scoped = True
+                return [_artifact(a, version_id) for a in items if _is_model_artifact(a)]
+            except _BrokenQuery:
+                self._scoped = False
+        names = [ARTIFACT]
+        version = self._txn.read.get((VERSIONS, version_id))
+        if version is None and version_id.isdigit():
+            version = self._call("GET", f"{VERSIONS}/{version_id}", missing_ok=True)
+        names += [n for n in _names(_props(version or {}).get(ARTIFACTS, "")) if n != ARTIFACT]
+        found = []
+        for name in names:
+            params = {"externalId": external_id(version_id, name)}
+            item = self._call("GET", "/model_artifact", params=params, missing_ok=True)
+            if item and _is_model_artifact(item):
+                found.append(_artifact(self._remember(ARTIFACTS_PATH, item), version_id))
+        return found
 
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         props = {**artifact.custom_properties, DIGEST: artifact.digest}
-        props[VERSION_ID] = artifact.version_id
+        if artifact.id:
+            stored = self._update(
+                ARTIFACTS_PATH,
+                artifact.id,
+                artifact.state,
+                None,
+                artifact,
+                extra={"uri": artifact.uri, "artifactType": ARTIFACT_TYPE},
+                props=props,
+            )
+            return _artifact(stored, artifact.version_id)
+        version = self._parent(VERSIONS, artifact.version_id)  # NotFound: the server won't
         body = {
             "artifactType": ARTIFACT_TYPE,
+            "name": artifact.name,
             "uri": artifact.uri,
             "state": str(artifact.state),
-            "customProperties": _values(props),
+            "externalId": external_id(artifact.version_id, artifact.name),
+            **_body(ARTIFACTS_PATH, props, {}),
         }
-        if artifact.id:
-            stored = self._call("PATCH", f"/model_artifacts/{artifact.id}", json=body)
-        else:
-            path = f"/model_versions/{artifact.version_id}"
-            self._call("GET", path)  # NotFound: the server won't check
-            stored = self._call("POST", f"{path}/artifacts", json={**body, "name": artifact.name})
-        return _artifact(stored, artifact.version_id)
+        path = f"{VERSIONS}/{artifact.version_id}/artifacts"
+        stored = self._call("POST", path, json=body)  # a taken name or externalId: 409
+        if artifact.name != ARTIFACT:
+            self._record_name(version, artifact.name)
+        return _artifact(self._remember(ARTIFACTS_PATH, stored), artifact.version_id)
+
+    def _record_name(self, version: Json, name: str) -> None:
+        """Name a non-default artifact on its version, so servers that cannot list a
+        version's artifacts find it by externalId."""
+        if not version:
+            return
+        names = _names(_props(version).get(ARTIFACTS, ""))
+        if name in names:
+            return
+        record = _version(version)
+        props = {**record.custom_properties, ARTIFACTS: ",".join([*names, name])}
+        self._update(VERSIONS, record.id, record.state, record.description, record, props=props)
+
+    # reads and writes
+    def _parent(self, collection: str, record_id: str) -> Json:
+        """The parent record (a NotFound names it), from this transaction when it read it."""
+        known = self._txn.read.get((collection, record_id))
+        if known is not None:
+            return known
+        if not record_id.isdigit():
+            raise NotFound(f"model registry: no {collection.strip('/')} {record_id!r}")
+        return self._remember(collection, self._call("GET", f"{collection}/{record_id}"))
+
+    def _remember(self, collection: str, item: Json) -> Json:
+        if self._txn.depth and item.get("id") is not None:
+            self._txn.read[(collection, str(item["id"]))] = item
+        return item
+
+    def _update(
+        self,
+        collection: str,
+        record_id: str,
+        state: ModelState | ArtifactState,
+        description: str | None,
+        record: RegisteredModel | ModelVersion | ModelArtifact,
+        *,
+        extra: Json | None = None,
+        props: Mapping[str, str] | None = None,
+    ) -> Json:
+        """PATCH the record, its custom properties typed as the server holds them now, after
+        checking that nobody changed it since this transaction read it."""
+        if not record_id.isdigit():
+            raise NotFound(f"model registry: no {collection.strip('/')} {record_id!r}")
+        path = f"{collection}/{record_id}"
+        current = self._call("GET", path)
+        txn = self._txn
+        seen = txn.read.get((collection, record_id))
+        if seen is not None and _essence(seen) != _essence(current):
+            raise StaleWrite(
+                f"model registry: {path} changed since this delivery read it", url=self.api_url
+            )
+        given = record.custom_properties if props is None else props
+        body = {**(extra or {}), "state": str(state), **_body(collection, given, current)}
+        if description is not None:
+            body["description"] = description
+        stored = self._call("PATCH", path, json=body)
+        if txn.depth:
+            txn.read[(collection, record_id)] = stored
+            txn.written[(collection, record_id)] = stored
+        return stored
+
+    def _scoped_query(self, path: str, params: Mapping[str, str]) -> Json:
+        try:
+            found = self._call("GET", path, params=params, missing_ok=True)
+        except _BrokenQuery:
+            self._scoped = False
+            return {}
+        self._scoped = True
+        return found
 
     # HTTP
     def _call(self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any) -> Json:
@@ -216,7 +477,7 @@ class KubeflowModelRegistry:
             response = self._session.request(
                 method, self.api_url + path, headers=self._headers, timeout=self._timeout, **kwargs
             )
-        except requests.RequestException as exc:  # refused, reset, timed out
+        except requests.RequestException as exc:  # refused, reset, timed out, TLS
             raise Unavailable(f"model registry: {where} failed: {exc}", url=self.api_url) from None
         if response.status_code == 404 and missing_ok:
             return {}
@@ -231,26 +492,57 @@ class KubeflowModelRegistry:
         return body if isinstance(body, dict) else {}
 
     def _items(self, path: str, page_size: int | None, **params: str) -> Iterator[Json]:
-        """Every item of a listing, page after page (`page_size` None: the server's pages)."""
+        """Every item of a listing, page after page (`page_size` None: one page)."""
         if page_size:
             params["pageSize"] = str(page_size)
         while True:
             page = self._call("GET", path, params=params)
             yield from page.get("items") or ()
             token = page.get("nextPageToken")
-            if not token:
+            if not token or not page_size:
                 return
             params["nextPageToken"] = token
 
+    def pages(self, path: str, page_size: int = PAGE_SIZE) -> Iterator[list[Json]]:
+        """A global listing (`/registered_models`, `/model_versions`, `/model_artifacts`)
+        page by page, in id order; on a server that cannot follow a page token, the rest
+        in one page (without what the first page gave)."""
+        params = {"orderBy": "ID", "sortOrder": "ASC"}
+        seen: set[str] = set()
+        if self._paged is not False:
+            try:
+                params["pageSize"] = str(page_size)
+                while True:
+                    page = self._call("GET", path, params=params)
+                    items = page.get("items") or []
+                    seen.update(str(i.get("id")) for i in items)
+                    yield items
+                    token = page.get("nextPageToken")
+                    if not token:
+                        return
+                    params["nextPageToken"] = token
+            except _BrokenQuery:
+                self._paged = False
+        rest = self._call("GET", path, params={"orderBy": "ID", "sortOrder": "ASC"})
+        yield [i for i in rest.get("items") or () if str(i.get("id")) not in seen]
+
     def _listing(
-        self, path: str, fallback: str, keep: Callable[[Json], bool] = bool, **params: str
+        self, path: str, fallback: str | None = None, keep: Callable[[Json], bool] = bool
     ) -> list[Json]:
-        """A paged listing or, where the server cannot run it (42P01), the global listing
-        `fallback` in the server's own pages, filtered by `keep`."""
-        try:
-            return list(self._items(path, PAGE_SIZE, **params))
-        except _BrokenQuery:
-            return [item for item in self._items(fallback, None) if keep(item)]
+        """A listing: scoped (`path`) where the server answers it, else the global listing
+        `fallback` filtered by `keep`."""
+        if fallback is None or self._scoped is not False:
+            try:
+                if fallback is None:
+                    return [item for page in self.pages(path) for item in page]
+                items = list(self._items(path, PAGE_SIZE))
+                self._scoped = True
+                return items
+            except _BrokenQuery:
+                if fallback is None:
+                    raise
+                self._scoped = False
+        return [item for page in self.pages(fallback) for item in page if keep(item)]
 
 
 def _message(response: requests.Response) -> str:
@@ -262,29 +554,77 @@ def _message(response: requests.Response) -> str:
     return str(message) if message else response.text.strip()[:300]
 
 
-def _values(properties: Mapping[str, str]) -> Json:
-    return {
-        k: {"metadataType": "MetadataStringValue", "string_value": v} for k, v in properties.items()
+def _names(text: str) -> list[str]:
+    return [n for n in text.split(",") if n]
+
+
+def _is_model_artifact(item: Json) -> bool:
+    return item.get("artifactType") == ARTIFACT_TYPE
+
+
+def _essence(item: Json) -> Json:
+    """What a writer sets: the record without its server-kept times."""
+    return {k: v for k, v in item.items() if not k.endswith("TimeSinceEpoch")}
+
+
+def _text(value: Json) -> str | None:
+    """A typed custom property value as the domain's text (None: a type it cannot hold)."""
+    for kind in ("string_value", "int_value", "double_value", "bool_value", "struct_value"):
+        if kind in value:
+            raw = value[kind]
+            return str(raw).lower() if isinstance(raw, bool) else str(raw)
+    return None
+
+
+def _typed(key: str, text: str, current: Json) -> Json:
+    """`text` as the value of `key`, of the type the server holds for it (verbatim when
+    unchanged; a string when the key is new or the text does not fit the type)."""
+    old = current.get(key)
+    kind = old.get("metadataType") if isinstance(old, dict) else None
+    try:
+        if kind == "MetadataIntValue":
+            return {"metadataType": kind, "int_value": str(int(text))}
+        if kind == "MetadataDoubleValue":
+            return {"metadataType": kind, "double_value": float(text)}
+        if kind == "MetadataBoolValue" and text in ("true", "false"):
+            return {"metadataType": kind, "bool_value": text == "true"}
+        if kind == "MetadataStructValue":  # read as JSON text, written base64
+            encoded = base64.b64encode(text.encode()).decode()
+            return {"metadataType": kind, "struct_value": encoded}
+    except ValueError:
+        pass
+    return {"metadataType": "MetadataStringValue", "string_value": text}
+
+
+def _body(collection: str, properties: Mapping[str, str], current: Json) -> Json:
+    """The REST fields and typed customProperties of the domain's `properties`."""
+    fields = FIELDS.get(collection, {})
+    held = current.get("customProperties") or {}
+    custom = {
+        k: _typed(k, v, held)
+        for k, v in properties.items()
+        if k not in fields and k != LEGACY_VERSION_ID
     }
+    body: Json = {"customProperties": custom}
+    for key, field in fields.items():
+        if key in properties:
+            body[field] = properties[key]
+        elif current.get(field):
+            body[field] = ""  # removed in the domain: cleared
+    return body
 
 
-def _props(item: Json) -> dict[str, str]:
-    """Custom properties as strings (numbers and booleans spelled out; structs skipped)."""
+def _props(item: Json, collection: str | None = None) -> dict[str, str]:
+    """Custom properties as text, Kubeflow's own fields among them under `kubeflow.`."""
     props: dict[str, str] = {}
     for key, value in (item.get("customProperties") or {}).items():
-        for kind in ("string_value", "int_value", "double_value", "bool_value"):
-            if kind in value:
-                raw = value[kind]
-                props[key] = str(raw).lower() if isinstance(raw, bool) else str(raw)
+        text = _text(value) if isinstance(value, dict) else None
+        if text is not None and key != LEGACY_VERSION_ID:
+            props[key] = text
+    for key, field in FIELDS.get(collection or "", {}).items():
+        if item.get(field):
+            props[key] = str(item[field])
     return props
-
-
-def _update(state: ModelState, description: str, properties: Mapping[str, str]) -> Json:
-    return {
-        "state": str(state),
-        "description": description,
-        "customProperties": _values(properties),
-    }
 
 
 def _model(item: Json) -> RegisteredModel:
@@ -293,7 +633,7 @@ def _model(item: Json) -> RegisteredModel:
         name=item["name"],
         state=ModelState(item.get("state", ModelState.LIVE)),
         description=item.get("description", ""),
-        custom_properties=_props(item),
+        custom_properties=_props(item, MODELS),
     )
 
 
@@ -304,14 +644,13 @@ def _version(item: Json) -> ModelVersion:
         name=item["name"],
         state=ModelState(item.get("state", ModelState.LIVE)),
         description=item.get("description", ""),
-        custom_properties=_props(item),
+        custom_properties=_props(item, VERSIONS),
     )
 
 
 def _artifact(item: Json, version_id: str) -> ModelArtifact:
-    props = _props(item)
+    props = _props(item, ARTIFACTS_PATH)
     digest = props.pop(DIGEST, "")
-    props.pop(VERSION_ID, None)
     return ModelArtifact(
         id=str(item["id"]),
         version_id=version_id,
