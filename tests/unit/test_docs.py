@@ -33,3 +33,12 @@ def test_event_schemas_are_fresh() -> None:
     expected = generate()
     on_disk = {p.name: json.loads(p.read_text()) for p in DIRECTORY.glob("*.json")}
     assert on_disk == expected, "events/schemas is stale: run `make docs`"
+
+
+def test_the_install_without_knative_is_generated_from_the_knative_services() -> None:
+    from tests.tools import plain_kubernetes
+
+    expected = plain_kubernetes.generate(plain_kubernetes.KNATIVE.read_text())
+    assert plain_kubernetes.OUTPUT.read_text() == expected, (
+        "infra/kubernetes/functions.yaml is stale: run `make docs`"
+    )

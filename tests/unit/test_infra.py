@@ -95,12 +95,19 @@ def test_every_yaml_parses_into_named_objects(path: Path) -> None:
     _load(path)
 
 
-def test_names_are_unique_per_kind() -> None:
+@pytest.mark.parametrize("plain", [False, True], ids=["knative", "kubernetes"])
+def test_names_are_unique_per_kind(plain: bool) -> None:
+    """In each install: the Knative one, and the one without Knative (infra/kubernetes)."""
     seen: set[tuple[str, str, str]] = set()
-    for doc in _docs(INFRA):
-        key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
-        assert key not in seen, f"{key} is defined twice"
-        seen.add(key)
+    for path in _manifests(INFRA):
+        if path.is_relative_to(INFRA / "kubernetes") != plain and not path.is_relative_to(
+            INFRA / "k8s"
+        ):
+            continue
+        for doc in _load(path):
+            key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+            assert key not in seen, f"{key} is defined twice"
+            seen.add(key)
 
 
 # --- Knative: triggers, services, broker, sources ----------------------------------------
@@ -870,18 +877,43 @@ CLUSTER_SCOPED = {
 }
 
 
+PLAIN = INFRA / "kubernetes"  # the install without Knative (tests/tools/plain_kubernetes.py)
+
+
 def _installed() -> list[Path]:
-    return [p for p in _manifests(INFRA) if not p.is_relative_to(EXAMPLES)]
+    """What `kubectl apply -k infra/` installs (the Knative install)."""
+    return [
+        p for p in _manifests(INFRA) if not (p.is_relative_to(EXAMPLES) or p.is_relative_to(PLAIN))
+    ]
 
 
-def test_the_kustomization_installs_every_manifest_on_the_image_they_name() -> None:
-    kustomization = yaml.safe_load((INFRA / "kustomization.yaml").read_text())
-    listed = {INFRA / r for r in kustomization["resources"]}
-    manifests = set(_installed())
-    assert listed == manifests, listed ^ manifests
+def _kustomized(folder: Path) -> set[Path]:
+    """The files a kustomization lists, through the folders it lists."""
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    found: set[Path] = set()
+    for resource in kustomization["resources"]:
+        path = (folder / resource).resolve()
+        found |= _kustomized(path) if path.is_dir() else {path}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("folder", "manifests"),
+    [
+        (INFRA, _installed),
+        (PLAIN, lambda: [*_manifests(PLAIN), *_manifests(INFRA / "k8s")]),
+    ],
+    ids=["knative", "kubernetes"],
+)
+def test_the_kustomization_installs_every_manifest_on_the_image_they_name(
+    folder: Path, manifests: Any
+) -> None:
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    wanted = {p.resolve() for p in manifests()}
+    assert _kustomized(folder) == wanted, _kustomized(folder) ^ wanted
     assert _manifests(EXAMPLES), "infra/examples holds no example"
     (image,) = kustomization["images"]
-    used = set(re.findall(r"image: (\S+):", "".join(p.read_text() for p in manifests)))
+    used = set(re.findall(r"image: (\S+):", "".join(p.read_text() for p in wanted)))
     assert used == {image["name"]}, used
 
 
