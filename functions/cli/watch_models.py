@@ -6,11 +6,14 @@ import argparse
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from modelhooks.cli import argtypes, common
-from modelhooks.core.errors import BadRequest, ConfigError, ModelhooksError
+from modelhooks.core.errors import BadRequest, ConfigError, ModelhooksError, Unavailable
 
 __all__ = ["add_parser"]
 
@@ -94,6 +97,12 @@ def _api_client(kubeconfig: str | None) -> Any:
         ) from None
 
 
+# A delivery refused as transient (5xx, 429, no answer) is retried as a Knative Trigger
+# retries (exponential, from 0.5 s); after the last retry the watch stops with exit status 3,
+# and its restart (a Pod's) lists the Models again and sends what it has not sent.
+RETRIES = 6
+
+
 def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
     from modelhooks.cli.replay import to_events
 
@@ -103,10 +112,10 @@ def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
 
     def send(doc: dict[str, Any]) -> None:
         for event in to_events([("watch", doc)], settings.layout.object_layout()):
-            status, reason = (
-                (400, event.message) if isinstance(event, ModelhooksError) else send_one(event)
-            )
-            outcome = "ok" if status < 300 else reason
+            if isinstance(event, ModelhooksError):
+                outcome = event.message
+            else:
+                outcome = _delivered(partial(send_one, event), doc)
             print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
 
     return send
@@ -116,10 +125,30 @@ def _raw_sender(url: str) -> Any:
     import requests
 
     session = requests.Session()
+    headers = {"Content-Type": "application/cloudevents+json"}
 
-    def send(doc: dict[str, Any]) -> None:  # Unavailable stops the watch, resumed next time
-        headers = {"Content-Type": "application/cloudevents+json"}
-        _, reason = common.post(session, url, json.dumps(doc).encode(), headers)
-        print(f"{doc['type']} {doc['subject']}: {reason or 'ok'}", file=sys.stderr)
+    def send(doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        outcome = _delivered(lambda: common.post(session, url, body, headers), doc)
+        print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
 
     return send
+
+
+def _delivered(post: Callable[[], tuple[int, str]], doc: dict[str, Any]) -> str:
+    """`post` until it is not refused as transient: "ok", or the reason of a refusal."""
+    delay, attempt = 0.5, 0
+    while True:
+        try:
+            status, reason = post()
+        except Unavailable as exc:
+            status, reason = 503, exc.message
+        if status < 500 and status != 429:
+            return "ok" if status < 300 else reason
+        if attempt == RETRIES:
+            raise Unavailable(
+                f"{doc['type']} {doc['subject']} not delivered after {RETRIES} retries: {reason}"
+            )
+        print(f"{doc['type']} {doc['subject']}: {reason}; again in {delay:g} s", file=sys.stderr)
+        time.sleep(delay)
+        delay, attempt = delay * 2, attempt + 1
