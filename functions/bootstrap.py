@@ -43,6 +43,7 @@ from modelhooks.core.retention import Policies
 from modelhooks.core.settings import Settings, load_settings
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
+from modelhooks.core.verification import ModelVerifier, PolicySource, Verdicts
 from modelhooks.delivery.broker import Broker
 from modelhooks.delivery.dedupe import Dedupe
 from modelhooks.delivery.remote import remote, subscribers
@@ -78,6 +79,10 @@ class Deps:
     secrets: Secrets | None  # Models' namespaces' Secrets (cleanup); None: no cluster access
     cluster: Cluster | None  # Models' status, finalizer, Events (notify); None: no cluster
     rollout: bool  # notify rolls out the workloads of a Model that becomes Ready
+    policies: PolicySource  # admission: VerificationPolicies (none outside a cluster)
+    model_verifier: ModelVerifier  # admission: a model decided from its signature and digests
+    verdicts: Verdicts  # admission: successful verifications, bounded, with a TTL
+    review_timeout: float  # admission: seconds an AdmissionReview may take
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         max_events=settings.ingress.max_events,
         deadline=settings.ingress.deadline,
         resolve=deps.content,
+        max_review_bytes=settings.admission.max_review_bytes,
     )
     delivery = dataclasses.replace(
         delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}
@@ -217,6 +223,14 @@ NEEDS: dict[str, tuple[_Need, ...]] = {
         ),
         *_CLOUD,  # a Model's Secret holds GCS or S3 keys
     ),
+    "policies": (
+        (
+            "k8s",
+            "admission reading VerificationPolicies (admission.kubeconfig, or in a cluster)",
+            lambda s: bool(s.admission.kubeconfig) or in_cluster(),
+        ),
+    ),
+    "model_verifier": (("signing", "admission verifying signatures", None),),
     "cluster": (
         (
             "k8s",
@@ -268,11 +282,12 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
     signer = made("signer", signing.signer)
     stores = made("stores", lambda: _stores(settings))
     exclude = frozenset({settings.layout.marker, settings.signing.signature_name})
+    oci = made("oci", lambda: _oci(settings))
     return Deps(
         registry=made("registry", lambda: model_registry(settings)),
         stores=stores,
         content=made("content", lambda: ContentResolver(stores, exclude)),
-        oci=made("oci", lambda: _oci(settings)),
+        oci=oci,
         signer=signer,
         hash_options=made("hash_options", lambda: signing.options() if signer else None),
         check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
@@ -282,7 +297,30 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         secrets=made("secrets", lambda: _secrets(settings)),
         cluster=made("cluster", lambda: _cluster(settings)),
         rollout=made("rollout", lambda: settings.notify.rollout),
+        policies=made("policies", lambda: _policies(settings)),
+        model_verifier=made("model_verifier", lambda: _model_verifier(settings, oci)),
+        verdicts=made("verdicts", lambda: _verdicts(settings)),
+        review_timeout=made("review_timeout", lambda: settings.admission.timeout),
     )
+
+
+def _policies(settings: Settings) -> PolicySource:
+    """VerificationPolicies through admission.kubeconfig, else the pod's in-cluster config;
+    none outside a cluster (every model reference is then refused)."""
+    from modelhooks.adapters.kubernetes.policies import kubernetes_policies
+
+    return kubernetes_policies(settings.admission.kubeconfig)
+
+
+def _model_verifier(settings: Settings, oci: OciClients) -> ModelVerifier:
+    from modelhooks.adapters.signing.admission import StoreModelVerifier
+
+    return StoreModelVerifier(oci, trust_config=settings.signing.trust_config)
+
+
+def _verdicts(settings: Settings) -> Verdicts:
+    a = settings.admission
+    return Verdicts(a.cache_size, a.cache_bytes, a.cache_ttl)
 
 
 def _retention(settings: Settings) -> Policies:
@@ -439,7 +477,8 @@ def reset() -> None:
 
 def _close(app: App) -> None:
     deps = app.deps
-    for resource in (deps.registry, app.delivery.dedupe.log, deps.secrets, deps.cluster):
+    resources = (deps.registry, app.delivery.dedupe.log, deps.secrets, deps.cluster, deps.policies)
+    for resource in resources:
         close = getattr(resource, "close", None)
         if callable(close):
             close()

@@ -9,7 +9,9 @@ from typing import Any
 
 from modelhooks.cli.common import check_port, interruptible
 from modelhooks.cli.common import settings as load_args_settings
+from modelhooks.core.errors import ModelhooksError
 from modelhooks.core.settings import Settings
+from modelhooks.delivery.encoding import Response
 from modelhooks.delivery.http import Handler
 from modelhooks.delivery.server import Limits
 
@@ -42,34 +44,68 @@ def run(args: argparse.Namespace) -> int:
             port=settings.serve.port,
             limits=limits(settings),
             on_ready=ready,
+            refuse=admission_refusal,
+            tls=tls(settings),
         )
     return 0
 
 
 def limits(settings: Settings) -> Limits:
+    from modelhooks.delivery.admission import PATHS
+
     s = settings.serve
     return Limits(
         threads=s.threads,
         read_timeout=s.read_timeout,
         keepalive=s.keepalive,
         max_body_bytes=settings.ingress.max_body_bytes,
+        path_body_bytes=tuple((p, settings.admission.max_review_bytes) for p in PATHS),
     )
 
 
+def tls(settings: Settings) -> tuple[str, str] | None:
+    """HTTPS (the admission webhook's certificate) when both files are set."""
+    a = settings.admission
+    if bool(a.tls_cert_file) != bool(a.tls_key_file):
+        from modelhooks.core.errors import ConfigError
+
+        raise ConfigError(
+            "MODELHOOKS_ADMISSION_TLS_CERT_FILE and MODELHOOKS_ADMISSION_TLS_KEY_FILE: set both"
+        )
+    return (a.tls_cert_file, a.tls_key_file) if a.tls_cert_file else None
+
+
+def admission_refusal(path: str, error: ModelhooksError) -> Response | None:
+    """An AdmissionReview too big or too slow to read is denied as one (with the reason)."""
+    from modelhooks.delivery.admission import PATHS, refused
+
+    return refused(error) if path.rstrip("/") in PATHS else None
+
+
 def build_handler(settings: Settings) -> Handler:
-    """The routes of `serve`, with the local store watcher running."""
+    """The routes of `serve`, with the local store watcher running (unless it hosts only
+    some functions: serve.functions)."""
     from modelhooks.adapters.object_store.watch import LocalStoreWatcher
     from modelhooks.bootstrap import build
     from modelhooks.delivery.http import routes
 
     app = build(settings)
     broker = app.broker()
-    if settings.store.backend == "local" and settings.serve.watch_interval > 0:
+    only = frozenset(n.strip() for n in settings.serve.functions.split(",") if n.strip())
+    unknown = only - set(app.delivery.names)
+    if unknown:
+        from modelhooks.core.errors import ConfigError
+
+        raise ConfigError(
+            f"MODELHOOKS_SERVE_FUNCTIONS: no function {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(app.delivery.names)}"
+        )
+    if not only and settings.store.backend == "local" and settings.serve.watch_interval > 0:
         store = (settings.home / "store").resolve()
         LocalStoreWatcher(
             store, app.delivery.layout, broker.publish, settings.serve.watch_interval
         ).start()
-    return routes(broker)
+    return routes(broker, only)
 
 
 def _status(settings: Settings, signer: str | None) -> str:
@@ -112,9 +148,11 @@ def _where(spec: str) -> str:
 
 def _banner(host: str, port: int, store: Path, settings: Settings) -> str:
     example = store / "models" / settings.layout.prefix_for("demo", "1")
-    return f"""modelhooks serving on http://{host}:{port}
+    scheme = "https" if settings.admission.tls_cert_file else "http"
+    return f"""modelhooks serving on {scheme}://{host}:{port}
   POST /                   route events through the Triggers (infra/knative/triggers.yaml)
   POST /functions/<name>   call one function
+  POST /admission/validate, /admission/mutate   AdmissionReviews (admission webhooks)
   GET  /healthz
 state: {settings.home.resolve()}   (registry: registry.db, store: store/<bucket>/)
 

@@ -15,14 +15,17 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from modelhooks.core.errors import ConfigError
 from modelhooks.events.model import CanonicalEvent
 
-__all__ = ["Function", "Handler", "Skip"]
+__all__ = ["Function", "Handler", "Skip", "WebhookHandler"]
 
 Handler = Callable[..., list[CanonicalEvent]]
+# A webhook function (admission) answers a request of its own instead of events: its
+# handler takes that request and returns its answer (`handle(review, *, deps) -> Decision`).
+WebhookHandler = Callable[..., Any]
 
 
 class Skip(Exception):
@@ -34,10 +37,13 @@ class Skip(Exception):
 class Function:
     name: str
     accepts: frozenset[str]
-    handle: Handler
+    handle: Handler | WebhookHandler
     # The optional dependency groups (pyproject extras) its code paths import, beyond the
     # object-store and registry clients every function may use: sign needs "signing".
     extras: tuple[str, ...] = ()
+    # "events": CloudEvents through its Trigger; "admission": AdmissionReviews on its own
+    # paths (modelhooks.delivery.admission), accepting no events and having no Trigger.
+    kind: Literal["events", "admission"] = "events"
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -51,4 +57,5 @@ class Function:
         if missing:
             raise ConfigError(f"function {self.name!r} needs {', '.join(missing)}, not provided")
         given = {name: available[name] for name in self.needs}
-        return Function(self.name, self.accepts, partial(self.handle, **given), self.extras)
+        bound = partial(self.handle, **given)
+        return Function(self.name, self.accepts, bound, self.extras, self.kind)

@@ -212,6 +212,14 @@ class ServeSettings(_Section, frozen=True, kw_only=True):
     keepalive: Annotated[
         int, doc("seconds an idle keep-alive connection stays open (0 = close)", ge=0)
     ] = 5
+    functions: Annotated[
+        str,
+        doc(
+            "the functions `serve` answers for, comma-separated (empty = every one, and the "
+            "broker on every other path); e.g. `admission` for the admission webhook's "
+            "Deployment, which then answers nothing else"
+        ),
+    ] = ""
 
 
 class SigningSettings(_Section, frozen=True, kw_only=True):
@@ -375,9 +383,9 @@ class AdmissionSettings(_Section, frozen=True, kw_only=True):
         int, doc("verified (digest, policy) pairs remembered (successes only; 0 = off)", ge=0)
     ] = 1000
     cache_bytes: Annotated[int, doc("bytes the verification cache may hold", ge=0)] = 1 << 20
-    cache_ttl: Annotated[
-        float, doc("seconds a successful verification is remembered", ge=0)
-    ] = 600.0
+    cache_ttl: Annotated[float, doc("seconds a successful verification is remembered", ge=0)] = (
+        600.0
+    )
     max_review_bytes: Annotated[
         int, doc("largest AdmissionReview read (bigger ones are refused with the reason)", gt=0)
     ] = 3 << 20

@@ -5,6 +5,7 @@ modelhooks.delivery.server).
 
 `modelhooks serve` answers:
     POST /functions/<name>   one function
+    POST /admission/validate, /admission/mutate   AdmissionReviews (the admission function)
     POST /<any other path>   the broker: every function whose Trigger matches, replies routed on
     GET  /healthz            readiness
 """
@@ -16,6 +17,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
+from modelhooks.delivery.admission import PATHS as ADMISSION_PATHS
+from modelhooks.delivery.admission import admission_endpoint, refused
 from modelhooks.delivery.broker import Broker, single
 from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
 from modelhooks.delivery.runtime import Delivery, Outcome, deliver, entered, ingest, run_all, worst
@@ -58,6 +61,11 @@ def function_delivery(name: str, delivery: Delivery) -> Handler:
 
     def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         fn = delivery.function(name)
+        if fn.kind == "admission":  # AdmissionReviews, not events
+            if len(body) > delivery.max_review_bytes:
+                limit = delivery.max_review_bytes
+                return refused(PayloadTooLarge(f"review over the limit of {limit} bytes"))
+            return admission_endpoint(fn.handle)(method, path, headers, body)
         return deliver(headers, body, delivery, partial(single, fn, delivery), path)
 
     return guarded(handle, f"function {name}")
@@ -91,22 +99,27 @@ def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) 
     return json_response(200 if status < 300 else status, doc)
 
 
-def routes(broker: Broker) -> Handler:
-    """Every route of `modelhooks serve`."""
+def routes(broker: Broker, only: frozenset[str] = frozenset()) -> Handler:
+    """Every route of `modelhooks serve`; with `only`, just those functions' (and no broker)."""
     delivery = broker.delivery
-    functions = {name: function_delivery(name, delivery) for name in delivery.names}
+    hosted = [n for n in delivery.names if not only or n in only]
+    functions = {name: function_delivery(name, delivery) for name in hosted}
 
     def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         if path == "/healthz":
-            return json_response(200, {"status": "ok", "functions": list(delivery.names)})
+            return json_response(200, {"status": "ok", "functions": hosted})
+        if path.rstrip("/") in ADMISSION_PATHS and "admission" in functions:
+            return functions["admission"](method, path, headers, body)
         if method != "POST":
             doc = {"error": "method_not_allowed", "message": f"{method} {path}: use POST"}
             return json_response(405, doc)
         if path.startswith("/functions/"):
             name = path.removeprefix("/functions/").rstrip("/")
             if name not in functions:
-                raise NotFound(f"no function {name!r}", known=list(delivery.names))
+                raise NotFound(f"no function {name!r}", known=hosted)
             return functions[name](method, path, headers, body)
+        if only:
+            raise NotFound(f"{path}: this server answers only {', '.join(sorted(only))}")
         return publish(broker, headers, body, path)
 
     return guarded(handle, "modelhooks serve")
@@ -156,10 +169,11 @@ def flask_view(handler: Handler, limit: int) -> Callable[[], flask.Response]:
 
 def call_function(name: str, request: flask.Request, delivery: Delivery) -> Response:
     """A functions-framework target: one delivery to one function."""
+    webhook = delivery.function(name).kind == "admission"
     try:
-        body = read_body(request, delivery.max_body_bytes)
+        body = read_body(request, delivery.max_review_bytes if webhook else delivery.max_body_bytes)
     except ModelhooksError as exc:
-        return error_response(exc)
+        return refused(exc) if webhook else error_response(exc)
     handler = function_delivery(name, delivery)
     return handler(request.method, request.path, dict(request.headers), body)
 

@@ -91,6 +91,7 @@ class Delivery:
     # An upstream push → the same push named by its content (modelhooks.core.content);
     # raises Skip when the push names no model.
     resolve: Callable[[CanonicalEvent], CanonicalEvent] | None = None
+    max_review_bytes: int = 3 << 20  # an AdmissionReview's limit (the admission function)
 
     def enter(self, event: CanonicalEvent) -> CanonicalEvent:
         """An event from outside (an HTTP delivery, the store watcher, a replay) as every

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from modelhooks.core.errors import ModelhooksError, PayloadTooLarge
+from modelhooks.core.errors import BadRequest, ModelhooksError, PayloadTooLarge
 from modelhooks.delivery.encoding import Response, error_response, json_response
 from modelhooks.delivery.http import Handler
 
@@ -31,6 +31,9 @@ __all__ = ["Asgi", "Limits", "run"]
 Scope = Mapping[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[Mapping[str, Any]], Any]
+# The answer to a body refused before it was read, for paths that answer in their own
+# format (an AdmissionReview denial); None: the JSON error.
+Refuse = Callable[[str, ModelhooksError], Response | None]
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,20 @@ class Limits:
     max_body_bytes: int = 1 << 20
     linger: float = 5.0  # seconds a refused body is read and discarded, at most
     linger_bytes: int = 64 << 20  # bytes of a refused body read and discarded, at most
+    # paths with a body limit of their own (AdmissionReviews may be bigger than events)
+    path_body_bytes: tuple[tuple[str, int], ...] = ()
+
+    def body_limit(self, path: str) -> int:
+        return dict(self.path_body_bytes).get(path.rstrip("/"), self.max_body_bytes)
 
 
 class Asgi:
     """An ASGI app around a framework-free `Handler` (modelhooks.delivery.http)."""
 
-    def __init__(self, handler: Handler, limits: Limits) -> None:
+    def __init__(self, handler: Handler, limits: Limits, refuse: Refuse | None = None) -> None:
         self.handler = handler
         self.limits = limits
+        self.refuse = refuse
         self.pool = ThreadPoolExecutor(limits.threads, thread_name_prefix="delivery")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,14 +74,18 @@ class Asgi:
         read = _Reading()
         try:
             body = await asyncio.wait_for(
-                self._body(headers, receive, read), self.limits.read_timeout
+                self._body(headers, receive, read, self.limits.body_limit(scope["path"])),
+                self.limits.read_timeout,
             )
         except TimeoutError:
             doc = {"error": "request_timeout", "message": "the request body did not arrive in time"}
-            await _send(send, json_response(408, doc), close=True)
+            late = RequestTimeout("the request body did not arrive in time")
+            own = self.refuse(scope["path"], late) if self.refuse else None
+            await _send(send, own or json_response(408, doc), close=True)
         except ModelhooksError as exc:
             ended = await self._discard(headers, receive, read)
-            await _send(send, error_response(exc), close=not ended)
+            own = self.refuse(scope["path"], exc) if self.refuse else None
+            await _send(send, own or error_response(exc), close=not ended)
         else:
             loop = asyncio.get_running_loop()
             response = await loop.run_in_executor(
@@ -80,8 +93,9 @@ class Asgi:
             )
             await _send(send, response)
 
-    async def _body(self, headers: Mapping[str, str], receive: Receive, read: _Reading) -> bytes:
-        limit = self.limits.max_body_bytes
+    async def _body(
+        self, headers: Mapping[str, str], receive: Receive, read: _Reading, limit: int
+    ) -> bytes:
         declared = _declared(headers)
         if declared is not None and declared > limit:
             raise PayloadTooLarge(f"body of {declared} bytes is over the limit of {limit}")
@@ -141,6 +155,10 @@ class Asgi:
                 return
 
 
+class RequestTimeout(BadRequest):
+    """A request body that did not arrive within the read timeout."""
+
+
 @dataclass
 class _Reading:
     """How far a request's body was read."""
@@ -175,10 +193,17 @@ def run(
     port: int,
     limits: Limits = Limits(),
     on_ready: Callable[[str, int], None] | None = None,
+    refuse: Refuse | None = None,
+    tls: tuple[str, str] | None = None,
 ) -> None:
     """Serve until interrupted. `on_ready(host, port)` runs once the socket is bound (the
-    port is the real one when 0 was asked for)."""
+    port is the real one when 0 was asked for). `tls`: (certificate, key) files to serve
+    HTTPS with, re-read when they change (modelhooks.delivery.tls)."""
     import uvicorn
+
+    from modelhooks.delivery.tls import ReloadingTls
+
+    context = ReloadingTls(*tls).context if tls else None  # a bad pair stops start-up
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -188,12 +213,13 @@ def run(
     if on_ready is not None:
         on_ready(host, int(sock.getsockname()[1]))
     config = uvicorn.Config(
-        Asgi(handler, limits),
+        Asgi(handler, limits, refuse),
         lifespan="on",
         timeout_keep_alive=limits.keepalive,
         limit_concurrency=limits.max_connections,
         log_level="warning",
         access_log=False,
         h11_max_incomplete_event_size=64 * 1024,
+        ssl_context_factory=(lambda *_: context) if context is not None else None,
     )
     uvicorn.Server(config).run(sockets=[sock])

@@ -98,6 +98,18 @@ variable "functions" {
       timeout_seconds     = 60
       models_bucket_roles = []
     }
+    # admission answers a GKE cluster's AdmissionReviews (the webhooks' clientConfig.url is
+    # the function's URL + /validate or /mutate): it reads model manifests and their signature
+    # referrers (artifactregistry.reader) and never hashes a model, so little memory and a
+    # timeout under the webhooks' 10 s. Its policies come from the cluster (Kubernetes RBAC via
+    # MODELHOOKS_ADMISSION_KUBECONFIG), not a project role. One warm instance: a cold start
+    # would eat into the apiserver's deadline.
+    admission = {
+      memory          = "512M"
+      timeout_seconds = 10
+      min_instances   = 1
+      project_roles   = ["roles/artifactregistry.reader"]
+    }
   }
 
   validation {

@@ -33,7 +33,9 @@ def test_the_catalog_is_the_handler_modules() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_each_function_module_exports_its_function(name: str) -> None:
     fn = load(name)
-    assert isinstance(fn, Function) and fn.name == name and fn.accepts
+    assert isinstance(fn, Function) and fn.name == name
+    # an event function accepts events; a webhook function (admission) answers its own requests
+    assert bool(fn.accepts) == (fn.kind == "events")
     optional = set(PYPROJECT["project"]["optional-dependencies"])
     assert set(fn.extras) <= optional, f"{name}: unknown extras {set(fn.extras) - optional}"
     assert "event" not in fn.needs  # the event is positional; dependencies are named
@@ -43,15 +45,23 @@ def test_each_function_module_exports_its_function(name: str) -> None:
 def test_each_function_is_in_every_derived_and_declared_place(name: str) -> None:
     assert callable(getattr(targets, name, None)), f"modelhooks.main has no target {name!r}"
     assert name in targets.__all__
-    assert name in {t.function for t in load_triggers(ROOT / "infra" / "knative")}, (
-        f"infra/knative/triggers.yaml has no Trigger labelled {FUNCTION_LABEL}: {name}"
-    )
-    services = {
-        d["metadata"]["name"]
-        for d in _docs(ROOT / "infra" / "knative" / "services.yaml")
-        if d.get("kind") == "Service"
-    }
-    assert f"modelhooks-{name}" in services, f"infra/knative/services.yaml: no modelhooks-{name}"
+    if load(name).kind == "events":
+        assert name in {t.function for t in load_triggers(ROOT / "infra" / "knative")}, (
+            f"infra/knative/triggers.yaml has no Trigger labelled {FUNCTION_LABEL}: {name}"
+        )
+        services = {
+            d["metadata"]["name"]
+            for d in _docs(ROOT / "infra" / "knative" / "services.yaml")
+            if d.get("kind") == "Service"
+        }
+        assert f"modelhooks-{name}" in services, (
+            f"infra/knative/services.yaml: no modelhooks-{name}"
+        )
+    else:  # a webhook: its Deployment, Service and webhook configurations in infra/k8s/<name>/
+        docs = [d for path in (ROOT / "infra" / "k8s" / name).glob("*.yaml") for d in _docs(path)]
+        kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+        assert ("Deployment", f"modelhooks-{name}") in kinds, f"infra/k8s/{name}: no Deployment"
+        assert ("Service", f"modelhooks-{name}") in kinds, f"infra/k8s/{name}: no Service"
     assert (ROOT / "infra" / "k8s" / "rbac" / f"{name}.yaml").is_file()
     variables = (ROOT / "terraform" / "gcp" / "variables.tf").read_text()
     assert f"    {name} = {{" in variables, f"terraform/gcp: var.functions has no {name!r}"

@@ -1,0 +1,194 @@
+"""The ModelVerifier port for admission: decide a model from its signature and the digests
+its store already holds, never by re-hashing it (a webhook has seconds, not minutes).
+
+OCI: the manifest is fetched by its digest (checked against the bytes), its signature
+bundles are its referrers (pushed by `sign`, `modelhooks sign oci://…`), a bundle counts
+when the policy trusts its signer AND the files it signs are exactly the manifest's layers:
+each signed file digest is the layer's content address (sha256, `files` serialization). A
+signature over another digest or another model is refused, naming what differs.
+
+Object stores (gs://, s3://): need the binding statement (signed object identities next to
+model.sig), not written by `sign` yet: refused with that reason.
+
+>>> verifier = StoreModelVerifier(OciClients())  # doctest: +SKIP
+>>> verifier.verify("oci://r.io/models/bert:v1", verifier.resolve(uri), policy)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.oci.distribution import TITLE, DistributionRegistry
+from modelhooks.adapters.signing.bundle import MEDIA_TYPE, signer_of
+from modelhooks.adapters.signing.manifest import Manifest
+from modelhooks.adapters.signing.model import verify_bundle
+from modelhooks.core.errors import ConfigError, NotFound, VerificationFailed
+from modelhooks.core.ports import Verifier
+from modelhooks.core.verification import Policy
+
+__all__ = ["StoreModelVerifier"]
+
+_MAX_BUNDLES = 16  # signatures looked at per manifest
+_MAX_BUNDLE_BYTES = 1 << 20
+
+
+class StoreModelVerifier:
+    def __init__(self, oci: OciClients, *, trust_config: str = "") -> None:
+        self._oci = oci
+        self._trust_config = trust_config
+        self._verifiers: OrderedDict[str, list[Verifier]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def resolve(self, uri: str) -> str:
+        if not uri.startswith("oci://"):
+            raise VerificationFailed(
+                f"{uri}: object-store models are verified at admission against a signed "
+                "binding of their objects, which `sign` does not write yet; publish the model "
+                "as an OCI artifact, or verify it on the node (init container)"
+            )
+        client, repo, ref = self._oci.for_uri(uri)
+        if ref.startswith("sha256:"):
+            return ref
+        digest = client.resolve(repo, ref)
+        if digest is None:
+            raise NotFound(f"{uri}: no such tag (push the model first)")
+        return digest
+
+    def verify(self, uri: str, digest: str, policy: Policy) -> str:
+        client, repo, _ = self._oci.for_uri(uri)
+        manifest, got, _ = client.manifest(repo, digest)
+        if got != digest:
+            raise VerificationFailed(f"the registry served {got} for {digest}")
+        layers = {
+            str(layer["annotations"][TITLE]): str(layer["digest"]).removeprefix("sha256:")
+            for layer in manifest.get("layers", [])
+            if isinstance(layer, dict) and (layer.get("annotations") or {}).get(TITLE)
+        }
+        pinned = f"oci://{uri.removeprefix('oci://').partition('/')[0]}/{repo}@{digest}"
+        bundles = list(_bundles(client, repo, digest))
+        if not bundles:
+            raise VerificationFailed(
+                f"no signature refers to {digest}: sign it (modelhooks sign {pinned} "
+                "--signing-key KEY, or let the sign function sign it when it is pushed)"
+            )
+        untrusted: list[str] = []
+        for bundle in bundles:
+            for verifier in self._for(policy):
+                try:
+                    signed = verify_bundle(bundle, verifier)
+                except VerificationFailed:
+                    continue
+                _covers(signed, layers, signer_of(bundle), pinned)
+                return signer_of(bundle)
+            untrusted.append(signer_of(bundle))
+        raise VerificationFailed(
+            f"none of its {len(bundles)} signature(s) is by a signer the policy trusts "
+            f"(signed by: {', '.join(sorted(set(untrusted)))}); sign it with a trusted key "
+            "or identity, or add the signer to the policy"
+        )
+
+    def _for(self, policy: Policy) -> list[Verifier]:
+        """The verifiers of what `policy` trusts, built once per policy version."""
+        with self._lock:
+            if policy.version in self._verifiers:
+                self._verifiers.move_to_end(policy.version)
+                return self._verifiers[policy.version]
+        built = _verifiers(policy, self._trust_config)
+        with self._lock:
+            self._verifiers[policy.version] = built
+            while len(self._verifiers) > 64:
+                self._verifiers.popitem(last=False)
+        return built
+
+
+def _covers(signed: Manifest, layers: dict[str, str], signer: str, pinned: str) -> None:
+    """The signed files must be exactly the manifest's layers (their content addresses)."""
+    ser = signed.serialization
+    if ser.method != "files" or ser.hash_type != "sha256":
+        raise VerificationFailed(
+            f"the signature by {signer} hashes {ser.method}/{ser.hash_type}: only files/sha256 "
+            "digests are the layers' content addresses; re-sign with --hash sha256 (files), "
+            "or verify on the node (init container)"
+        )
+    files = {r.name: r.digest for r in signed.resources}
+    missing = sorted(set(files) - set(layers))
+    extra = sorted(set(layers) - set(files))
+    changed = sorted(n for n in set(files) & set(layers) if files[n] != layers[n])
+    if missing or extra or changed:
+        what = [
+            f"{label}: {', '.join(names[:5])}"
+            for label, names in (("changed", changed), ("missing", missing), ("unsigned", extra))
+            if names
+        ]
+        raise VerificationFailed(
+            f"the signature by {signer} is for another model than {pinned} ({'; '.join(what)}); "
+            f"sign this one: modelhooks sign {pinned}"
+        )
+
+
+def _bundles(client: DistributionRegistry, repo: str, digest: str) -> Iterator[bytes]:
+    """The signature bundles referring to `digest` (bounded in number and size)."""
+    refs = [r for r in client.referrers(repo, digest) if r.get("artifactType") == MEDIA_TYPE]
+    for ref in refs[:_MAX_BUNDLES]:
+        artifact, _, _ = client.manifest(repo, ref["digest"])
+        if (artifact.get("subject") or {}).get("digest") != digest:
+            continue  # a referrer index entry that does not refer to this manifest
+        for layer in artifact.get("layers", []):
+            size = int(layer.get("size", 0))
+            if layer.get("mediaType") == MEDIA_TYPE and 0 < size <= _MAX_BUNDLE_BYTES:
+                yield client.blob_range(repo, layer["digest"], 0, size)
+
+
+def _verifiers(policy: Policy, trust_config: str) -> list[Verifier]:
+    from modelhooks.adapters.signing.keys import CertificateVerifier, KeyVerifier
+
+    made: list[Verifier] = []
+    for name, pem in (*policy.keys, *policy.chains):
+        if not pem:  # public material needs no Secret; admission reads none
+            raise VerificationFailed(
+                f"{policy.shown}: {name} names a secretRef, which admission does not read: "
+                "put the PEM inline (spec.keys[].pem, spec.certificateChains[].pem)"
+            )
+    with tempfile.TemporaryDirectory(prefix="modelhooks-policy-") as tmp:
+        for i, (name, pem) in enumerate(policy.keys):
+            made.append(_loaded(KeyVerifier, _file(tmp, f"key{i}.pem", pem), policy, name))
+        for i, (name, pem) in enumerate(policy.chains):
+            chain = [_file(tmp, f"chain{i}.pem", pem)]
+            made.append(_loaded(CertificateVerifier, chain, policy, name))
+    if policy.identities:
+        made += _identities(policy, trust_config)
+    return made
+
+
+def _identities(policy: Policy, trust_config: str) -> list[Verifier]:
+    from modelhooks.adapters.signing.keyless import SigstoreTrust, SigstoreVerifier
+
+    trust = SigstoreTrust.from_env(trust_config=Path(trust_config) if trust_config else None)
+    made: list[Verifier] = []
+    for identity in policy.identities:
+        if identity.subject_regexp or identity.issuer_regexp:
+            continue  # TODO(issue 19): regular-expression identities
+        made.append(SigstoreVerifier(trust, identity.subject, identity.issuer))
+    return made
+
+
+def _file(tmp: str, name: str, pem: str) -> Path:
+    path = Path(tmp) / name
+    path.write_text(pem)
+    return path
+
+
+def _loaded(kind: Any, material: Any, policy: Policy, name: str) -> Verifier:
+    try:
+        verifier: Verifier = kind(material)
+    except ConfigError as e:
+        raise VerificationFailed(
+            f"{policy.shown}: {name} cannot be loaded ({e.details.get('reason', e.message)})"
+        ) from None
+    return verifier

@@ -1,0 +1,53 @@
+"""What admission reads and answers, without the AdmissionReview wire format
+(modelhooks.delivery.admission decodes and encodes that).
+
+>>> Decision.allow().allowed
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Decision", "Review"]
+
+
+@dataclass(frozen=True)
+class Review:
+    """One admission request: which object, where, and whether the answer may mutate it."""
+
+    uid: str
+    kind: str  # the object's kind (request.kind.kind): Pod, Deployment, InferenceService, …
+    operation: str  # CREATE, UPDATE, DELETE, CONNECT
+    namespace: str
+    name: str
+    object: Mapping[str, Any] = field(default_factory=dict)
+    mutate: bool = False  # the mutating webhook asks: tags may be pinned to digests
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer: allowed or not (with the reason and an HTTP-like code), the warnings the
+    client shows, and a JSONPatch (mutating only)."""
+
+    allowed: bool
+    message: str = ""
+    code: int = 200
+    reason: Literal["", "Forbidden", "BadRequest", "ServiceUnavailable"] = ""
+    warnings: tuple[str, ...] = ()
+    patch: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def allow(
+        cls, warnings: tuple[str, ...] = (), patch: tuple[Mapping[str, Any], ...] = ()
+    ) -> Decision:
+        return cls(True, warnings=warnings, patch=patch)
+
+    @classmethod
+    def deny(cls, message: str, *, code: int = 403, warnings: tuple[str, ...] = ()) -> Decision:
+        reason: Literal["Forbidden", "BadRequest", "ServiceUnavailable"] = (
+            "BadRequest" if code == 400 else "ServiceUnavailable" if code == 503 else "Forbidden"
+        )
+        return cls(False, message, code, reason, warnings)

@@ -1,0 +1,275 @@
+"""`admission`: verify the models a workload uses when it is admitted, synchronously.
+
+A webhook function: it answers AdmissionReviews (modelhooks.delivery.admission), not
+events. Validating: each distinct model reference of the object (modelhooks.core.workloads)
+is resolved to its immutable digest once, and checked against every policy covering it
+(modelhooks.core.verification) by the `model_verifier` port, which decides from the
+signature and the digests the store already has, never by re-hashing the model. A
+reference is admitted when ANY covering policy verifies it; otherwise it is denied if one
+of them enforces (a `warn` policy only warns; a check that could not complete follows the
+policy's failurePolicy). No covering policy at all is a denial: the namespace opted in,
+and a model nothing vouches for is not admitted. Successes are cached per (digest, policy
+version); everything is answered within `review_timeout` seconds.
+
+Mutating: each OCI tag (image volume, `oci://` storageUri) is pinned to the digest it names
+now, so what the validating webhook verifies is what runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelhooks.core.admission import Decision, Review
+from modelhooks.core.errors import BadRequest, ModelhooksError, Transient, VerificationFailed
+from modelhooks.core.function import Function
+from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.records import PUSHED_AT, ModelState
+from modelhooks.core.verification import ModelVerifier, Policy, PolicySource, Verdicts
+from modelhooks.core.workloads import POD_SPECS, Reference, in_scope, model_references
+
+__all__ = ["FUNCTION", "handle"]
+
+_VERIFIABLE = ("oci://", "gs://", "s3://")
+
+
+def handle(
+    review: Review,
+    *,
+    policies: PolicySource,
+    model_verifier: ModelVerifier,
+    verdicts: Verdicts,
+    registry: ModelRegistry,
+    review_timeout: float,
+) -> Decision:
+    if review.operation not in ("CREATE", "UPDATE") or not in_scope(review.kind):
+        return Decision.allow()
+    try:
+        refs = model_references(review.kind, review.object)
+    except BadRequest as e:
+        return Decision.deny(f"{review.kind} {review.name or '(new)'}: {e.message}", code=400)
+    if not refs:
+        return Decision.allow()
+    deadline = time.monotonic() + review_timeout
+    if review.mutate:
+        return _pin(refs, model_verifier, deadline)
+    try:
+        found = policies.policies(review.namespace)
+    except Transient as e:
+        return Decision.deny(f"verification policies could not be read: {e.message}", code=503)
+    labels = _labels(review.kind, review.object)
+    checks = [_Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
+    for check in checks:
+        check.covering = [p for p in found if p.covers(labels, check.uri)]
+    _run(checks, found, labels, deadline, model_verifier, verdicts, registry)
+    return _decide(checks, review.namespace)
+
+
+@dataclass
+class _Check:
+    """One distinct reference: the policies covering it and how each one answered."""
+
+    uri: str
+    covering: list[Policy] = field(default_factory=list)
+    digest: str = ""
+    target: str = ""  # what is verified: the reference, or a registered model's artifact
+    error: ModelhooksError | None = None  # the reference itself could not be resolved
+    accepted: list[tuple[Policy, str]] = field(default_factory=list)  # (policy, signer)
+    failed: list[tuple[Policy, ModelhooksError]] = field(default_factory=list)
+    late: bool = False  # not done within admission.timeout
+
+    def outcome(self) -> tuple[list[Policy], list[tuple[Policy, ModelhooksError]], bool]:
+        """(covering policies, failures, accepted) as the answer reads them."""
+        if self.late:
+            timeout = Transient("verification did not complete within admission.timeout")
+            covering = list(self.covering)
+            return covering, [(p, timeout) for p in covering], False
+        return self.covering, self.failed, bool(self.accepted)
+
+    def run(
+        self,
+        found: list[Policy],
+        labels: Mapping[str, str],
+        verifier: ModelVerifier,
+        verdicts: Verdicts,
+        registry: ModelRegistry,
+    ) -> None:
+        try:
+            self.target, registered = _target(self.uri, registry)
+            if self.target != self.uri:  # a registered model: policies of its artifact too
+                more = [p for p in found if p not in self.covering]
+                self.covering += [p for p in more if p.covers(labels, self.target)]
+            if not self.covering:
+                return
+            if not self.target.startswith(_VERIFIABLE):
+                raise VerificationFailed(
+                    f"{self.target} cannot be verified at admission: only oci://, gs://, s3:// "
+                    "and registered models (modelhooks.dev/model) can"
+                )
+            self.digest = verifier.resolve(self.target)
+            if registered and registered != self.digest and self.target.startswith("oci://"):
+                raise VerificationFailed(
+                    f"it now names {self.digest}, not the registered {registered}"
+                )
+        except ModelhooksError as e:
+            self.error = e
+            self.failed = [(p, e) for p in self.covering]
+            return
+        for policy in self.covering:
+            cached = verdicts.get(self.digest, policy)
+            if cached is not None:
+                self.accepted.append((policy, cached))
+                return
+        for policy in self.covering:
+            try:
+                signer = verifier.verify(self.target, self.digest, policy)
+            except ModelhooksError as e:
+                self.failed.append((policy, e))
+                continue
+            verdicts.put(self.digest, policy, signer)
+            self.accepted.append((policy, signer))
+            return
+
+
+def _run(
+    checks: list[_Check],
+    found: list[Policy],
+    labels: Mapping[str, str],
+    deadline: float,
+    verifier: ModelVerifier,
+    verdicts: Verdicts,
+    registry: ModelRegistry,
+) -> None:
+    todo = [c for c in checks if c.covering or c.uri.startswith("model:")]
+    if not todo:
+        return
+    pool = ThreadPoolExecutor(min(len(todo), 8), thread_name_prefix="admission")
+    futures = {pool.submit(c.run, found, labels, verifier, verdicts, registry): c for c in todo}
+    _, late = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    pool.shutdown(wait=False, cancel_futures=True)
+    for future in late:  # its thread may still write to it: the answer no longer reads it
+        futures[future].late = True
+
+
+def _decide(checks: list[_Check], namespace: str) -> Decision:
+    denials: list[str] = []
+    warnings: list[str] = []
+    for check in checks:
+        covering, failed, accepted = check.outcome()
+        if not covering and check.error is not None and not check.late:
+            denials.append(f"model {check.uri}: {check.error.message}")
+            continue
+        if not covering:
+            denials.append(
+                f"model {check.uri}: no VerificationPolicy in namespace {namespace} nor "
+                "ClusterVerificationPolicy covers it; create one that trusts its signer "
+                "(infra/examples), or take the namespace out of admission"
+            )
+            continue
+        if accepted:
+            continue
+        for policy, error in failed:
+            line = _failure(check, policy, error)
+            transient = isinstance(error, Transient)
+            if policy.mode == "warn" or (transient and policy.failure_policy == "Ignore"):
+                warnings.append(line)
+            else:
+                denials.append(line)
+    if denials:
+        return Decision.deny("; ".join(denials), warnings=tuple(warnings))
+    return Decision.allow(warnings=tuple(warnings))
+
+
+def _failure(check: _Check, policy: Policy, error: ModelhooksError) -> str:
+    at = f" ({check.digest})" if check.digest else ""
+    via = f" = {check.target}" if check.target and check.target != check.uri else ""
+    what = error.message
+    if isinstance(error, Transient):
+        what += f" [failurePolicy {policy.failure_policy}]"
+    return f"model {check.uri}{via}{at}: {policy.shown} [{policy.mode}] trusts {policy.trusts()}: {what}"
+
+
+def _target(uri: str, registry: ModelRegistry) -> tuple[str, str]:
+    """(what to verify, the digest registered for it) for a reference; a registered model
+    (`model:<name>[/<version>]`) is its version's artifact."""
+    if not uri.startswith("model:"):
+        return uri, ""
+    name, _, wanted = uri.removeprefix("model:").partition("/")
+    model = registry.get_model(name)
+    if model is None:
+        raise VerificationFailed(f"no registered model {name!r}: push and register it first")
+    if wanted:
+        version = registry.get_version(model.id, wanted)
+    else:
+        live = [v for v in registry.list_versions(model.id) if v.state == ModelState.LIVE]
+        version = max(live, key=lambda v: v.custom_properties.get(PUSHED_AT, ""), default=None)
+    if version is None or version.state != ModelState.LIVE:
+        raise VerificationFailed(f"model {name!r} has no live version {wanted or ''}".rstrip())
+    props = version.custom_properties
+    if not props.get("uri"):
+        raise VerificationFailed(f"model {name!r} version {version.name!r} records no artifact")
+    return props["uri"], props.get("digest", "")
+
+
+def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Decision:
+    """Mutating: each OCI tag replaced by its digest (a JSONPatch); a tag that cannot be
+    resolved stays (with a warning): the validating webhook then decides."""
+    tags = [r for r in refs if r.uri.startswith("oci://") and "@" not in r.uri]
+    if not tags:
+        return Decision.allow()
+    pool = ThreadPoolExecutor(min(len(tags), 8), thread_name_prefix="admission-pin")
+    futures = {r: pool.submit(verifier.resolve, r.uri) for r in tags}
+    wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
+    pool.shutdown(wait=False, cancel_futures=True)
+    patch: list[Mapping[str, Any]] = []
+    warnings: list[str] = []
+    for ref, future in futures.items():
+        if not future.done():
+            warnings.append(f"{ref.raw}: not pinned, the registry did not answer in time")
+            continue
+        error = future.exception()
+        if error is not None:
+            reason = error.message if isinstance(error, ModelhooksError) else type(error).__name__
+            warnings.append(f"{ref.raw}: not pinned: {reason}")
+            continue
+        patch.append({"op": "replace", "path": ref.pointer, "value": _pinned(ref, future.result())})
+    return Decision.allow(warnings=tuple(warnings), patch=tuple(patch))
+
+
+def _pinned(ref: Reference, digest: str) -> str:
+    """`ref` as written, its tag replaced by `digest` (`r.io/m:v1` → `r.io/m@sha256:…`)."""
+    raw = ref.raw
+    head, _, last = raw.rpartition("/")
+    if ":" in last:
+        last = last.rpartition(":")[0]
+    return f"{head}/{last}@{digest}" if head else f"{last}@{digest}"
+
+
+def _labels(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
+    """The workload's labels, and its pod template's (a selector may name either)."""
+    labels: dict[str, str] = {}
+    nodes: list[Any] = [obj]
+    path = POD_SPECS.get(kind, ())
+    if len(path) > 2:
+        node: Any = obj
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        nodes.append(node)
+    for node in nodes:
+        meta = node.get("metadata") if isinstance(node, Mapping) else None
+        found = meta.get("labels") if isinstance(meta, Mapping) else None
+        if isinstance(found, Mapping):
+            labels.update({str(k): str(v) for k, v in found.items()})
+    return labels
+
+
+FUNCTION = Function(
+    name="admission",
+    accepts=frozenset(),
+    handle=handle,
+    extras=("signing", "k8s"),
+    kind="admission",
+)

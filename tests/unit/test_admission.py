@@ -1,0 +1,372 @@
+"""The admission handler over fakes: which references each workload kind names, which policy
+decides, warn mode, failurePolicy, the cache, pinning and the deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from modelhooks.core.admission import Review
+from modelhooks.core.errors import BadRequest, Unavailable, VerificationFailed
+from modelhooks.core.verification import Policy, Verdicts
+from modelhooks.core.workloads import model_references
+from modelhooks.handlers.admission import handle
+from tests.fakes.memory_registry import InMemoryModelRegistry
+
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+
+
+def policy(name: str = "p", *, version: str = "1", **spec: Any) -> Policy:
+    spec.setdefault("keys", [{"name": "team", "pem": "PEM"}])
+    return Policy.from_resource(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "resourceVersion": version,
+            },
+            "spec": spec,
+        }
+    )
+
+
+class Policies:
+    def __init__(self, *found: Policy) -> None:
+        self.found = list(found)
+
+    def policies(self, namespace: str) -> list[Policy]:
+        return self.found
+
+
+class Verifier:
+    """Tags → digests; digests → the policies whose trust signed them."""
+
+    def __init__(self, tags: dict[str, str], signed: dict[str, set[str]]) -> None:
+        self.tags, self.signed = tags, signed
+        self.resolved: list[str] = []
+        self.verified: list[tuple[str, str]] = []
+        self.hang = threading.Event()
+        self.hanging = False
+        self.down = False
+
+    def resolve(self, uri: str) -> str:
+        self.resolved.append(uri)
+        if self.hanging:
+            self.hang.wait(5)
+        if self.down:
+            raise Unavailable("registry r.io did not answer")
+        if "@" in uri:
+            return uri.rpartition("@")[2]
+        if uri not in self.tags:
+            raise VerificationFailed(f"{uri}: no such tag")
+        return self.tags[uri]
+
+    def verify(self, uri: str, digest: str, policy: Policy) -> str:
+        self.verified.append((digest, policy.name))
+        if policy.name in self.signed.get(digest, set()):
+            return f"key of {policy.name}"
+        raise VerificationFailed(f"no signature refers to {digest}: sign it (modelhooks sign …)")
+
+
+def pod(*images: str, labels: dict[str, str] | None = None, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "labels": labels or {}, "annotations": annotations},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [{"name": f"m{i}", "image": {"reference": r}} for i, r in enumerate(images)],
+        },
+    }
+
+
+def review(
+    obj: dict[str, Any], kind: str = "Pod", *, mutate: bool = False, operation: str = "CREATE"
+) -> Review:
+    return Review("uid-1", kind, operation, "ns", "p", obj, mutate)
+
+
+def run(rv: Review, policies: Policies, verifier: Verifier, **kw: Any) -> Any:
+    kw.setdefault("verdicts", Verdicts())
+    kw.setdefault("registry", InMemoryModelRegistry())
+    kw.setdefault("review_timeout", 2.0)
+    return handle(rv, policies=policies, model_verifier=verifier, **kw)
+
+
+TAGS = {"oci://r.io/models/bert:v1": D1, "oci://r.io/models/gpt:v1": D2}
+
+
+def test_a_signed_model_is_admitted_and_an_unsigned_one_denied_saying_what_to_do() -> None:
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    assert run(review(pod("r.io/models/bert:v1")), Policies(policy()), verifier).allowed
+    denied = run(review(pod("r.io/models/gpt:v1")), Policies(policy()), verifier)
+    assert not denied.allowed and denied.code == 403
+    for part in (
+        "oci://r.io/models/gpt:v1",
+        D2,
+        "VerificationPolicy ns/p",
+        "key team",
+        "modelhooks sign",
+    ):
+        assert part in denied.message
+
+
+def test_each_distinct_reference_is_verified_once_per_request() -> None:
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    obj = pod("r.io/models/bert:v1", "r.io/models/bert:v1", "r.io/models/bert:v1")
+    assert run(review(obj), Policies(policy()), verifier).allowed
+    assert verifier.resolved == ["oci://r.io/models/bert:v1"]
+    assert verifier.verified == [(D1, "p")]
+
+
+def test_successes_are_cached_by_digest_and_policy_version_failures_never() -> None:
+    verifier, verdicts = Verifier(TAGS, {D1: {"p"}}), Verdicts()
+    for _ in range(3):
+        run(review(pod("r.io/models/bert:v1")), Policies(policy()), verifier, verdicts=verdicts)
+        run(review(pod("r.io/models/gpt:v1")), Policies(policy()), verifier, verdicts=verdicts)
+    assert verifier.verified.count((D1, "p")) == 1
+    assert verifier.verified.count((D2, "p")) == 3
+    changed = policy(version="2")  # a policy change counts at once
+    run(review(pod("r.io/models/bert:v1")), Policies(changed), verifier, verdicts=verdicts)
+    assert verifier.verified.count((D1, "p")) == 2
+
+
+def test_the_cache_is_bounded_in_entries_and_bytes_and_expires() -> None:
+    verdicts = Verdicts(size=2, max_bytes=10_000, ttl=0.05)
+    p = policy()
+    for digest in ("a", "b", "c"):
+        verdicts.put(digest, p, "signer")
+    assert len(verdicts) == 2 and verdicts.get("a", p) is None and verdicts.get("c", p)
+    time.sleep(0.06)
+    assert verdicts.get("c", p) is None
+    small = Verdicts(size=100, max_bytes=300)
+    for digest in "abcdefgh":
+        small.put(digest, p, "signer")
+    assert 0 < len(small) < 8
+
+
+def test_any_covering_policy_admits_warn_mode_only_warns() -> None:
+    verifier = Verifier(TAGS, {D1: {"b"}})
+    both = Policies(policy("a"), policy("b"))
+    assert run(review(pod("r.io/models/bert:v1")), both, verifier).allowed
+    warn = Policies(policy("w", mode="warn"))
+    decision = run(review(pod("r.io/models/gpt:v1")), warn, verifier)
+    assert decision.allowed and "VerificationPolicy ns/w [warn]" in decision.warnings[0]
+
+
+def test_no_covering_policy_is_a_denial_and_globs_and_selectors_choose() -> None:
+    verifier = Verifier(TAGS, {D1: {"p"}, D2: {"p"}})
+    other = Policies(policy(references=["oci://elsewhere.io/*"]))
+    decision = run(review(pod("r.io/models/bert:v1")), other, verifier)
+    assert not decision.allowed and "no VerificationPolicy" in decision.message
+    selected = Policies(policy(workloadSelector={"matchLabels": {"team": "a"}}))
+    assert not run(review(pod("r.io/models/bert:v1")), selected, verifier).allowed
+    assert run(review(pod("r.io/models/bert:v1", labels={"team": "a"})), selected, verifier).allowed
+
+
+def test_failure_policy_decides_when_the_registry_does_not_answer() -> None:
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    verifier.down = True
+    closed = run(review(pod("r.io/models/bert:v1")), Policies(policy()), verifier)
+    assert (
+        not closed.allowed
+        and "did not answer" in closed.message
+        and "failurePolicy Fail" in closed.message
+    )
+    opened = run(
+        review(pod("r.io/models/bert:v1")), Policies(policy(failurePolicy="Ignore")), verifier
+    )
+    assert opened.allowed and "failurePolicy Ignore" in opened.warnings[0]
+
+
+def test_a_hanging_registry_is_answered_by_the_deadline() -> None:
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    verifier.hanging = True
+    started = time.monotonic()
+    decision = run(
+        review(pod("r.io/models/bert:v1")), Policies(policy()), verifier, review_timeout=0.3
+    )
+    verifier.hang.set()
+    assert time.monotonic() - started < 1.0
+    assert not decision.allowed and "did not complete within admission.timeout" in decision.message
+
+
+def test_mutating_pins_tags_to_digests_in_place() -> None:
+    verifier = Verifier(TAGS, {})
+    obj = pod("r.io/models/bert:v1", f"r.io/models/gpt@{D2}")
+    decision = run(review(obj, mutate=True), Policies(), verifier)
+    assert decision.allowed
+    assert list(decision.patch) == [
+        {
+            "op": "replace",
+            "path": "/spec/volumes/0/image/reference",
+            "value": f"r.io/models/bert@{D1}",
+        }
+    ]
+    verifier.down = True
+    unpinned = run(review(obj, mutate=True), Policies(), verifier)
+    assert unpinned.allowed and not unpinned.patch and "not pinned" in unpinned.warnings[0]
+
+
+def test_out_of_scope_kinds_and_operations_are_allowed_untouched() -> None:
+    verifier = Verifier(TAGS, {})
+    assert run(review({"data": {}}, "ConfigMap"), Policies(), verifier).allowed
+    assert run(review(pod("r.io/models/gpt:v1"), operation="DELETE"), Policies(), verifier).allowed
+    assert run(review(pod()), Policies(), verifier).allowed  # no model
+    assert verifier.resolved == []
+
+
+def test_a_registered_model_named_by_annotation_is_its_artifact() -> None:
+    registry = InMemoryModelRegistry()
+    model = registry.create_model("bert", properties={})
+    registry.create_version(
+        model.id, "1", properties={"uri": "oci://r.io/models/bert:v1", "digest": D1}
+    )
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    obj = pod(**{"modelhooks.dev/model": "bert/1"})
+    assert run(review(obj), Policies(policy()), verifier, registry=registry).allowed
+    missing = run(
+        review(pod(**{"modelhooks.dev/model": "gpt"})),
+        Policies(policy()),
+        verifier,
+        registry=registry,
+    )
+    assert not missing.allowed and "no registered model 'gpt'" in missing.message
+    moved = Verifier({"oci://r.io/models/bert:v1": D2}, {D2: {"p"}})
+    refused = run(review(obj), Policies(policy()), moved, registry=registry)
+    assert not refused.allowed and "not the registered" in refused.message
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "pointer"),
+    [
+        (
+            "Deployment",
+            {
+                "spec": {
+                    "template": {
+                        "spec": {"volumes": [{"name": "m", "image": {"reference": "r.io/m:v1"}}]}
+                    }
+                }
+            },
+            "/spec/template/spec/volumes/0/image/reference",
+        ),
+        (
+            "StatefulSet",
+            {
+                "spec": {
+                    "template": {
+                        "spec": {"volumes": [{"name": "m", "image": {"reference": "r.io/m:v1"}}]}
+                    }
+                }
+            },
+            "/spec/template/spec/volumes/0/image/reference",
+        ),
+        (
+            "DaemonSet",
+            {
+                "spec": {
+                    "template": {
+                        "spec": {"volumes": [{"name": "m", "image": {"reference": "r.io/m:v1"}}]}
+                    }
+                }
+            },
+            "/spec/template/spec/volumes/0/image/reference",
+        ),
+        (
+            "Job",
+            {
+                "spec": {
+                    "template": {
+                        "spec": {"volumes": [{"name": "m", "image": {"reference": "r.io/m:v1"}}]}
+                    }
+                }
+            },
+            "/spec/template/spec/volumes/0/image/reference",
+        ),
+        (
+            "CronJob",
+            {
+                "spec": {
+                    "jobTemplate": {
+                        "spec": {
+                            "template": {
+                                "spec": {
+                                    "volumes": [{"name": "m", "image": {"reference": "r.io/m:v1"}}]
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+            "/spec/jobTemplate/spec/template/spec/volumes/0/image/reference",
+        ),
+        (
+            "InferenceService",
+            {"spec": {"predictor": {"model": {"storageUri": "oci://r.io/m:v1"}}}},
+            "/spec/predictor/model/storageUri",
+        ),
+    ],
+)
+def test_every_workload_kind_names_its_models(kind: str, obj: dict[str, Any], pointer: str) -> None:
+    (ref,) = model_references(kind, obj)
+    assert ref.uri == "oci://r.io/m:v1" and ref.pointer == pointer
+
+
+def test_inference_service_storage_uris_and_template_annotations() -> None:
+    isvc = {
+        "spec": {
+            "predictor": {
+                "model": {"storageUris": [{"uri": "gs://b/m", "mountPath": "/a"}, "s3://b/n"]}
+            }
+        }
+    }
+    assert [r.uri for r in model_references("InferenceService", isvc)] == ["gs://b/m", "s3://b/n"]
+    deploy = {"spec": {"template": {"metadata": {"annotations": {"modelhooks.dev/model": "bert"}}}}}
+    assert [r.uri for r in model_references("Deployment", deploy)] == ["model:bert"]
+    assert (
+        model_references(
+            "Pod", {"spec": {"volumes": [{"name": "x", "image": {"reference": "bert"}}]}}
+        )[0].uri
+        == "oci://docker.io/library/bert"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj"),
+    [
+        ("Pod", {"spec": {"volumes": "nope"}}),
+        ("Pod", {"spec": {"volumes": [{"image": {"reference": 3}}]}}),
+        ("Pod", {"metadata": {"annotations": {"modelhooks.dev/model": "a/b/c"}}}),
+        ("Deployment", {"spec": {"template": []}}),
+        ("InferenceService", {"spec": {"predictor": {"storageUri": "no-scheme"}}}),
+    ],
+)
+def test_malformed_objects_are_bad_requests_naming_the_field(
+    kind: str, obj: dict[str, Any]
+) -> None:
+    with pytest.raises(BadRequest):
+        model_references(kind, obj)
+    decision = run(review(obj, kind), Policies(policy()), Verifier({}, {}))
+    assert not decision.allowed and decision.code == 400
+
+
+def test_a_policy_that_trusts_nothing_is_refused() -> None:
+    from modelhooks.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trusts nothing"):
+        Policy.from_resource({"metadata": {"name": "empty"}, "spec": {"references": ["*"]}})
+
+
+def test_identities_match_exactly_or_by_regular_expression() -> None:
+    from modelhooks.core.verification import Identity
+
+    exact = Identity(issuer="https://i", subject="me@x")
+    assert exact.accepts("https://i", "me@x") and not exact.accepts("https://i", "you@x")
+    pattern = Identity(issuer="https://i", subject_regexp=r".*@x\.org")
+    assert pattern.accepts("https://i", "a@x.org") and not pattern.accepts(
+        "https://i", "a@x.org.evil"
+    )
