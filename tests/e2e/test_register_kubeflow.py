@@ -1,22 +1,36 @@
 """`register` (the functions-framework target) into a real Kubeflow Model Registry:
 a pushed artifact becomes one RegisteredModel / ModelVersion / ModelArtifact, and a
-redelivery (to a fresh instance, as after a scale-out) changes nothing."""
+redelivery (to a fresh instance, as after a scale-out) changes nothing; two `modelhooks
+serve` processes on one registry (two pods) take shuffled, duplicated, concurrent event
+sets and end in the state of applying them in time order."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modelhooks import bootstrap
+from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+from modelhooks.delivery.encoding import structured
 from modelhooks.events import samples
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent
+from tests.contract.register_order import Scenario, expected, scenarios, snapshot
+from tests.e2e.conftest import Served
+from tests.e2e.packaging import free_port
 from tests.local_store import lay_model
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
@@ -104,3 +118,79 @@ def test_a_push_registers_once_in_kubeflow(
         assert stored["customProperties"]["digest"]["string_value"] == digest
         everything = http.get(f"{api}/model_artifacts", timeout=10).json()["items"]
         assert [a["uri"] for a in everything].count(event["data"]["uri"]) == 1
+
+
+@pytest.fixture
+def two_pods(
+    serve: Callable[..., Served], model_registry: ModelRegistryServer
+) -> tuple[Served, Served]:
+    """Two `modelhooks serve` processes on one Kubeflow Model Registry."""
+    env = {"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": model_registry.url}
+    return serve(free_port(), env=env), serve(free_port(), env=env)
+
+
+def _by_content(event: CanonicalEvent, prefix: str) -> CanonicalEvent:
+    """The event with an id of this example's (serve remembers ids), a push named by its
+    content already, as the broker hands it on (no store read)."""
+    data = event.data
+    if isinstance(data, ArtifactPushed):
+        data = data.replace(digest=f"content-sha256:{data.digest}")
+    return event.replace(id=f"{prefix}-{event.id}", data=data)
+
+
+def _deliver(url: str, event: CanonicalEvent) -> int:
+    """POST the event as the platform does; its status (0: no answer)."""
+    req = urllib.request.Request(
+        f"{url}/functions/register",
+        data=json.dumps(structured(event)).encode(),
+        headers={"Content-Type": "application/cloudevents+json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(scenario=scenarios(max_events=40), seed=st.integers(0, 2**16))
+def test_two_serve_processes_end_in_the_time_ordered_state(
+    two_pods: tuple[Served, Served],
+    model_registry: ModelRegistryServer,
+    scenario: Scenario,
+    seed: int,
+) -> None:
+    unique_ids = (_by_content(e, scenario.prefix) for e in scenario.events)
+    scenario = Scenario(tuple(unique_ids), scenario.prefix)
+    rng = random.Random(seed)
+    deliveries = list(scenario.events)
+    rng.shuffle(deliveries)
+    routes = [rng.choice(two_pods).url for _ in deliveries]  # each delivery to either pod
+
+    def send(index: int) -> int:
+        url = routes[index]
+        for _ in range(30):  # Knative redelivers 5xx, 409, 429 and no answer, to any pod
+            status = _deliver(url, deliveries[index])
+            if status < 300 and status != 0:
+                return status
+            if status not in (0, 409, 429) and status < 500:
+                return status
+            url = rng.choice(two_pods).url
+        return status
+
+    with ThreadPoolExecutor(12) as pool:
+        statuses = list(pool.map(send, range(len(deliveries))))
+    logs = "\n".join(pod.logs() for pod in two_pods)
+    assert all(200 <= s < 300 for s in statuses), f"{statuses}\n{logs}"
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        assert snapshot(registry, scenario.names()) == expected(scenario)
+    finally:
+        registry.close()

@@ -9,8 +9,13 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry, external_id
-from modelhooks.core.errors import NotFound
+from modelhooks.adapters.model_registry.kubeflow import (
+    FAILURE_REASON,
+    KubeflowModelRegistry,
+    StaleWrite,
+    external_id,
+)
+from modelhooks.core.errors import NotFound, Transient
 from modelhooks.core.records import ArtifactState, ModelArtifact
 from tests.contract.model_registry import ModelRegistryContract, unique
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
@@ -107,3 +112,262 @@ def test_versions_and_artifacts_stay_with_their_parent(kubeflow: KubeflowModelRe
     for version in versions:
         (artifact,) = kubeflow.list_artifacts(version.id)
         assert artifact.uri == version.name and artifact.version_id == version.id
+
+
+class _Recorder:
+    """The requests a registry sends: (method, path) with the REST base cut off."""
+
+    def __init__(self, registry: KubeflowModelRegistry) -> None:
+        self.calls: list[tuple[str, str]] = []
+        base = len(registry.api_url)
+        session = registry._session
+
+        def record(response: requests.Response, *args: object, **kwargs: object) -> None:
+            path = response.request.url[base:].partition("?")[0] if response.request.url else ""
+            self.calls.append((str(response.request.method), path))
+
+        session.hooks["response"].append(record)
+
+    def listings(self) -> list[tuple[str, str]]:
+        """GETs that are neither a lookup by id nor an exact find."""
+        finds = ("/registered_model", "/model_version", "/model_artifact")
+        return [
+            (m, p)
+            for m, p in self.calls
+            if m == "GET" and p not in finds and not p.rsplit("/", 1)[-1].isdigit()
+        ]
+
+
+def test_register_and_sign_never_list(kubeflow: KubeflowModelRegistry) -> None:
+    """The hot path is exact (by name, externalId or id) whatever the registry holds: a new
+    push, its redelivery, a second version and the signature write list nothing, and cost
+    the same number of requests for the second version as for the first."""
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent
+    from modelhooks.handlers.register import register_model
+
+    name = unique("flat")
+    recorder = _Recorder(kubeflow)
+    counts = []
+    events = {}
+    for version in ("1", "2", "3"):
+        pushed = ArtifactPushed(
+            model=name,
+            version=version,
+            uri=f"gs://b/{name}/{version}/",
+            digest=f"d{version}",
+            store="gcs",
+        )
+        events[version] = (CanonicalEvent.new(pushed, source="test"), pushed)
+    for version in ("1", "1", "2", "grown", "3"):  # a push, its redelivery, the next ones
+        if version == "grown":  # the registry grows by 40 versions meanwhile
+            other = kubeflow.create_model(unique("other"), properties={})
+            for n in range(40):
+                kubeflow.create_version(other.id, str(n), properties={})
+            continue
+        before = len(recorder.calls)
+        register_model(*events[version], registry=kubeflow)
+        counts.append(len(recorder.calls) - before)
+    with kubeflow.transaction():  # what sign writes
+        model = kubeflow.get_model(name)
+        assert model is not None
+        version = kubeflow.get_version(model.id, "2")
+        assert version is not None
+        props = {**version.custom_properties, "signature.signer": "key abc"}
+        kubeflow.update_version(dataclasses.replace(version, custom_properties=props))
+    assert recorder.listings() == []
+    assert counts[1] < counts[0]  # a redelivery finds everything
+    assert counts[2] == counts[3]  # the same requests at any registry size
+    (artifact,) = kubeflow.list_artifacts(version.id)
+    assert artifact.uri == f"gs://b/{name}/2/" and artifact.state == ArtifactState.LIVE
+
+
+def _raw(api: str, method: str, path: str, body: dict[str, object] | None = None) -> dict:  # type: ignore[type-arg]
+    response = requests.request(method, api + path, json=body, timeout=10)
+    assert response.status_code < 400, response.text
+    result: dict = response.json()  # type: ignore[type-arg]
+    return result
+
+
+TYPED = {
+    "project": {"metadataType": "MetadataStringValue", "string_value": "sentiment"},
+    "epochs": {"metadataType": "MetadataIntValue", "int_value": "12"},
+    "accuracy": {"metadataType": "MetadataDoubleValue", "double_value": 0.95},
+    "tuned": {"metadataType": "MetadataBoolValue", "bool_value": True},
+    "config": {"metadataType": "MetadataStructValue", "struct_value": "eyJsciI6IDAuMX0="},
+}
+
+
+def test_typed_properties_and_fields_both_ways(
+    kubeflow: KubeflowModelRegistry, model_registry: ModelRegistryServer
+) -> None:
+    """What another client writes with types and Kubeflow's own fields reads as text and
+    `kubeflow.` properties; a write keeps every type (a changed int stays an int) and the
+    fields; what we write with fields reads back as the server's fields."""
+    api = model_registry.api_url
+    name = unique("typed")
+    raw = _raw(
+        api,
+        "POST",
+        "/registered_models",
+        {"name": name, "owner": "alice", "description": "d", "customProperties": TYPED},
+    )
+    model = kubeflow.get_model(name)
+    assert model is not None and model.description == "d"
+    assert model.custom_properties == {
+        "project": "sentiment",
+        "epochs": "12",
+        "accuracy": "0.95",
+        "tuned": "true",
+        "config": '{"lr":0.1}',
+        "kubeflow.owner": "alice",
+    }
+    props = {**model.custom_properties, "epochs": "13", "new": "x"}
+    kubeflow.update_model(dataclasses.replace(model, custom_properties=props))
+    after = _raw(api, "GET", f"/registered_models/{raw['id']}")
+    assert after["owner"] == "alice"
+    held = after["customProperties"]
+    assert held["epochs"] == {"metadataType": "MetadataIntValue", "int_value": "13"}
+    for key in ("project", "accuracy", "tuned", "config"):
+        assert held[key] == TYPED[key] | ({"struct_value": '{"lr":0.1}'} if key == "config" else {})
+    assert held["new"] == {"metadataType": "MetadataStringValue", "string_value": "x"}
+
+    version = kubeflow.create_version(
+        raw["id"], "1", properties={"kubeflow.author": "bob", "digest": "d1"}
+    )
+    assert _raw(api, "GET", f"/model_versions/{version.id}")["author"] == "bob"
+    fields = {
+        "kubeflow.model_format_name": "onnx",
+        "kubeflow.model_format_version": "1.17",
+        "kubeflow.storage_key": "s3-conn",
+        "kubeflow.storage_path": "models/x/1",
+        "kubeflow.description": "the weights",
+    }
+    artifact = kubeflow.upsert_artifact(
+        ModelArtifact(
+            id="",
+            version_id=version.id,
+            name="model",
+            uri="s3://b/x/1/",
+            digest="d1",
+            state=ArtifactState.PENDING,
+            custom_properties=fields,
+        )
+    )
+    stored = _raw(api, "GET", f"/model_artifacts/{artifact.id}")
+    assert (stored["modelFormatName"], stored["modelFormatVersion"]) == ("onnx", "1.17")
+    assert (stored["storageKey"], stored["storagePath"]) == ("s3-conn", "models/x/1")
+    assert stored["description"] == "the weights" and stored["state"] == "PENDING"
+    assert set(stored["customProperties"]) == {"digest"}  # fields are fields, not properties
+    failed = kubeflow.upsert_artifact(
+        dataclasses.replace(
+            artifact,
+            state=ArtifactState.ABANDONED,
+            custom_properties={**fields, FAILURE_REASON: "copy failed: 403 from s3"},
+        )
+    )
+    (listed,) = kubeflow.list_artifacts(version.id)
+    assert listed == failed
+    assert listed.state == ArtifactState.ABANDONED
+    assert listed.custom_properties[FAILURE_REASON] == "copy failed: 403 from s3"
+    assert listed.custom_properties["kubeflow.model_format_name"] == "onnx"
+
+
+def test_a_version_another_client_wrote_is_adopted(
+    kubeflow: KubeflowModelRegistry, model_registry: ModelRegistryServer
+) -> None:
+    """A version created without our externalId (upstream's client, the UI) is found when
+    register meets it: created once by name, then exact."""
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent
+    from modelhooks.handlers.register import register_model
+
+    api = model_registry.api_url
+    name = unique("foreign")
+    model = _raw(api, "POST", "/registered_models", {"name": name})
+    digest = {"metadataType": "MetadataStringValue", "string_value": "d1"}
+    raw = _raw(
+        api,
+        "POST",
+        "/model_versions",
+        {"name": "1", "registeredModelId": model["id"], "customProperties": {"digest": digest}},
+    )
+    pushed = ArtifactPushed(model=name, version="1", uri="gs://b/f/1/", digest="d1", store="gcs")
+    (reply,) = register_model(CanonicalEvent.new(pushed, source="t"), pushed, registry=kubeflow)
+    assert reply.data.model_version_id == raw["id"]  # type: ignore[union-attr]
+    found = kubeflow.get_version(model["id"], "1")
+    assert found is not None and found.id == raw["id"]
+
+
+def test_transactions_serialize_per_model_only(kubeflow: KubeflowModelRegistry) -> None:
+    """A transaction holds its model: another one of the same model waits for it, one of
+    another model runs meanwhile (there is no process-wide lock)."""
+    import threading
+
+    a, b = unique("a"), unique("b")
+    kubeflow.create_model(a, properties={})
+    kubeflow.create_model(b, properties={})
+    holding, release = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def hold_a() -> None:
+        with kubeflow.transaction():
+            kubeflow.get_model(a)
+            holding.set()
+            release.wait(10)
+        done.append("first a")
+
+    def touch(name: str) -> None:
+        with kubeflow.transaction():
+            kubeflow.get_model(name)
+        done.append(name)
+
+    first = threading.Thread(target=hold_a)
+    first.start()
+    assert holding.wait(10)
+    other = threading.Thread(target=touch, args=(b,))
+    same = threading.Thread(target=touch, args=(a,))
+    other.start()
+    same.start()
+    other.join(10)
+    assert done == [b]  # the other model went through; the same model still waits
+    release.set()
+    for thread in (first, same):
+        thread.join(10)
+    assert done == [b, "first a", a]
+
+
+def test_a_write_over_another_writers_change_is_stale(
+    model_registry: ModelRegistryServer,
+) -> None:
+    """Two registries (two processes): an update based on a read that another writer has
+    changed since is refused, and so is a transaction whose write was overwritten before
+    it ended; both are transient (the redelivery derives again)."""
+    one = KubeflowModelRegistry(model_registry.url, timeout=10)
+    two = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        name = unique("stale")
+        one.create_model(name, properties={"n": "0"})
+        with pytest.raises(StaleWrite) as caught, one.transaction():
+            mine = one.get_model(name)
+            assert mine is not None
+            theirs = two.get_model(name)
+            assert theirs is not None
+            two.update_model(dataclasses.replace(theirs, custom_properties={"n": "2"}))
+            one.update_model(dataclasses.replace(mine, custom_properties={"n": "1"}))
+        assert isinstance(caught.value, Transient)
+        got = one.get_model(name)
+        assert got is not None and got.custom_properties == {"n": "2"}  # theirs stands
+
+        with pytest.raises(StaleWrite), one.transaction():
+            mine = one.get_model(name)
+            assert mine is not None
+            one.update_model(dataclasses.replace(mine, custom_properties={"n": "3"}))
+            theirs = two.get_model(name)
+            assert theirs is not None
+            two.update_model(dataclasses.replace(theirs, custom_properties={"n": "4"}))
+        with one.transaction():  # the redelivery: reads, writes, nobody interferes
+            mine = one.get_model(name)
+            assert mine is not None
+            one.update_model(dataclasses.replace(mine, custom_properties={"n": "5"}))
+    finally:
+        one.close()
+        two.close()
