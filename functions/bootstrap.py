@@ -379,10 +379,11 @@ def model_registry(settings: Settings) -> ModelRegistry:
     if settings.registry.backend == "kubeflow":
         from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
 
-        token = settings.registry.token
+        token, ca = settings.registry.token, settings.registry.ca
         return KubeflowModelRegistry(
             settings.registry.url,
             token=resolve_value(token, "MODELHOOKS_REGISTRY_TOKEN") if token else None,
+            ca=resolve_value(ca, "MODELHOOKS_REGISTRY_CA") if ca else None,
         )
     if settings.registry.backend == "kubernetes":
         from modelhooks.adapters.kube_client import check_kubeconfig

@@ -61,6 +61,13 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
     token: Annotated[
         str, doc("bearer token for the registry: a literal, env:NAME or file:PATH", secret=True)
     ] = ""
+    ca: Annotated[
+        str,
+        doc(
+            "CA certificate(s) the Kubeflow Model Registry's TLS is verified with (PEM): a "
+            "literal, env:NAME or file:PATH; empty: the system's CAs (backend=kubeflow)"
+        ),
+    ] = ""
     kubeconfig: Annotated[
         str,
         doc(

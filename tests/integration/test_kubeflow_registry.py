@@ -3,8 +3,14 @@ the same contract as every backend, plus what only this backend can get wrong.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import socket
+import socketserver
+import ssl
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -15,10 +21,11 @@ from modelhooks.adapters.model_registry.kubeflow import (
     StaleWrite,
     external_id,
 )
-from modelhooks.core.errors import NotFound, Transient
+from modelhooks.core.errors import CredentialsRefused, NotFound, Transient
 from modelhooks.core.records import ArtifactState, ModelArtifact
 from tests.contract.model_registry import ModelRegistryContract, unique
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
+from tests.servers.tls import CertificateAuthority
 
 pytestmark = pytest.mark.integration
 
@@ -300,8 +307,6 @@ def test_a_version_another_client_wrote_is_adopted(
 def test_transactions_serialize_per_model_only(kubeflow: KubeflowModelRegistry) -> None:
     """A transaction holds its model: another one of the same model waits for it, one of
     another model runs meanwhile (there is no process-wide lock)."""
-    import threading
-
     a, b = unique("a"), unique("b")
     kubeflow.create_model(a, properties={})
     kubeflow.create_model(b, properties={})
@@ -371,3 +376,85 @@ def test_a_write_over_another_writers_change_is_stale(
     finally:
         one.close()
         two.close()
+
+
+@pytest.fixture
+def https_registry(
+    model_registry: ModelRegistryServer, tmp_path: Path
+) -> Iterator[tuple[str, CertificateAuthority, list[bytes]]]:
+    """The real server behind TLS (a byte forwarder with a certificate of a private CA):
+    (its https URL, the CA, the first bytes of each request it forwarded)."""
+    ca = CertificateAuthority.create(tmp_path / "ca")
+    context = ca.server_context("registry", tmp_path / "ca")
+    upstream = model_registry.url.removeprefix("http://").split(":")
+    heads: list[bytes] = []
+
+    class Forward(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            try:
+                tls = context.wrap_socket(self.request, server_side=True)
+            except (ssl.SSLError, OSError):
+                return  # a client that does not trust us hangs up in the handshake
+            with tls, socket.create_connection((upstream[0], int(upstream[1]))) as back:
+                first = tls.recv(65536)
+                heads.append(first)
+                back.sendall(first)
+
+                def pump(src: socket.socket, dst: socket.socket) -> None:
+                    with contextlib.suppress(OSError):
+                        while chunk := src.recv(65536):
+                            dst.sendall(chunk)
+                    with contextlib.suppress(OSError):
+                        dst.shutdown(socket.SHUT_WR)
+
+                up = threading.Thread(target=pump, args=(tls, back), daemon=True)
+                up.start()
+                pump(back, tls)
+                up.join(5)
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Forward)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", ca, heads
+    server.shutdown()
+    server.server_close()
+
+
+def test_custom_ca_and_token_from_env_as_the_async_upload_job_takes_them(
+    https_registry: tuple[str, CertificateAuthority, list[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MODELHOOKS_REGISTRY_CA and _TOKEN as env:NAME (the job's *_ENVVAR settings) or
+    literals: the registry's private CA is trusted, the token sent; without the CA the
+    failure names the setting."""
+    from modelhooks.bootstrap import model_registry
+    from modelhooks.core.settings import load_settings
+
+    url, ca, heads = https_registry
+    monkeypatch.setenv("REGISTRY_CA_PEM", ca.cert_pem.decode())
+    monkeypatch.setenv("REGISTRY_TOKEN", "t0ken-from-env")
+    base = {"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": url}
+    for env in (
+        {
+            "MODELHOOKS_REGISTRY_CA": "env:REGISTRY_CA_PEM",
+            "MODELHOOKS_REGISTRY_TOKEN": "env:REGISTRY_TOKEN",
+        },
+        {
+            "MODELHOOKS_REGISTRY_CA": ca.cert_pem.decode(),
+            "MODELHOOKS_REGISTRY_TOKEN": "t0ken-from-env",
+        },
+    ):
+        registry = model_registry(load_settings(env={**base, **env}))
+        try:
+            name = unique("tls")
+            created = registry.create_model(name, properties={})
+            assert registry.get_model(name) == created
+        finally:
+            registry.close()  # type: ignore[attr-defined]
+        assert b"Authorization: Bearer t0ken-from-env" in heads[-1]
+    untrusted = model_registry(load_settings(env=base))
+    try:
+        with pytest.raises(CredentialsRefused, match="MODELHOOKS_REGISTRY_CA"):
+            untrusted.get_model("any")
+    finally:
+        untrusted.close()  # type: ignore[attr-defined]

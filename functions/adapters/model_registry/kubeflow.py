@@ -49,6 +49,9 @@ broker's partition key) closes it. See docs/kubeflow.md.
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -193,7 +196,7 @@ class _Locks:
 
 class KubeflowModelRegistry:
     """A Kubeflow Model Registry, by its server URL (the REST base is appended); `token` a
-    bearer token, `verify` a CA bundle path (or False, or True: the system's CAs).
+    bearer token, `ca` the PEM certificate(s) its TLS is verified with (else the system's).
 
     >>> registry = KubeflowModelRegistry("https://model-registry:8443", token="...")  # doctest: +SKIP
     >>> registry.get_model("bert")  # doctest: +SKIP
@@ -207,7 +210,7 @@ class KubeflowModelRegistry:
         base_url: str,
         *,
         token: str | None = None,
-        verify: str | bool = True,
+        ca: str | None = None,
         timeout: float = 30,
         session: requests.Session | None = None,
     ) -> None:
@@ -222,7 +225,12 @@ class KubeflowModelRegistry:
             adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64)
             session.mount("http://", adapter)
             session.mount("https://", adapter)
-        session.verify = verify
+        self._ca_file: str | None = None
+        if ca:  # requests verifies against a file: a private copy, removed on close()
+            fd, self._ca_file = tempfile.mkstemp(prefix="modelhooks-registry-ca-", suffix=".pem")
+            with os.fdopen(fd, "w") as out:
+                out.write(ca if ca.endswith("\n") else ca + "\n")
+        self._verify: str | bool = self._ca_file or True  # per request: it beats the env's
         self._session = session
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._txn = _Transaction()
@@ -234,6 +242,9 @@ class KubeflowModelRegistry:
         """Close the HTTP session (unless it was given to us)."""
         if self._owns_session:
             self._session.close()
+        if self._ca_file:
+            with contextlib.suppress(OSError):
+                os.unlink(self._ca_file)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -475,9 +486,20 @@ class KubeflowModelRegistry:
         where = f"{method} {path}"
         try:
             response = self._session.request(
-                method, self.api_url + path, headers=self._headers, timeout=self._timeout, **kwargs
+                method,
+                self.api_url + path,
+                headers=self._headers,
+                timeout=self._timeout,
+                verify=self._verify,
+                **kwargs,
             )
-        except requests.RequestException as exc:  # refused, reset, timed out, TLS
+        except requests.exceptions.SSLError as exc:  # our CA does not trust it: the operator's
+            raise CredentialsRefused(
+                f"model registry: {where}: TLS verification failed ({exc}); is "
+                "MODELHOOKS_REGISTRY_CA the CA that signed its certificate?",
+                url=self.api_url,
+            ) from None
+        except requests.RequestException as exc:  # refused, reset, timed out
             raise Unavailable(f"model registry: {where} failed: {exc}", url=self.api_url) from None
         if response.status_code == 404 and missing_ok:
             return {}
