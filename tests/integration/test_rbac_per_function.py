@@ -41,7 +41,7 @@ DOCS = [
     if isinstance(d, dict)
 ]
 VERSIONS = {"": "v1", "apps": "v1", "events.k8s.io": "v1", "modelhooks.dev": "v1alpha1"}
-CLUSTER_SCOPED = {"namespaces"}
+CLUSTER_SCOPED = {"namespaces", "clusterverificationpolicies"}
 FRESH, EVERYWHERE = None, ""  # Step.namespace: a namespace made for the test, all of them
 
 
@@ -106,9 +106,12 @@ BEYOND: dict[str, tuple[Step, ...]] = {
         Step("delete", "events", "events.k8s.io", FRESH, "noted"),
         Step("create", "events", ""),  # events.k8s.io/v1 only, not the core Events API
     ),
-    "modelhooks-admission": (  # reads VerificationPolicies; the review carries the object
+    "modelhooks-admission": (  # reads (Cluster)VerificationPolicies; the review has the object
         Step("list", "models", "modelhooks.dev"),
+        Step("list", "pods", ""),
         Step("create", "verificationpolicies", "modelhooks.dev"),
+        Step("create", "clusterverificationpolicies", "modelhooks.dev", EVERYWHERE),
+        Step("delete", "clusterverificationpolicies", "modelhooks.dev", EVERYWHERE, "p"),
         Step("update", "verificationpolicies", "modelhooks.dev", FRESH, "policy"),
         Step("get", "secrets", "", HOME, "modelhooks-signing-key"),
     ),

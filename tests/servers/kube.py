@@ -78,9 +78,13 @@ class KubeApiServer:
                 if exc.status != 409:
                     raise
             objects, deadline = client.CustomObjectsApi(api), time.monotonic() + timeout
+            cluster_scoped = crd["spec"].get("scope") == "Cluster"
             while True:
                 try:
-                    objects.list_namespaced_custom_object(group, version, "default", plural)
+                    if cluster_scoped:
+                        objects.list_cluster_custom_object(group, version, plural)
+                    else:
+                        objects.list_namespaced_custom_object(group, version, "default", plural)
                     return
                 except ApiException:
                     if time.monotonic() > deadline:
@@ -205,7 +209,12 @@ def start_kube(workdir: Path, *, for_node: bool = False) -> tuple[KubeApiServer,
         admin_token = "modelhooks-admin-token"
         tokens = workdir / "tokens.csv"
         tokens.write_text(f'{admin_token},admin,admin-uid,"system:masters"\n')
-        node_args = ["--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
+        node_args = [
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            # OCI image volumes (KEP-4639) kept in Pod specs, for the admission webhook's tests
+            "--feature-gates=ImageVolume=true",
+        ]
         if for_node:
             with tokens.open("a") as lines:
                 lines.write(f'{KUBELET_TOKEN},system:node:{NODE_NAME},kubelet-uid,"system:nodes"\n')
