@@ -163,7 +163,7 @@ def test_missing_things(stub: Stub, registry: KubeflowModelRegistry) -> None:
         registry.update_model(RegisteredModel(id="7", name="m"))
     with pytest.raises(NotFound):
         registry.create_version("7", "1", properties={})
-    assert [s.method for s in stub.seen] == ["GET", "PATCH", "GET"]  # never POSTed
+    assert [s.method for s in stub.seen] == ["GET", "GET", "GET"]  # read first: never written
 
 
 def test_a_closed_port_is_unavailable() -> None:
@@ -234,13 +234,20 @@ def test_a_broken_scoped_listing_falls_back_to_the_global_one(
     def answer(seen: Seen) -> Answer:
         if seen.path == "/model_versions":
             return 200, {"items": versions, "nextPageToken": ""}, {}
+        if "externalId" in seen.query:  # exact, on every server version
+            return 404, {"code": "x", "message": "no model versions found: not found"}, {}
         message = 'error listing model versions: ERROR: relation "parentcontext" does not exist'
         return 500, {"code": "x", "message": message + " (SQLSTATE 42P01)"}, {}
 
     stub.answer = answer
     assert [v.id for v in registry.list_versions("4")] == ["5"]
-    got = registry.get_version("9", "1")
-    assert got is not None and got.id == "6"
+    stub.seen.clear()
+    # The lookup of register and sign stays exact: no externalId of ours, no version (a
+    # version another client wrote is adopted when creating it conflicts), never a scan.
+    assert registry.get_version("9", "1") is None
+    assert [(s.path, s.query) for s in stub.seen] == [
+        ("/model_version", {"externalId": "modelhooks:9:1"})
+    ]
 
 
 def test_requests_is_not_imported_with_the_module() -> None:
