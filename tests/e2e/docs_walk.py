@@ -258,6 +258,13 @@ RULES: dict[str, list[Rule]] = {
     ],
     "infra/README.md": [
         Rule(
+            r"^kubectl (apply -k infra/kubernetes/|-n modelhooks wait .*deployment)",
+            "tests/e2e/test_functions_as_pods.py, on the harness's real node (its Pods on the "
+            "host network: no kube-proxy there), the install rendered by kubectl's kustomize",
+            referenced("tests/e2e/pods.py", '"kustomize", "infra/kubernetes"'),
+            elsewhere=True,
+        ),
+        Rule(
             r"^kubectl apply -k infra/",
             "tests/integration/test_install.py, on a harness kube-apiserver with Knative's "
             "CRDs installed (not duplicated here)",

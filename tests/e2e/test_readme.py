@@ -232,6 +232,8 @@ def test_infra_readme_walked(
     prepare = [
         f"kubectl apply -f - <<'EOF'\n{KNATIVE_SERVING_CONFIG}\nEOF",
         "openssl ecparam -name prime256v1 -genkey -noout -out private-key.pem",
+        "printf 'policies: []\\n' > prune-policies.yaml",
+        "printf 'policies: []\\n' > cleanup-policies.yaml",
     ]
     for line in prepare:
         done = walk.sh(line)
