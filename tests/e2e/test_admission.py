@@ -7,6 +7,7 @@ by `sign_oci` as the sign function does. Pods mount them as OCI image volumes.""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -64,9 +65,18 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
 def webhook(
     kube_apiserver: KubeApiServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
+    with start_webhook(kube_apiserver, tmp_path_factory.mktemp("admission")) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def start_webhook(
+    kube_apiserver: KubeApiServer, work: Path, env: dict[str, str] | None = None
+) -> Iterator[Webhook]:
+    """`modelhooks serve` hosting admission over HTTPS, registered with the apiserver for
+    Pods in namespaces labelled admission-e2e=<its label>; `env`: more of its environment."""
     from kubernetes import client
 
-    work = tmp_path_factory.mktemp("admission")
     kube_apiserver.apply(K8S / "crds", K8S / "rbac")
     with kube_apiserver.api_client() as api:  # served (Established is not enough)
         custom, deadline = client.CustomObjectsApi(api), time.monotonic() + 30
@@ -82,8 +92,9 @@ def webhook(
     kubeconfig = kube_apiserver.write_kubeconfig(work / "kubeconfig", token=token, user="admission")
     cert, key = kube_apiserver.ca.issue("admission", work)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
-    env.update(
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
+    environ.update(env or {})
+    environ.update(
         MODELHOOKS_SERVE_FUNCTIONS="admission",
         MODELHOOKS_SERVE_WATCH_INTERVAL="0",
         MODELHOOKS_ADMISSION_TLS_CERT_FILE=str(cert),
@@ -96,7 +107,7 @@ def webhook(
     log = work / "serve.log"
     argv = [MODELHOOKS, "serve", "--port", str(port), "--home", str(work / "home")]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environ)
     url = f"https://127.0.0.1:{port}"
     context = ssl.create_default_context(cafile=str(kube_apiserver.ca.cert_file))
     deadline = time.monotonic() + 30

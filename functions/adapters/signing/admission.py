@@ -25,12 +25,12 @@ from typing import Any
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import TITLE, DistributionRegistry
-from modelhooks.adapters.signing.bundle import MEDIA_TYPE, signer_of
+from modelhooks.adapters.signing.bundle import MEDIA_TYPE, fulcio_issuer, signer_of
 from modelhooks.adapters.signing.manifest import Manifest
 from modelhooks.adapters.signing.model import verify_bundle
 from modelhooks.core.errors import ConfigError, NotFound, VerificationFailed
 from modelhooks.core.ports import Verifier
-from modelhooks.core.verification import Policy
+from modelhooks.core.verification import Identity, Policy
 
 __all__ = ["StoreModelVerifier"]
 
@@ -167,15 +167,62 @@ def _verifiers(policy: Policy, trust_config: str) -> list[Verifier]:
 
 
 def _identities(policy: Policy, trust_config: str) -> list[Verifier]:
-    from modelhooks.adapters.signing.keyless import SigstoreTrust, SigstoreVerifier
+    from modelhooks.adapters.signing.keyless import SigstoreTrust
 
     trust = SigstoreTrust.from_env(trust_config=Path(trust_config) if trust_config else None)
-    made: list[Verifier] = []
-    for identity in policy.identities:
-        if identity.subject_regexp or identity.issuer_regexp:
-            continue  # TODO(issue 19): regular-expression identities
-        made.append(SigstoreVerifier(trust, identity.subject, identity.issuer))
-    return made
+    return [_KeylessVerifier(trust, identity) for identity in policy.identities]
+
+
+class _KeylessVerifier:
+    """A Sigstore bundle whose Fulcio certificate names an identity the policy accepts:
+    subject and issuer each exact or matched in full by a regular expression
+    (modelhooks.core.verification.Identity), over the verified certificate."""
+
+    def __init__(self, trust: Any, identity: Identity) -> None:
+        self._trust, self._identity = trust, identity
+        self._verifier: Any = None
+
+    def identity(self) -> str:
+        return f"sigstore {self._identity}"
+
+    def verify(self, bundle: bytes) -> bytes:
+        from sigstore.models import Bundle
+
+        if self._verifier is None:
+            from sigstore.verify import Verifier as SigstoreVerifier
+
+            self._verifier = SigstoreVerifier(trusted_root=self._trust.verifying_root())
+        try:
+            parsed = Bundle.from_json(bundle)
+            payload_type, payload = self._verifier.verify_dsse(parsed, _Accepts(self._identity))
+        except Exception as e:
+            raise VerificationFailed("Sigstore verification failed", reason=str(e)) from e
+        if payload_type != "application/vnd.in-toto+json":
+            raise VerificationFailed("unexpected DSSE payload type", payload_type=payload_type)
+        return bytes(payload)
+
+
+class _Accepts:
+    """sigstore's VerificationPolicy protocol over an Identity."""
+
+    def __init__(self, identity: Identity) -> None:
+        self._identity = identity
+
+    def verify(self, cert: Any) -> None:
+        from cryptography import x509
+        from sigstore.errors import VerificationError
+
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            names = [str(n.value) for n in san]
+        except x509.ExtensionNotFound:
+            names = []
+        issuer = fulcio_issuer(cert) or ""
+        if not any(self._identity.accepts(issuer, name) for name in names):
+            raise VerificationError(
+                f"certificate identity {', '.join(names) or '?'} ({issuer or 'no issuer'}) "
+                f"is not {self._identity}"
+            )
 
 
 def _file(tmp: str, name: str, pem: str) -> Path:

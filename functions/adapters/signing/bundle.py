@@ -21,6 +21,7 @@ __all__ = [
     "MEDIA_TYPE",
     "dsse_bundle",
     "envelope_parts",
+    "fulcio_issuer",
     "pae",
     "proto_bundle",
     "signer_of",
@@ -86,7 +87,7 @@ def signer_of(bundle: bytes) -> str:
         names = [str(n.value) for n in san]
     except x509.ExtensionNotFound:
         names = []
-    issuer = _fulcio_issuer(leaf)
+    issuer = fulcio_issuer(leaf)
     if issuer is not None:  # Fulcio's: the identity and the OIDC issuer that vouched for it
         return f"sigstore {', '.join(names) or '?'} ({issuer})"
     subject = leaf.subject.rfc4514_string()
@@ -95,7 +96,7 @@ def signer_of(bundle: bytes) -> str:
     )
 
 
-def _fulcio_issuer(leaf: Any) -> str | None:
+def fulcio_issuer(leaf: Any) -> str | None:
     """The OIDC issuer Fulcio recorded in the certificate (its v2 extension, a DER
     UTF8String, else the deprecated raw one); None for a certificate Fulcio did not make."""
     from cryptography import x509
