@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,40 +92,47 @@ def _plain(record: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    registry = _registry(args)
-    rows: list[dict[str, str]] = []
-    for model in registry.list_models():
-        row = {"model": model.name, "model_state": model.state.value}
-        blank = dict.fromkeys(
-            ("version", "version_state", "uri", "digest", "artifact_state", "signed_by"), ""
-        )
-        versions = registry.list_versions(model.id)
-        if not versions:
-            rows.append({**row, **blank})
-        for version in versions:
-            vrow = {
-                **row,
-                **blank,
-                "version": version.name,
-                "version_state": version.state.value,
-                "signed_by": version.custom_properties.get("signature.signer", ""),
-            }
-            artifacts = registry.list_artifacts(version.id)
-            if not artifacts:
-                rows.append(vrow)
-            for a in artifacts:
-                rows.append(
-                    {**vrow, "uri": a.uri, "digest": a.digest, "artifact_state": a.state.value}
-                )
+    """Rows stream as the registry yields them (page by page where it can): JSON as one
+    array written row by row, the table with its columns sized by the first rows."""
+    from modelhooks.core.registry_copy import walk
+
+    rows = _rows(walk(_registry(args)))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        sys.stdout.write("[")
+        for n, row in enumerate(rows):
+            sys.stdout.write(("," if n else "") + "\n  " + json.dumps(row))
+            if n % 100 == 0:
+                sys.stdout.flush()
+        sys.stdout.write("\n]\n")
         return 0
     cols = ["model", "version", "version_state", "digest", "signed_by", "uri"]
-    widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in cols}
+    first = list(itertools.islice(rows, 100))
+    widths = {c: max([len(c)] + [len(str(r[c])) for r in first]) for c in cols}
     print("  ".join(c.upper().ljust(widths[c]) for c in cols))
-    for r in rows:
-        print("  ".join(str(r[c]).ljust(widths[c]) for c in cols))
+    for n, r in enumerate(itertools.chain(first, rows)):
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in cols), flush=n % 100 == 0)
     return 0
+
+
+def _rows(walked: Iterator[Any]) -> Iterator[dict[str, str]]:
+    blank = dict.fromkeys(
+        ("version", "version_state", "uri", "digest", "artifact_state", "signed_by"), ""
+    )
+    for model, version, artifacts in walked:
+        row = {"model": model.name, "model_state": model.state.value, **blank}
+        if version is None:
+            yield row
+            continue
+        vrow = {
+            **row,
+            "version": version.name,
+            "version_state": version.state.value,
+            "signed_by": version.custom_properties.get("signature.signer", ""),
+        }
+        if not artifacts:
+            yield vrow
+        for a in artifacts:
+            yield {**vrow, "uri": a.uri, "digest": a.digest, "artifact_state": a.state.value}
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ move (sqlite → kubeflow → kubernetes) every id the record ever had is still 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -32,11 +32,36 @@ from modelhooks.core.records import (
     RegisteredModel,
 )
 
-__all__ = ["FORMAT", "ImportReport", "export_registry", "import_registry", "source_id_key"]
+__all__ = [
+    "FORMAT",
+    "ImportReport",
+    "Row",
+    "export_registry",
+    "import_registry",
+    "source_id_key",
+    "walk",
+]
 
 FORMAT = "modelhooks.dev/registry-export/v1"
 R = TypeVar("R", RegisteredModel, ModelVersion, ModelArtifact)
 Json = dict[str, Any]
+Row = tuple[RegisteredModel, ModelVersion | None, list[ModelArtifact]]
+
+
+def walk(registry: ModelRegistry) -> Iterator[Row]:
+    """Every model, each version with its artifacts ((model, None, []) for a model without
+    versions), as a stream: a backend that can list them in bulk says so with a `walk()` of
+    its own (Kubeflow: page by page, not one listing per model), else model by model."""
+    own: Callable[[], Iterator[Row]] | None = getattr(registry, "walk", None)
+    if own is not None:
+        yield from own()
+        return
+    for model in registry.list_models():
+        versions = registry.list_versions(model.id)
+        if not versions:
+            yield model, None, []
+        for version in versions:
+            yield model, version, registry.list_artifacts(version.id)
 
 
 def source_id_key(backend: str) -> str:
@@ -46,14 +71,13 @@ def source_id_key(backend: str) -> str:
 
 def export_registry(registry: ModelRegistry) -> Json:
     """Every record of `registry`, as one JSON-ready document."""
-    models = []
-    for model in registry.list_models():
-        versions = []
-        for version in registry.list_versions(model.id):
-            artifacts = [_plain(a) for a in registry.list_artifacts(version.id)]
-            versions.append({**_plain(version), "artifacts": artifacts})
-        models.append({**_plain(model), "versions": versions})
-    return {"format": FORMAT, "backend": _backend(registry), "models": models}
+    models: dict[str, Json] = {}
+    for model, version, artifacts in walk(registry):
+        doc = models.setdefault(model.id, {**_plain(model), "versions": []})
+        if version is not None:
+            plain = [_plain(a) for a in artifacts]
+            doc["versions"].append({**_plain(version), "artifacts": plain})
+    return {"format": FORMAT, "backend": _backend(registry), "models": list(models.values())}
 
 
 @dataclass

@@ -458,3 +458,89 @@ def test_custom_ca_and_token_from_env_as_the_async_upload_job_takes_them(
             untrusted.get_model("any")
     finally:
         untrusted.close()  # type: ignore[attr-defined]
+
+
+def _cli(*args: str, url: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    modelhooks = str(Path(sys.executable).with_name("modelhooks"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
+    env |= {"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": url}
+    done = subprocess.run(
+        [modelhooks, "registry", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_list_show_export_import_between_kubeflow_and_sqlite(
+    kubeflow: KubeflowModelRegistry, model_registry: ModelRegistryServer, tmp_path: Path
+) -> None:
+    """`registry list` streams every row (an artifact of another name too), `show` prints
+    Kubeflow's fields, and export/import between Kubeflow and SQLite keeps them and is
+    idempotent both ways."""
+    import json
+
+    from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+    from modelhooks.core.registry_copy import export_registry, import_registry
+
+    name = unique("copy")
+    model = kubeflow.create_model(name, properties={"kubeflow.owner": "alice", "team": "nlp"})
+    version = kubeflow.create_version(
+        model.id, "1", properties={"kubeflow.author": "bob", "digest": "d1"}
+    )
+    for artifact, fmt in (("model", "onnx"), ("tokenizer", "json")):
+        kubeflow.upsert_artifact(
+            ModelArtifact(
+                id="",
+                version_id=version.id,
+                name=artifact,
+                uri=f"s3://b/{name}/1/{artifact}",
+                digest=f"d-{artifact}",
+                custom_properties={"kubeflow.model_format_name": fmt},
+            )
+        )
+    kubeflow.create_model(f"{name}-empty", properties={})
+
+    rows = [
+        r
+        for r in json.loads(_cli("list", "--json", url=model_registry.url))
+        if r["model"].startswith(name)
+    ]
+    assert sorted((r["model"], r["version"], r["uri"]) for r in rows) == [
+        (name, "1", f"s3://b/{name}/1/model"),
+        (name, "1", f"s3://b/{name}/1/tokenizer"),
+        (f"{name}-empty", "", ""),
+    ]
+    shown = json.loads(_cli("show", name, url=model_registry.url))
+    assert shown["custom_properties"]["kubeflow.owner"] == "alice"
+    (shown_version,) = shown["versions"]
+    assert shown_version["custom_properties"]["kubeflow.author"] == "bob"
+    formats = {
+        a["name"]: a["custom_properties"]["kubeflow.model_format_name"]
+        for a in shown_version["artifacts"]
+    }
+    assert formats == {"model": "onnx", "tokenizer": "json"}
+
+    doc = export_registry(kubeflow)
+    doc["models"] = [m for m in doc["models"] if m["name"].startswith(name)]
+    sqlite = SqliteModelRegistry(tmp_path / "registry.db")
+    try:
+        assert (
+            import_registry(sqlite, doc).summary() == "5 created, 0 updated, 0 unchanged, 0 refused"
+        )
+        assert (
+            import_registry(sqlite, doc).summary() == "0 created, 0 updated, 5 unchanged, 0 refused"
+        )
+        back = export_registry(sqlite)
+    finally:
+        sqlite.close()
+    first = import_registry(kubeflow, back)  # the records exist: they gain their sqlite ids
+    assert (first.created, first.refused) == (0, [])
+    again = import_registry(kubeflow, back)
+    assert (again.created, again.updated, again.refused) == (0, 0, [])
+    stored = kubeflow.get_model(name)
+    assert stored is not None and stored.custom_properties["kubeflow.owner"] == "alice"
+    assert {a.name for a in kubeflow.list_artifacts(version.id)} == {"model", "tokenizer"}

@@ -92,11 +92,13 @@ __all__ = [
 API_PATH = "/api/model_registry/v1alpha3"
 ARTIFACT_TYPE = "model-artifact"
 PAGE_SIZE = 1000
+FIRST_PAGE = 100  # `walk`'s first page: its rows on screen at once
 DIGEST = "digest"
 ARTIFACT = "model"  # the artifact register and transfer write: found without a listing
 ARTIFACTS = "modelhooks.artifacts"  # a version's other artifact names (comma-separated)
 FAILURE_REASON = "modelhooks.failure_reason"  # why an ABANDONED artifact failed
-LEGACY_VERSION_ID = "modelhooks.model_version_id"  # written before externalIds; hidden
+LEGACY_VERSION_ID = "modelhooks.model_version_id"  # written before externalIds
+_HIDDEN = frozenset({ARTIFACTS, LEGACY_VERSION_ID})  # this adapter's own: not the domain's
 MODELS, VERSIONS, ARTIFACTS_PATH = "/registered_models", "/model_versions", "/model_artifacts"
 # Kubeflow's own fields, as the domain's custom properties (key -> REST field), per kind.
 FIELDS: dict[str, dict[str, str]] = {
@@ -355,31 +357,69 @@ class KubeflowModelRegistry:
 
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
+        return self._artifacts_of(self._txn.read.get((VERSIONS, version_id), {"id": version_id}))
+
+    def _artifacts_of(self, version: Json) -> list[ModelArtifact]:
+        """The version's model artifacts: its scoped listing where the server can run it,
+        else each of its names (`ARTIFACT`, those `ARTIFACTS` holds) by externalId."""
+        version_id = str(version.get("id", ""))
         if self._scoped is not False:
             try:
-                items = list(
-                    self._items(
-                        f"{VERSIONS}/{version_id}/artifacts",
-                        PAGE_SIZE,
-                        artifactType=ARTIFACT_TYPE,
-                    )
-                )
+                path = f"{VERSIONS}/{version_id}/artifacts"
+                items = list(self._items(path, PAGE_SIZE, artifactType=ARTIFACT_TYPE))
                 self._scoped = True
                 return [_artifact(a, version_id) for a in items if _is_model_artifact(a)]
             except _BrokenQuery:
                 self._scoped = False
-        names = [ARTIFACT]
-        version = self._txn.read.get((VERSIONS, version_id))
-        if version is None and version_id.isdigit():
-            version = self._call("GET", f"{VERSIONS}/{version_id}", missing_ok=True)
-        names += [n for n in _names(_props(version or {}).get(ARTIFACTS, "")) if n != ARTIFACT]
+        if "customProperties" not in version and version_id.isdigit():  # for its names
+            version = self._call("GET", f"{VERSIONS}/{version_id}", missing_ok=True) or version
         found = []
-        for name in names:
+        for name in [ARTIFACT, *(n for n in _artifact_names(version) if n != ARTIFACT)]:
             params = {"externalId": external_id(version_id, name)}
             item = self._call("GET", "/model_artifact", params=params, missing_ok=True)
             if item and _is_model_artifact(item):
                 found.append(_artifact(self._remember(ARTIFACTS_PATH, item), version_id))
         return found
+
+    def walk(self) -> Iterator[tuple[RegisteredModel, ModelVersion | None, list[ModelArtifact]]]:
+        """Every model, each version with its artifacts, streamed a page of versions at a
+        time in id order (`registry list`, `export`), then the models without versions.
+        The first, small page's artifacts are looked up (8 at a time), so rows come at
+        once; the later pages' are joined from one pass over the global artifact listing
+        (by externalId), or listed per version where the server can."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        models = {m.id: m for m in self.list_models()}
+        index: dict[str, list[ModelArtifact]] | None = None
+        seen: set[str] = set()
+        for n, page in enumerate(self.pages(VERSIONS, first=FIRST_PAGE)):
+            if n == 0 or self._scoped:
+                with ThreadPoolExecutor(8) as pool:
+                    found = list(pool.map(self._artifacts_of, page))
+            else:
+                index = self._artifact_index() if index is None else index
+                found = [index.get(str(v["id"]), []) for v in page]
+            for item, artifacts in zip(page, found, strict=True):
+                version = _version(item)
+                model = models.get(version.model_id)
+                if model is not None:  # else created after the model listing: next time
+                    seen.add(model.id)
+                    yield model, version, artifacts
+        for model in models.values():
+            if model.id not in seen:
+                yield model, None, []
+
+    def _artifact_index(self) -> dict[str, list[ModelArtifact]]:
+        """Every model artifact this adapter wrote, by its version's id (its externalId
+        names it; the global listing does not)."""
+        index: dict[str, list[ModelArtifact]] = {}
+        for page in self.pages(ARTIFACTS_PATH):
+            for item in page:
+                ext = str(item.get("externalId") or "")
+                if _is_model_artifact(item) and ext.startswith("modelhooks:"):
+                    version_id = ext.split(":", 2)[1]
+                    index.setdefault(version_id, []).append(_artifact(item, version_id))
+        return index
 
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         props = {**artifact.custom_properties, DIGEST: artifact.digest}
@@ -414,7 +454,7 @@ class KubeflowModelRegistry:
         version's artifacts find it by externalId."""
         if not version:
             return
-        names = _names(_props(version).get(ARTIFACTS, ""))
+        names = _artifact_names(version)
         if name in names:
             return
         record = _version(version)
@@ -525,15 +565,17 @@ class KubeflowModelRegistry:
                 return
             params["nextPageToken"] = token
 
-    def pages(self, path: str, page_size: int = PAGE_SIZE) -> Iterator[list[Json]]:
+    def pages(
+        self, path: str, page_size: int = PAGE_SIZE, *, first: int | None = None
+    ) -> Iterator[list[Json]]:
         """A global listing (`/registered_models`, `/model_versions`, `/model_artifacts`)
-        page by page, in id order; on a server that cannot follow a page token, the rest
-        in one page (without what the first page gave)."""
+        page by page in id order (the first page `first` items); on a server that cannot
+        follow a page token, the rest in one page (without what the first page gave)."""
         params = {"orderBy": "ID", "sortOrder": "ASC"}
         seen: set[str] = set()
-        if self._paged is not False:
+        if self._paged is not False or first:
             try:
-                params["pageSize"] = str(page_size)
+                params["pageSize"] = str(first or page_size)
                 while True:
                     page = self._call("GET", path, params=params)
                     items = page.get("items") or []
@@ -542,7 +584,9 @@ class KubeflowModelRegistry:
                     token = page.get("nextPageToken")
                     if not token:
                         return
-                    params["nextPageToken"] = token
+                    if self._paged is False:  # known: it cannot follow the token
+                        break
+                    params.update(nextPageToken=token, pageSize=str(page_size))
             except _BrokenQuery:
                 self._paged = False
         rest = self._call("GET", path, params={"orderBy": "ID", "sortOrder": "ASC"})
@@ -576,8 +620,10 @@ def _message(response: requests.Response) -> str:
     return str(message) if message else response.text.strip()[:300]
 
 
-def _names(text: str) -> list[str]:
-    return [n for n in text.split(",") if n]
+def _artifact_names(version: Json) -> list[str]:
+    """The names of a version's artifacts other than `ARTIFACT`, as `ARTIFACTS` holds them."""
+    held = (version.get("customProperties") or {}).get(ARTIFACTS) or {}
+    return [n for n in str(held.get("string_value", "")).split(",") if n]
 
 
 def _is_model_artifact(item: Json) -> bool:
@@ -622,11 +668,10 @@ def _body(collection: str, properties: Mapping[str, str], current: Json) -> Json
     """The REST fields and typed customProperties of the domain's `properties`."""
     fields = FIELDS.get(collection, {})
     held = current.get("customProperties") or {}
-    custom = {
-        k: _typed(k, v, held)
-        for k, v in properties.items()
-        if k not in fields and k != LEGACY_VERSION_ID
-    }
+    custom = {k: _typed(k, v, held) for k, v in properties.items() if k not in fields}
+    if ARTIFACTS in held and ARTIFACTS not in properties:  # kept: the domain never sees it
+        custom[ARTIFACTS] = held[ARTIFACTS]
+    custom.pop(LEGACY_VERSION_ID, None)
     body: Json = {"customProperties": custom}
     for key, field in fields.items():
         if key in properties:
@@ -641,7 +686,7 @@ def _props(item: Json, collection: str | None = None) -> dict[str, str]:
     props: dict[str, str] = {}
     for key, value in (item.get("customProperties") or {}).items():
         text = _text(value) if isinstance(value, dict) else None
-        if text is not None and key != LEGACY_VERSION_ID:
+        if text is not None and key not in _HIDDEN:
             props[key] = text
     for key, field in FIELDS.get(collection or "", {}).items():
         if item.get(field):
