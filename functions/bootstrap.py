@@ -298,7 +298,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         cluster=made("cluster", lambda: _cluster(settings)),
         rollout=made("rollout", lambda: settings.notify.rollout),
         policies=made("policies", lambda: _policies(settings)),
-        model_verifier=made("model_verifier", lambda: _model_verifier(settings, oci)),
+        model_verifier=made("model_verifier", lambda: _model_verifier(settings, oci, stores)),
         verdicts=made("verdicts", lambda: _verdicts(settings)),
         review_timeout=made("review_timeout", lambda: settings.admission.timeout),
     )
@@ -312,10 +312,10 @@ def _policies(settings: Settings) -> PolicySource:
     return kubernetes_policies(settings.admission.kubeconfig)
 
 
-def _model_verifier(settings: Settings, oci: OciClients) -> ModelVerifier:
+def _model_verifier(settings: Settings, oci: OciClients, stores: Stores) -> ModelVerifier:
     from modelhooks.adapters.signing.admission import StoreModelVerifier
 
-    return StoreModelVerifier(oci, trust_config=settings.signing.trust_config)
+    return StoreModelVerifier(oci, stores, trust_config=settings.signing.trust_config)
 
 
 def _verdicts(settings: Settings) -> Verdicts:

@@ -5,7 +5,9 @@ A workload names a model by:
 - a KServe `storageUri` / `storageUris` anywhere in an InferenceService's spec
   (`oci://`, `gs://`, `s3://`);
 - the annotation `modelhooks.dev/model: <name>[/<version>]` (a registered model), on the
-  object or its pod template.
+  object or its pod template;
+- a Model (modelhooks.dev) by its `spec.source` (oci reference, gcs or s3 uri): checked to
+  exist when it is created (and its tag pinned), not verified: it is signed after.
 
 Pods, and the pod templates of Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs and
 CronJobs, are read; any other kind uses no model (it is out of scope). Each reference
@@ -24,7 +26,15 @@ from typing import Any, Literal
 
 from modelhooks.core.errors import BadRequest
 
-__all__ = ["MODEL_ANNOTATION", "POD_SPECS", "Reference", "image_uri", "model_references"]
+__all__ = [
+    "MODEL",
+    "MODEL_ANNOTATION",
+    "POD_SPECS",
+    "Reference",
+    "image_uri",
+    "in_scope",
+    "model_references",
+]
 
 MODEL_ANNOTATION = "modelhooks.dev/model"
 
@@ -39,10 +49,11 @@ POD_SPECS: Mapping[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 INFERENCE_SERVICE = "InferenceService"
+MODEL = "Model"
 _MAX_DEPTH = 12  # how deep an InferenceService's spec is searched for storageUri
 _MAX_REFERENCES = 64  # more distinct references in one object is refused, not verified
 
-Source = Literal["image-volume", "storageUri", "annotation"]
+Source = Literal["image-volume", "storageUri", "annotation", "model-source"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Reference:
 
 
 def in_scope(kind: str) -> bool:
-    return kind in POD_SPECS or kind == INFERENCE_SERVICE
+    return kind in POD_SPECS or kind in (INFERENCE_SERVICE, MODEL)
 
 
 def model_references(kind: str, obj: Mapping[str, Any]) -> list[Reference]:
@@ -74,6 +85,8 @@ def model_references(kind: str, obj: Mapping[str, Any]) -> list[Reference]:
         refs += _image_volumes(_at(obj, path) or {}, path)
     elif kind == INFERENCE_SERVICE:
         refs += _storage_uris(obj.get("spec") or {}, ("spec",), 0)
+    elif kind == MODEL:
+        refs = list(_model_source(_at(obj, ("spec", "source")) or {}))
     if len({r.uri for r in refs}) > _MAX_REFERENCES:
         raise BadRequest(f"the {kind} names more than {_MAX_REFERENCES} models")
     return refs
@@ -165,6 +178,22 @@ def _storage_uris(node: Any, base: tuple[str | int, ...], depth: int) -> Iterato
                 yield Reference(_storage(raw, at), "storageUri", _pointer(at), raw)
         else:
             yield from _storage_uris(value, where, depth + 1)
+
+
+def _model_source(source: Mapping[str, Any]) -> Iterator[Reference]:
+    base = ("spec", "source")
+    oci = source.get("oci")
+    if isinstance(oci, Mapping):
+        where: tuple[str | int, ...] = (*base, "oci", "reference")
+        raw = _text(oci.get("reference"), where)
+        uri = raw if raw.startswith("oci://") else image_uri(raw)
+        yield Reference(uri, "model-source", _pointer(where), raw)
+    for store in ("gcs", "s3"):
+        found = source.get(store)
+        if isinstance(found, Mapping):
+            where = (*base, store, "uri")
+            raw = _text(found.get("uri"), where)
+            yield Reference(_storage(raw, where), "model-source", _pointer(where), raw)
 
 
 def _storage(raw: str, where: tuple[str | int, ...]) -> str:

@@ -29,7 +29,7 @@ from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import PUSHED_AT, ModelState
 from modelhooks.core.verification import ModelVerifier, Policy, PolicySource, Verdicts
-from modelhooks.core.workloads import POD_SPECS, Reference, in_scope, model_references
+from modelhooks.core.workloads import MODEL, POD_SPECS, Reference, in_scope, model_references
 
 __all__ = ["FUNCTION", "handle"]
 
@@ -56,6 +56,8 @@ def handle(
     deadline = time.monotonic() + review_timeout
     if review.mutate:
         return _pin(refs, model_verifier, deadline)
+    if review.kind == MODEL:
+        return _exists(review, refs, model_verifier, deadline)
     try:
         found = policies.policies(review.namespace)
     except Transient as e:
@@ -237,6 +239,30 @@ def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Dec
             continue
         patch.append({"op": "replace", "path": ref.pointer, "value": _pinned(ref, future.result())})
     return Decision.allow(warnings=tuple(warnings), patch=tuple(patch))
+
+
+def _exists(
+    review: Review, refs: list[Reference], verifier: ModelVerifier, deadline: float
+) -> Decision:
+    """A Model naming an artifact that does not exist is refused (check-if-exists): it
+    would never register, and a typo is cheaper to fix now. Not verified: it is signed
+    after it is pushed."""
+    pool = ThreadPoolExecutor(len(refs), thread_name_prefix="admission-exists")
+    futures = {r: pool.submit(verifier.resolve, r.uri) for r in refs}
+    wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
+    pool.shutdown(wait=False, cancel_futures=True)
+    for ref, future in futures.items():
+        what = f"Model {review.namespace}/{review.name or '(new)'}: {ref.uri}"
+        if not future.done():
+            return Decision.deny(f"{what}: its store did not answer in time; retry", code=503)
+        error = future.exception()
+        if isinstance(error, Transient):
+            return Decision.deny(f"{what}: {error.message}; retry", code=503)
+        if isinstance(error, ModelhooksError):
+            return Decision.deny(f"{what}: {error.message}", code=403)
+        if error is not None:
+            raise error
+    return Decision.allow()
 
 
 def _pinned(ref: Reference, digest: str) -> str:

@@ -63,9 +63,14 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
 
 @pytest.fixture(scope="module")
 def webhook(
-    kube_apiserver: KubeApiServer, tmp_path_factory: pytest.TempPathFactory
+    kube_apiserver: KubeApiServer, fake_gcs: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
-    with start_webhook(kube_apiserver, tmp_path_factory.mktemp("admission")) as started:
+    env = {
+        "MODELHOOKS_STORE_BACKEND": "cloud",
+        "GOOGLE_CLOUD_PROJECT": fake_gcs.project,
+        **fake_gcs.env,
+    }
+    with start_webhook(kube_apiserver, tmp_path_factory.mktemp("admission"), env) as started:
         yield started
 
 
@@ -129,7 +134,13 @@ def start_webhook(
                 "apiVersions": ["v1"],
                 "operations": ["CREATE"],
                 "resources": ["pods"],
-            }
+            },
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "operations": ["CREATE"],
+                "resources": ["models"],
+            },
         ],
         "namespaceSelector": {"matchLabels": {"admission-e2e": label}},
         "sideEffects": "None",
@@ -518,3 +529,57 @@ def test_an_empty_policy_is_refused_at_creation_for_both_kinds(
             with pytest.raises(client.ApiException) as both:
                 create(bad)
             assert "exactly one of issuer or issuerRegExp" in both.value.body
+
+
+def create_model(kube: KubeApiServer, namespace: str, source: dict[str, Any]) -> Created:
+    """POST a Model (modelhooks.dev) with this source, as kubectl would."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"generateName": "bert-"},
+        "spec": {"version": "1", "source": source},
+    }
+    request = urllib.request.Request(
+        f"{kube.url}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/models",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {kube.admin_token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    context = ssl.create_default_context(cafile=str(kube.ca_file))
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=60, context=context) as resp:
+            status, doc, headers = resp.status, json.load(resp), resp.headers
+    except urllib.error.HTTPError as e:
+        status, doc, headers = e.code, json.loads(e.read() or b"{}"), e.headers
+    return Created(status, doc, headers.get_all("Warning") or [], time.monotonic() - started)
+
+
+def test_a_model_naming_a_missing_artifact_is_refused_and_an_existing_tag_pinned(
+    kube_apiserver: KubeApiServer,
+    webhook: Webhook,
+    namespace: str,
+    ociregistry: Any,
+    fake_gcs: Any,
+    repo: str,
+    tmp_path: Path,
+) -> None:
+    kube_apiserver.install_crd(K8S / "crds" / "model.yaml", "models")
+    _, reference, digest = signed_model(ociregistry, repo, tmp_path)
+    created = create_model(kube_apiserver, namespace, {"oci": {"reference": reference}})
+    assert created.status == 201, created.body
+    assert created.body["spec"]["source"]["oci"]["reference"] == (
+        f"{reference.rpartition(':')[0]}@{digest}"
+    )
+    host = ociregistry.url.removeprefix("http://")
+    missing = create_model(kube_apiserver, namespace, {"oci": {"reference": f"{host}/{repo}:v9"}})
+    assert missing.status == 403 and "no such tag" in missing.message, missing.body
+
+    bucket = f"admission-{uuid.uuid4().hex[:8]}"
+    gcs = fake_gcs.storage_client()
+    gcs.create_bucket(bucket)
+    gcs.bucket(bucket).blob("bert/1/weights.bin").upload_from_string(b"w")
+    there = create_model(kube_apiserver, namespace, {"gcs": {"uri": f"gs://{bucket}/bert/1/"}})
+    assert there.status == 201, there.body
+    empty = create_model(kube_apiserver, namespace, {"gcs": {"uri": f"gs://{bucket}/bert/2/"}})
+    assert empty.status == 403 and f"gs://{bucket}/bert/2/ holds no objects" in empty.message

@@ -370,3 +370,34 @@ def test_identities_match_exactly_or_by_regular_expression() -> None:
     assert pattern.accepts("https://i", "a@x.org") and not pattern.accepts(
         "https://i", "a@x.org.evil"
     )
+
+
+def model(source: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "bert"}, "spec": {"version": "1", "source": source}}
+
+
+def test_a_model_naming_an_artifact_that_does_not_exist_is_refused() -> None:
+    verifier = Verifier(TAGS, {})
+    ok = run(
+        review(model({"oci": {"reference": "r.io/models/bert:v1"}}), "Model"), Policies(), verifier
+    )
+    assert ok.allowed and verifier.verified == []  # checked to exist, not verified
+    missing = run(
+        review(model({"oci": {"reference": "r.io/models/nope:v1"}}), "Model"), Policies(), verifier
+    )
+    assert not missing.allowed and "Model ns/p: oci://r.io/models/nope:v1" in missing.message
+    verifier.down = True
+    down = run(review(model({"gcs": {"uri": "gs://b/m/1/"}}), "Model"), Policies(), verifier)
+    assert not down.allowed and down.code == 503 and "retry" in down.message
+
+
+def test_a_model_source_tag_is_pinned() -> None:
+    verifier = Verifier(TAGS, {})
+    pinned = run(
+        review(model({"oci": {"reference": "r.io/models/bert:v1"}}), "Model", mutate=True),
+        Policies(),
+        verifier,
+    )
+    assert list(pinned.patch) == [
+        {"op": "replace", "path": "/spec/source/oci/reference", "value": f"r.io/models/bert@{D1}"}
+    ]

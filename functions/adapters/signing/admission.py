@@ -7,8 +7,9 @@ when the policy trusts its signer AND the files it signs are exactly the manifes
 each signed file digest is the layer's content address (sha256, `files` serialization). A
 signature over another digest or another model is refused, naming what differs.
 
-Object stores (gs://, s3://): need the binding statement (signed object identities next to
-model.sig), not written by `sign` yet: refused with that reason.
+Object stores (gs://, s3://): resolved by one listing of the prefix (it must hold objects:
+a Model's check-if-exists); verifying them needs the binding statement (signed object
+identities next to model.sig), not written by `sign` yet: refused with that reason.
 
 >>> verifier = StoreModelVerifier(OciClients())  # doctest: +SKIP
 >>> verifier.verify("oci://r.io/models/bert:v1", verifier.resolve(uri), policy)  # doctest: +SKIP
@@ -16,6 +17,7 @@ model.sig), not written by `sign` yet: refused with that reason.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import threading
 from collections import OrderedDict
@@ -30,28 +32,29 @@ from modelhooks.adapters.signing.manifest import Manifest
 from modelhooks.adapters.signing.model import verify_bundle
 from modelhooks.core.errors import ConfigError, NotFound, VerificationFailed
 from modelhooks.core.ports import Verifier
+from modelhooks.core.stores import Stores
 from modelhooks.core.verification import Identity, Policy
 
 __all__ = ["StoreModelVerifier"]
 
 _MAX_BUNDLES = 16  # signatures looked at per manifest
 _MAX_BUNDLE_BYTES = 1 << 20
+_MAX_OBJECTS = 100_000  # objects one listing of a model prefix may hold
 
 
 class StoreModelVerifier:
-    def __init__(self, oci: OciClients, *, trust_config: str = "") -> None:
+    def __init__(
+        self, oci: OciClients, stores: Stores | None = None, *, trust_config: str = ""
+    ) -> None:
         self._oci = oci
+        self._stores = stores
         self._trust_config = trust_config
         self._verifiers: OrderedDict[str, list[Verifier]] = OrderedDict()
         self._lock = threading.Lock()
 
     def resolve(self, uri: str) -> str:
         if not uri.startswith("oci://"):
-            raise VerificationFailed(
-                f"{uri}: object-store models are verified at admission against a signed "
-                "binding of their objects, which `sign` does not write yet; publish the model "
-                "as an OCI artifact, or verify it on the node (init container)"
-            )
+            return self._listing(uri)
         client, repo, ref = self._oci.for_uri(uri)
         if ref.startswith("sha256:"):
             return ref
@@ -60,7 +63,31 @@ class StoreModelVerifier:
             raise NotFound(f"{uri}: no such tag (push the model first)")
         return digest
 
+    def _listing(self, uri: str) -> str:
+        """An object-store model's identity now: one listing of its prefix (names, sizes,
+        generations), NotFound when it holds nothing."""
+        if self._stores is None:
+            raise VerificationFailed(f"{uri}: no object stores configured")
+        self._stores.check_host(uri)
+        store, bucket, prefix = self._stores.resolve(uri)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        digest, count = hashlib.sha256(), 0
+        for info in store.list(bucket, prefix):
+            digest.update(f"{info.key}\0{info.size}\0{info.generation}\n".encode())
+            count += 1
+            if count > _MAX_OBJECTS:
+                raise VerificationFailed(f"{uri} holds more than {_MAX_OBJECTS} objects")
+        if not count:
+            raise NotFound(f"{uri} holds no objects (push the model first)")
+        return f"listing:sha256:{digest.hexdigest()}"
+
     def verify(self, uri: str, digest: str, policy: Policy) -> str:
+        if not uri.startswith("oci://"):
+            raise VerificationFailed(
+                f"{uri}: object-store models are verified at admission against a signed "
+                "binding of their objects, which `sign` does not write yet; publish the model "
+                "as an OCI artifact, or verify it on the node (init container)"
+            )
         client, repo, _ = self._oci.for_uri(uri)
         manifest, got, _ = client.manifest(repo, digest)
         if got != digest:
