@@ -9,6 +9,7 @@ from tests.bench import (
     bench_cleanup,
     bench_cold_start,
     bench_keyless,
+    bench_kubeflow,
     bench_models,
     bench_node,
     bench_prune,
@@ -37,6 +38,12 @@ def main() -> int:
     goals += bench_models.main([])
     print("\n== node: the harness's single-node Kubernetes, start-up and memory", flush=True)
     goals += bench_node.main([])
+    print(
+        "\n== kubeflow: register into model-registry v0.3.0 + PostgreSQL vs SQLite, and "
+        "upstream's client (MODELHOOKS_BENCH_KUBEFLOW_PUSHES=10000: the issue's size)",
+        flush=True,
+    )
+    goals += bench_kubeflow.main([])
     print("\n== goals")
     for goal in goals:
         print(goal.line())
