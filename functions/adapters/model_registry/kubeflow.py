@@ -29,9 +29,11 @@ at 10,000. Server versions (PostgreSQL, the harness):
   write) and those its custom property `ARTIFACTS` names (written when an artifact of
   another name is created), each by externalId. Listings (list, export, archive, cleanup,
   prune) fall back to the global listing in one page, filtered here.
-- v0.3.1 - v0.3.9 and later tags: the module proxy refuses them (checked once each, see
-  docs/kubeflow.md); upstream's release notes for v0.3.x quote the table names, so the
-  scoped queries are tried first and used wherever they answer.
+- later tags, each asked of the module proxy once: v0.3.1-v0.3.9, v0.3.11, v0.3.13,
+  v0.3.15-v0.3.18 and v0.4.0 are refused; v0.3.10, v0.3.12 and v0.3.14 are served but name
+  their module github.com/kubeflow/hub and need a catalog module the proxy refuses, so they
+  cannot be built here. Their SQL quotes table references: scoped queries and page tokens
+  are tried first and used wherever they answer (README, "The registry on Kubeflow").
 - a taken name is 409 (400/422 "already exists" on other versions): both are Conflict;
   creating under a parent that does not exist succeeds there, so the parent is checked.
 
@@ -43,7 +45,7 @@ Transient error: the delivery is redelivered and derives again) when it changed 
 transaction read it, and as the transaction ends it re-reads what it wrote and refuses the
 same way when another writer overwrote it. What is left is a race in the one round trip
 between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
-broker's partition key) closes it. See docs/kubeflow.md.
+broker's partition key) closes it.
 """
 
 from __future__ import annotations
