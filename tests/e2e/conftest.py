@@ -16,8 +16,22 @@ from typing import Any
 import pytest
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+from tests.e2e.packaging import build_image
+from tests.servers.containers import Podman
 
 MODELHOOKS = str(Path(sys.executable).with_name("modelhooks"))
+
+
+@pytest.fixture(scope="session")
+def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The image `make image` builds (infra/image/Dockerfile), on the mmdebstrap base (the
+    Dockerfile's BASE swapped, nothing else), offline from a staged wheelhouse; built once
+    a session (the image test and the functions as Pods on the node run it)."""
+    tag = build_image(podman, tmp_path_factory.mktemp("image"))
+    try:
+        yield tag
+    finally:
+        podman("rmi", "-f", tag, check=False)
 
 
 @dataclass

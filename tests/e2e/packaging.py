@@ -144,14 +144,14 @@ def target(
     ):
         try:
             url = f"http://127.0.0.1:{port}/"
-            _wait_healthy(url, proc, log)
+            wait_healthy(url, proc, log)
             yield url
         finally:
             proc.terminate()
             proc.wait(timeout=10)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -163,3 +163,29 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: f
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"not healthy after {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+DOCKERFILE = Path(__file__).resolve().parents[2] / "infra" / "image" / "Dockerfile"
+
+
+def build_image(podman: Any, work: Path) -> str:
+    """The image `make image` builds (infra/image/Dockerfile) on the mmdebstrap base (the
+    Dockerfile's BASE swapped, nothing else), offline from a staged wheelhouse; its tag."""
+    import uuid
+
+    from tests.tools.image_context import stage
+
+    context = stage(work / "context", with_dependencies=True)
+    tag = f"localhost/modelhooks-test:{uuid.uuid4().hex[:8]}"
+    built = podman(
+        "build",
+        "--network=host",
+        "-f", str(DOCKERFILE),
+        "--build-arg", f"BASE={podman.base_image()}",
+        "--build-arg", "PIP_NO_INDEX=1",
+        "-t", tag,
+        str(context),
+        check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    return tag

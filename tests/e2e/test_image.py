@@ -5,41 +5,14 @@ staged wheelhouse, run with runc on the host network, and sent a CloudEvent."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.packaging import free_port, post, pushed_event
+from tests.e2e.packaging import DOCKERFILE, free_port, post, pushed_event
 from tests.servers.containers import Podman
-from tests.tools.cloud_run_sources import ROOT
-from tests.tools.image_context import stage
 
 pytestmark = pytest.mark.e2e
-
-DOCKERFILE = ROOT / "infra" / "image" / "Dockerfile"
-
-
-@pytest.fixture(scope="module")
-def image(podman: Podman, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    context = stage(tmp_path_factory.mktemp("image") / "context", with_dependencies=True)
-    tag = f"localhost/modelhooks-test:{uuid.uuid4().hex[:8]}"
-    built = podman(
-        "build",
-        "--network=host",
-        "-f", str(DOCKERFILE),
-        "--build-arg", f"BASE={podman.base_image()}",
-        "--build-arg", "PIP_NO_INDEX=1",
-        "-t", tag,
-        str(context),
-        check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    try:
-        yield tag
-    finally:
-        podman("rmi", "-f", tag, check=False)
 
 
 def run_container(podman: Podman, image: str, port: int, *command: str) -> str:

@@ -277,9 +277,11 @@ def _make_cgroups(root: str) -> None:
 def cgroup_pids(root: str) -> set[int]:
     found: set[int] = set()
     for folder in _cgroup_dirs(root):
-        for procs in folder.rglob("cgroup.procs") if folder.is_dir() else ():
-            with contextlib.suppress(OSError):
-                found |= {int(p) for p in procs.read_text().split()}
+        # os.walk, not rglob: a Pod's cgroup may go while it is read (walk skips it)
+        for where, _, files in os.walk(folder):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError):
+                    found |= {int(p) for p in Path(where, "cgroup.procs").read_text().split()}
     return found
 
 
