@@ -315,7 +315,12 @@ def _policies(settings: Settings) -> PolicySource:
 def _model_verifier(settings: Settings, oci: OciClients, stores: Stores) -> ModelVerifier:
     from modelhooks.adapters.signing.admission import StoreModelVerifier
 
-    return StoreModelVerifier(oci, stores, trust_config=settings.signing.trust_config)
+    return StoreModelVerifier(
+        oci,
+        stores,
+        trust_config=settings.signing.trust_config,
+        signature_name=settings.signing.signature_name,
+    )
 
 
 def _verdicts(settings: Settings) -> Verdicts:

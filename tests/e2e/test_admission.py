@@ -63,12 +63,19 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
 
 @pytest.fixture(scope="module")
 def webhook(
-    kube_apiserver: KubeApiServer, fake_gcs: Any, tmp_path_factory: pytest.TempPathFactory
+    kube_apiserver: KubeApiServer,
+    fake_gcs: Any,
+    minio: Any,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Webhook]:
     env = {
         "MODELHOOKS_STORE_BACKEND": "cloud",
         "GOOGLE_CLOUD_PROJECT": fake_gcs.project,
         **fake_gcs.env,
+        "MODELHOOKS_STORE_S3_ENDPOINT_URL": minio.endpoint_url,
+        "AWS_ACCESS_KEY_ID": minio.access_key,
+        "AWS_SECRET_ACCESS_KEY": minio.secret_key,
+        "AWS_DEFAULT_REGION": minio.region,
     }
     with start_webhook(kube_apiserver, tmp_path_factory.mktemp("admission"), env) as started:
         yield started
@@ -140,6 +147,12 @@ def start_webhook(
                 "apiVersions": [VERSION],
                 "operations": ["CREATE"],
                 "resources": ["models"],
+            },
+            {
+                "apiGroups": ["serving.kserve.io"],
+                "apiVersions": ["v1beta1"],
+                "operations": ["CREATE"],
+                "resources": ["inferenceservices"],
             },
         ],
         "namespaceSelector": {"matchLabels": {"admission-e2e": label}},
@@ -539,8 +552,29 @@ def create_model(kube: KubeApiServer, namespace: str, source: dict[str, Any]) ->
         "metadata": {"generateName": "bert-"},
         "spec": {"version": "1", "source": source},
     }
+    return post(kube, f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/models", body)
+
+
+def create_inference_service(kube: KubeApiServer, namespace: str, storage_uri: str) -> Created:
+    """POST a KServe InferenceService serving the model at `storage_uri`."""
+    body = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"generateName": "bert-"},
+        "spec": {
+            "predictor": {
+                "model": {"modelFormat": {"name": "huggingface"}, "storageUri": storage_uri}
+            }
+        },
+    }
+    path = f"/apis/serving.kserve.io/v1beta1/namespaces/{namespace}/inferenceservices"
+    return post(kube, path, body)
+
+
+def post(kube: KubeApiServer, path: str, body: dict[str, Any]) -> Created:
+    """POST `body` to the apiserver as the admin: its answer and Warning headers."""
     request = urllib.request.Request(
-        f"{kube.url}/apis/{GROUP}/{VERSION}/namespaces/{namespace}/models",
+        f"{kube.url}{path}",
         data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {kube.admin_token}", "Content-Type": "application/json"},
         method="POST",
@@ -583,3 +617,95 @@ def test_a_model_naming_a_missing_artifact_is_refused_and_an_existing_tag_pinned
     assert there.status == 201, there.body
     empty = create_model(kube_apiserver, namespace, {"gcs": {"uri": f"gs://{bucket}/bert/2/"}})
     assert empty.status == 403 and f"gs://{bucket}/bert/2/ holds no objects" in empty.message
+
+
+def test_an_inference_service_storage_uri_is_verified_and_pinned(
+    kube_apiserver: KubeApiServer,
+    webhook: Webhook,
+    namespace: str,
+    ociregistry: Any,
+    repo: str,
+    keys: Any,
+    tmp_path: Path,
+) -> None:
+    """On KServe's own InferenceService CRD (from its Go module, tests/servers/recipes.py)."""
+    install_kserve(kube_apiserver)
+    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
+    _, signed, digest = signed_model(
+        ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private)
+    )
+    admitted = create_inference_service(kube_apiserver, namespace, f"oci://{signed}")
+    assert admitted.status == 201, admitted.body
+    assert admitted.body["spec"]["predictor"]["model"]["storageUri"] == (
+        f"oci://{signed.rpartition(':')[0]}@{digest}"
+    )
+    _, unsigned, _ = signed_model(ociregistry, repo + "-unsigned", tmp_path)
+    refused = create_inference_service(kube_apiserver, namespace, f"oci://{unsigned}")
+    assert refused.status == 403 and "no signature refers" in refused.message, refused.body
+
+
+def install_kserve(kube: KubeApiServer) -> None:
+    from tests.servers.recipes import RECIPES
+
+    crd = RECIPES["kserve-crds"]
+    crd.obtain()
+    path = crd.binary() / "serving.kserve.io_inferenceservices.yaml"
+    kube.install_crd(path, "inferenceservices", timeout=60)
+
+
+@pytest.fixture(params=["gcs", "s3"])
+def bucket_store(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str, str]]:
+    """(ObjectStore, bucket, scheme): a fresh bucket of fake-gcs-server or MinIO."""
+    from modelhooks.adapters.object_store.gcs import GcsObjectStore
+    from modelhooks.adapters.object_store.s3 import S3ObjectStore
+
+    bucket = f"admission-{uuid.uuid4().hex[:8]}"
+    if request.param == "s3":
+        minio = request.getfixturevalue("minio")
+        with minio.s3_client() as client:
+            client.create_bucket(Bucket=bucket)
+            yield S3ObjectStore(client), bucket, "s3"
+    else:
+        gcs = request.getfixturevalue("fake_gcs").storage_client()
+        gcs.create_bucket(bucket)
+        yield GcsObjectStore(gcs), bucket, "gs"
+
+
+def test_an_object_store_model_is_decided_by_its_binding_and_one_listing(
+    kube_apiserver: KubeApiServer,
+    webhook: Webhook,
+    namespace: str,
+    bucket_store: tuple[Any, str, str],
+    keys: Any,
+    tmp_path: Path,
+) -> None:
+    """`sign` binds the signed manifest to each object's generation; admission verifies both
+    bundles and compares one listing: a model changed since signing is refused naming the
+    object. (Upstream `model_signing verify` still accepts the signature with the binding
+    next to it: tests/unit/test_signing_keys.py.)"""
+    from modelhooks.adapters.signing import sign_model
+    from tests.unit.signing_material import upload
+
+    install_kserve(kube_apiserver)
+    store, bucket, scheme = bucket_store
+    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
+    model = write_model(tmp_path / "bert")
+    upload(store, bucket, model, "bert/1")
+    upload(store, bucket, model, "bert/2")
+    sign_model(store, bucket, "bert/1", KeySigner.from_file(keys[0].private))
+    assert store.stat(bucket, "bert/1/model.sig.binding") is not None
+
+    uri = f"{scheme}://{bucket}/bert/1/"
+    admitted = create_inference_service(kube_apiserver, namespace, uri)
+    assert admitted.status == 201, admitted.body
+    unsigned = create_inference_service(kube_apiserver, namespace, f"{scheme}://{bucket}/bert/2/")
+    assert unsigned.status == 403 and "no signature (model.sig)" in unsigned.message
+
+    store.put(bucket, "bert/1/config.json", b'{"layers": 3}')  # rewritten after signing
+    changed = create_inference_service(kube_apiserver, namespace, uri)
+    assert changed.status == 403, changed.body
+    assert "changed since it was signed" in changed.message
+    assert "config.json was rewritten" in changed.message, changed.message
+    store.put(bucket, "bert/1/extra.bin", b"x")
+    added = create_inference_service(kube_apiserver, namespace, uri)
+    assert "extra.bin was added" in added.message, added.message

@@ -367,6 +367,15 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
             version="v0.50.0",
             folder="config/core/resources",
         ),
+        # KServe's published InferenceService CRD (the full schema), from KServe's own module:
+        # the admission webhook's InferenceService tests install it, not a hand-written copy.
+        GoModuleFiles(
+            name="kserve-crds",
+            module="github.com/kserve/kserve",
+            version="v0.15.2",
+            folder="config/crd/full",
+            pattern="serving.kserve.io_inferenceservices.yaml",
+        ),
         GoBuild(
             name="etcd",
             module="go.etcd.io/etcd/server/v3",

@@ -7,9 +7,12 @@ when the policy trusts its signer AND the files it signs are exactly the manifes
 each signed file digest is the layer's content address (sha256, `files` serialization). A
 signature over another digest or another model is refused, naming what differs.
 
-Object stores (gs://, s3://): resolved by one listing of the prefix (it must hold objects:
-a Model's check-if-exists); verifying them needs the binding statement (signed object
-identities next to model.sig), not written by `sign` yet: refused with that reason.
+Object stores (gs://, s3://, file://): ONE listing of the prefix (it must hold objects: a
+Model's check-if-exists); the signature (`model.sig`) and its binding statement
+(`model.sig.binding`, modelhooks.adapters.signing.binding) verified with the same trust; the
+bound objects must be exactly the signed files, and the listing must show each with the
+size and generation it had when it was signed: anything added, deleted or rewritten since
+is named.
 
 >>> verifier = StoreModelVerifier(OciClients())  # doctest: +SKIP
 >>> verifier.verify("oci://r.io/models/bert:v1", verifier.resolve(uri), policy)  # doctest: +SKIP
@@ -27,11 +30,14 @@ from typing import Any
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import TITLE, DistributionRegistry
+from modelhooks.adapters.signing.binding import Binding, binding_key, changes
 from modelhooks.adapters.signing.bundle import MEDIA_TYPE, fulcio_issuer, signer_of
-from modelhooks.adapters.signing.manifest import Manifest
+from modelhooks.adapters.signing.manifest import DEFAULT_IGNORED, Manifest
 from modelhooks.adapters.signing.model import verify_bundle
+from modelhooks.adapters.signing.streaming import read_object
 from modelhooks.core.errors import ConfigError, NotFound, VerificationFailed
 from modelhooks.core.ports import Verifier
+from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
 from modelhooks.core.verification import Identity, Policy
 
@@ -44,10 +50,17 @@ _MAX_OBJECTS = 100_000  # objects one listing of a model prefix may hold
 
 class StoreModelVerifier:
     def __init__(
-        self, oci: OciClients, stores: Stores | None = None, *, trust_config: str = ""
+        self,
+        oci: OciClients,
+        stores: Stores | None = None,
+        *,
+        trust_config: str = "",
+        signature_name: str = "model.sig",
     ) -> None:
         self._oci = oci
         self._stores = stores
+        self._signature_name = signature_name
+        self._listings: OrderedDict[tuple[str, str], dict[str, ObjectInfo]] = OrderedDict()
         self._trust_config = trust_config
         self._verifiers: OrderedDict[str, list[Verifier]] = OrderedDict()
         self._lock = threading.Lock()
@@ -64,30 +77,32 @@ class StoreModelVerifier:
         return digest
 
     def _listing(self, uri: str) -> str:
-        """An object-store model's identity now: one listing of its prefix (names, sizes,
-        generations), NotFound when it holds nothing."""
+        """An object-store model's identity now: ONE listing of its prefix (names, sizes,
+        generations), kept for `verify`; NotFound when it holds nothing."""
         if self._stores is None:
             raise VerificationFailed(f"{uri}: no object stores configured")
         self._stores.check_host(uri)
         store, bucket, prefix = self._stores.resolve(uri)
-        prefix = prefix.rstrip("/") + "/" if prefix else ""
-        digest, count = hashlib.sha256(), 0
-        for info in store.list(bucket, prefix):
+        root = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        listing: dict[str, ObjectInfo] = {}
+        digest = hashlib.sha256()
+        for info in store.list(bucket, root):
+            listing[info.key[len(root) :]] = info
             digest.update(f"{info.key}\0{info.size}\0{info.generation}\n".encode())
-            count += 1
-            if count > _MAX_OBJECTS:
+            if len(listing) > _MAX_OBJECTS:
                 raise VerificationFailed(f"{uri} holds more than {_MAX_OBJECTS} objects")
-        if not count:
+        if not listing:
             raise NotFound(f"{uri} holds no objects (push the model first)")
-        return f"listing:sha256:{digest.hexdigest()}"
+        identity = f"listing:sha256:{digest.hexdigest()}"
+        with self._lock:
+            self._listings[(uri, identity)] = listing
+            while len(self._listings) > 64:
+                self._listings.popitem(last=False)
+        return identity
 
     def verify(self, uri: str, digest: str, policy: Policy) -> str:
         if not uri.startswith("oci://"):
-            raise VerificationFailed(
-                f"{uri}: object-store models are verified at admission against a signed "
-                "binding of their objects, which `sign` does not write yet; publish the model "
-                "as an OCI artifact, or verify it on the node (init container)"
-            )
+            return self._verify_objects(uri, digest, policy)
         client, repo, _ = self._oci.for_uri(uri)
         manifest, got, _ = client.manifest(repo, digest)
         if got != digest:
@@ -118,6 +133,58 @@ class StoreModelVerifier:
             f"none of its {len(bundles)} signature(s) is by a signer the policy trusts "
             f"(signed by: {', '.join(sorted(set(untrusted)))}); sign it with a trusted key "
             "or identity, or add the signer to the policy"
+        )
+
+    def _verify_objects(self, uri: str, digest: str, policy: Policy) -> str:
+        """An object-store model: its signature and binding statement, trusted alike, and
+        the listing `resolve` made (no other listing, no hashing)."""
+        with self._lock:
+            listing = self._listings.get((uri, digest))
+        if listing is None or self._stores is None:
+            self._listing(uri)  # expired: list again (resolve and verify came apart)
+            with self._lock:
+                listing = self._listings.get((uri, digest)) or {}
+        assert self._stores is not None
+        store, bucket, prefix = self._stores.resolve(uri)
+        root = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        name = self._signature_name
+        if name not in listing:
+            raise VerificationFailed(
+                f"no signature ({name}) under {uri}: sign it (modelhooks sign {uri} "
+                "--signing-key KEY, or let the sign function sign it when it is pushed)"
+            )
+        if binding_key(name) not in listing:
+            raise VerificationFailed(
+                f"{uri} is signed without a binding of its objects ({binding_key(name)}: "
+                "signed by another tool or an older sign), so it cannot be decided without "
+                f"re-hashing; re-sign it: modelhooks sign {uri} --replace, or verify it on the node"
+            )
+        signature = read_object(store, bucket, root + name, limit=_MAX_BUNDLE_BYTES)
+        binding = read_object(store, bucket, root + binding_key(name), limit=_MAX_BUNDLE_BYTES)
+        for verifier in self._for(policy):
+            try:
+                signed = verify_bundle(signature, verifier)
+            except VerificationFailed:
+                continue
+            bound = Binding.from_statement(verifier.verify(binding))
+            signer = signer_of(signature)
+            if bound.root_digest != signed.root_digest or set(bound.objects) != signed.paths:
+                raise VerificationFailed(
+                    f"the binding next to {name} under {uri} is not for its signature "
+                    f"(by {signer}); re-sign it: modelhooks sign {uri} --replace"
+                )
+            ignored = (*signed.serialization.ignore_paths, *DEFAULT_IGNORED)
+            changed = changes(bound, listing, ignored)
+            if changed:
+                raise VerificationFailed(
+                    f"{uri} changed since it was signed by {signer}: {'; '.join(changed[:5])}; "
+                    f"restore it, or sign the new content: modelhooks sign {uri} --replace"
+                )
+            return signer
+        raise VerificationFailed(
+            f"its signature is not by a signer the policy trusts (signed by: "
+            f"{signer_of(signature)}); sign it with a trusted key or identity, or add the "
+            "signer to the policy"
         )
 
     def _for(self, policy: Policy) -> list[Verifier]:

@@ -12,12 +12,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from modelhooks.adapters.signing.binding import Binding, binding_key
 from modelhooks.adapters.signing.bundle import signer_of, unverified_payload
-from modelhooks.adapters.signing.manifest import Manifest
-from modelhooks.adapters.signing.streaming import HashOptions, Progress, hash_model, read_object
-from modelhooks.core.errors import BadRequest, Conflict, NotFound, VerificationFailed
+from modelhooks.adapters.signing.manifest import DEFAULT_IGNORED, Manifest
+from modelhooks.adapters.signing.streaming import (
+    HashOptions,
+    Progress,
+    hash_model,
+    list_model,
+    read_object,
+)
+from modelhooks.core.errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    Unavailable,
+    VerificationFailed,
+)
 from modelhooks.core.extras import require
 from modelhooks.core.ports import ObjectStore, Signer, Verifier
+from modelhooks.core.records import ObjectInfo
 
 __all__ = [
     "Location",
@@ -101,9 +115,17 @@ def sign_model(
     require("signing", "signing models")  # before hashing: the bundle needs its libraries
     opts = options or HashOptions()
     out = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
-    manifest = hash_model(
-        store, bucket, prefix, opts.serialization(), options=opts, progress=progress
-    )
+    serialization = opts.serialization()
+    ignored = (*serialization.ignore_paths, *DEFAULT_IGNORED)
+    before = _identities(list_model(store, bucket, prefix, ignored))
+    manifest = hash_model(store, bucket, prefix, serialization, options=opts, progress=progress)
+    files = list_model(store, bucket, prefix, ignored)
+    if _identities(files) != before:  # a binding must name what was hashed
+        raise Unavailable(
+            f"the model under {bucket}/{prefix} changed while it was hashed; retry",
+            bucket=bucket,
+            prefix=prefix,
+        )
     if not manifest.resources:  # a signature over nothing would "verify" forever
         raise BadRequest(
             f"no model files under {bucket}/{prefix}: nothing to sign", bucket=bucket, prefix=prefix
@@ -124,8 +146,13 @@ def sign_model(
             model_digest=manifest.root_digest,
         )
 
+    def bound(signed: Signed) -> Signed:
+        if at is None:  # next to a signature in the model's prefix: its binding statement
+            _bind(store, bucket, prefix, signer, manifest, files, out.key)
+        return signed
+
     if (old := _existing(out)) is not None and (done := settled(old)):
-        return done
+        return bound(done)
     bundle = signer.sign(manifest.statement())
     try:
         out.store.put(out.bucket, out.key, bundle, if_absent=not replace)
@@ -134,8 +161,39 @@ def sign_model(
         other = _existing(out)
         if other is None or (done := settled(other)) is None:
             raise
-        return done
-    return Signed(out.bucket, out.key, manifest.root_digest, signer.identity(), True, manifest)
+        return bound(done)
+    created = Signed(out.bucket, out.key, manifest.root_digest, signer.identity(), True, manifest)
+    return bound(created)
+
+
+def _identities(files: list[tuple[str, ObjectInfo]]) -> dict[str, tuple[int, str]]:
+    return {name: (info.size, info.generation) for name, info in files}
+
+
+def _bind(
+    store: ObjectStore,
+    bucket: str,
+    prefix: str,
+    signer: Signer,
+    manifest: Manifest,
+    files: list[tuple[str, ObjectInfo]],
+    signature: str,
+) -> None:
+    """Write the binding statement next to the signature (modelhooks.adapters.signing.binding)
+    unless one binding these very objects is there; only when the signature's ignore_paths
+    name it (older signatures did not: `model_signing verify` would see an extra file)."""
+    key = binding_key(signature)
+    if key.rsplit("/", 1)[-1] not in manifest.serialization.ignore_paths:
+        return
+    binding = Binding.of(manifest, files)
+    if (old := _existing(Location(store, bucket, key))) is not None:
+        try:
+            if Binding.from_statement(unverified_payload(old)[1]) == binding and signer.signed(old):
+                return  # a redelivery: the same objects already bound
+        except VerificationFailed:
+            pass  # unreadable: replaced below
+    name = manifest.model_name or bucket
+    store.put(bucket, key, signer.sign(binding.statement(name)), if_absent=False)
 
 
 def verify_bundle(

@@ -57,8 +57,9 @@ class _Hasher(Protocol):
 class HashOptions:
     """What to hash and how hard to push the store.
 
-    `signature_name` and `ready_marker` are always left out of the manifest (and recorded
-    in its ignore_paths, so `model_signing verify` leaves them out too).
+    `signature_name`, its binding statement (`<signature_name>.binding`) and `ready_marker`
+    are always left out of the manifest (and recorded in its ignore_paths, so
+    `model_signing verify` leaves them out too).
     """
 
     hash_type: HashType = "sha256"
@@ -76,7 +77,15 @@ class HashOptions:
     readahead: int | None = None  # auto: 0 local, 1 remote
 
     def serialization(self) -> Serialization:
-        ignored = {self.signature_name, self.ready_marker, *DEFAULT_IGNORED, *self.ignore_paths}
+        # the binding statement next to the signature (modelhooks.adapters.signing.binding)
+        binding = f"{self.signature_name}.binding" if self.signature_name else ""
+        ignored = {
+            self.signature_name,
+            binding,
+            self.ready_marker,
+            *DEFAULT_IGNORED,
+            *self.ignore_paths,
+        }
         return Serialization(
             method=self.method,
             hash_type=self.hash_type,
