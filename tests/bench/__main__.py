@@ -12,6 +12,7 @@ from tests.bench import (
     bench_kubeflow,
     bench_models,
     bench_node,
+    bench_pods,
     bench_prune,
     bench_signing,
     bench_spine,
@@ -44,6 +45,8 @@ def main() -> int:
         flush=True,
     )
     goals += bench_kubeflow.main([])
+    print("\n== pods: the functions as Pods on the node vs one modelhooks serve", flush=True)
+    goals += bench_pods.main([])
     print("\n== goals")
     for goal in goals:
         print(goal.line())
