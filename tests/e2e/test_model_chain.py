@@ -20,10 +20,10 @@ from modelhooks.adapters.oci.distribution import DistributionRegistry
 from modelhooks.core.conditions import FINALIZER
 from modelhooks.core.errors import NotFound
 from tests.e2e.conftest import MODELHOOKS, Served
+from tests.e2e.pods import push_model
 from tests.e2e.test_model_resources import models_api  # noqa: F401 (a fixture)
 from tests.servers._proc import free_port
 from tests.servers.kube import KubeApiServer
-from tests.servers.recipes import RECIPES
 from tests.servers.registries import OciRegistry
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -91,16 +91,8 @@ def test_a_model_is_registered_ready_and_cleaned_up_through_the_whole_chain(
     served, log = chain
     name = f"chain-{uuid.uuid4().hex[:8]}"
     repo = f"model-chain/{name}"
-    (tmp_path / "weights.bin").write_text(name)
-    pushed = subprocess.run(
-        [str(RECIPES["oras"].binary()), "push", "--plain-http",
-         f"{distribution3.host}/{repo}:v1", "weights.bin"],
-        cwd=tmp_path, capture_output=True, text=True,
-    )  # fmt: skip
-    assert pushed.returncode == 0, pushed.stderr
+    digest = push_model(distribution3, repo, name, tmp_path, tag="v1")
     oci = DistributionRegistry(distribution3.url)
-    digest = oci.resolve(repo, "v1")
-    assert digest and digest.startswith("sha256:")
 
     started = time.monotonic()
     _create(models_api, name, {
