@@ -9,6 +9,7 @@
     dead-letter   keep dead-lettered events for replay
     prune         tag retention for an OCI repository: plan, then apply that plan
     cleanup       a model's deletion policy by hand: the plan, then exactly that
+    transfer      copy a model between stores (streaming), sign and register it
 
 Every setting is also a flag (`--<section>-<name>`), with an environment twin; see
 `modelhooks settings`.
@@ -56,6 +57,7 @@ COMMANDS = (
     "dead_letter",
     "prune",
     "cleanup",
+    "transfer",
 )
 
 

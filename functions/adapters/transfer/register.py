@@ -1,0 +1,159 @@
+"""Registration per intent, around the copy: the artifact is PENDING while its bytes move,
+LIVE with its URI and digest once they are there, ABANDONED with the reason
+(`FAILURE_REASON`) when the copy or the signing failed. Every step is find-or-create by
+name (model, version) or by the version's own artifact, so a re-run of a half-finished
+create resumes the same model and version instead of failing on "already exists", and two
+concurrent runs end with one of each.
+
+>>> target = begin(registry, config, uri)  # doctest: +SKIP
+>>> finish(registry, target, uri, digest)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from modelhooks.adapters.transfer.config import TransferConfig
+from modelhooks.core.errors import Conflict, NotFound
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelVersion, RegisteredModel
+
+__all__ = ["FAILURE_REASON", "Target", "begin", "fail", "finish"]
+
+FAILURE_REASON = "modelhooks.failure_reason"
+ARTIFACT = "model"
+
+
+@dataclass(frozen=True)
+class Target:
+    model_id: str
+    version_id: str
+    artifact: ModelArtifact
+
+    def ids(self) -> dict[str, str]:
+        return {
+            "model_id": self.model_id,
+            "model_version_id": self.version_id,
+            "model_artifact_id": self.artifact.id,
+        }
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _props(custom: Mapping[str, Any], **fields: str) -> dict[str, str]:
+    props = {k: _text(v) for k, v in custom.items()}
+    props.update({f"kubeflow.{k}": v for k, v in fields.items() if v})
+    return props
+
+
+def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
+    """The model, version and artifact of the intent, found or created; the artifact PENDING."""
+    meta = config.metadata
+    if config.intent == "update_artifact":
+        artifact = registry.get_artifact(config.model.artifact_id)
+        if artifact is None:
+            raise NotFound(f"model registry: no ModelArtifact {config.model.artifact_id!r}")
+        pending = replace(artifact, state=ArtifactState.PENDING)
+        pending = registry.upsert_artifact(pending)
+        return Target(config.model.model_id, config.model.version_id, pending)
+    with registry.transaction():
+        if config.intent == "create_model":
+            m = meta.of("RegisteredModel")
+            model = _ensure_model(
+                registry,
+                str(m.get("name") or config.get("model_name")),
+                _props(m.get("custom_properties", {}), owner=str(m.get("owner", ""))),
+                str(m.get("description", "")),
+            )
+            model_id = model.id
+        else:
+            model_id = config.model.model_id
+        v = meta.of("ModelVersion")
+        author = str(v.get("author") or config.get("registry_author"))
+        version = _ensure_version(
+            registry,
+            model_id,
+            str(v.get("name") or config.get("model_version_name")),
+            _props(v.get("custom_properties", {}), author=author),
+            str(v.get("description", "")),
+        )
+        a = meta.of("ModelArtifact")
+        props = _props(
+            a.get("custom_properties", {}),
+            model_format_name=str(a.get("model_format_name", "")),
+            model_format_version=str(a.get("model_format_version", "")),
+            storage_key=str(a.get("storage_key", "")),
+        )
+        name = str(a.get("name") or ARTIFACT)
+        existing = next((x for x in registry.list_artifacts(version.id) if x.name == name), None)
+        artifact = ModelArtifact(
+            id=existing.id if existing else "",
+            version_id=version.id,
+            name=name,
+            uri=uri,
+            digest=existing.digest if existing else "",
+            state=ArtifactState.PENDING,
+            custom_properties={**(existing.custom_properties if existing else {}), **props},
+        )
+        try:
+            artifact = registry.upsert_artifact(artifact)
+        except Conflict:  # a concurrent run created it first: the same artifact
+            found = next(x for x in registry.list_artifacts(version.id) if x.name == name)
+            artifact = found
+    return Target(model_id, version.id, artifact)
+
+
+def _ensure_model(
+    registry: Any, name: str, props: dict[str, str], description: str
+) -> RegisteredModel:
+    model = registry.get_model(name)
+    if model is None:
+        try:
+            model = registry.create_model(name, properties=props)
+        except Conflict:
+            model = registry.get_model(name)
+            if model is None:
+                raise
+    if description and model.description != description:
+        model = registry.update_model(replace(model, description=description))
+    return model  # type: ignore[no-any-return]
+
+
+def _ensure_version(
+    registry: Any, model_id: str, name: str, props: dict[str, str], description: str
+) -> ModelVersion:
+    version = registry.get_version(model_id, name)
+    if version is None:
+        try:
+            version = registry.create_version(model_id, name, properties=props)
+        except Conflict:
+            version = registry.get_version(model_id, name)
+            if version is None:
+                raise
+    if description and version.description != description:
+        version = registry.update_version(replace(version, description=description))
+    return version  # type: ignore[no-any-return]
+
+
+def finish(
+    registry: Any, target: Target, uri: str, digest: str, extra: Mapping[str, str] = {}
+) -> ModelArtifact:
+    props = {k: v for k, v in target.artifact.custom_properties.items() if k != FAILURE_REASON}
+    done = replace(
+        target.artifact,
+        uri=uri,
+        digest=digest,
+        state=ArtifactState.LIVE,
+        custom_properties={**props, **extra},
+    )
+    return registry.upsert_artifact(done)  # type: ignore[no-any-return]
+
+
+def fail(registry: Any, target: Target, reason: str) -> ModelArtifact:
+    props = {**target.artifact.custom_properties, FAILURE_REASON: reason[:1000]}
+    failed = replace(target.artifact, state=ArtifactState.ABANDONED, custom_properties=props)
+    return registry.upsert_artifact(failed)  # type: ignore[no-any-return]

@@ -1,0 +1,269 @@
+"""One transfer: copy (streaming), sign, register, as the configuration says.
+
+    begin  → the intent's model, version and artifact found or created, the artifact PENDING
+    copy   → each source file streamed to the destination (sha256 on the way); files the
+             destination already has from the same source revision are skipped
+    sign   → (per the signing rule) the manifest of those digests signed, its bundle
+             written next to the model as `model.sig` (model_signing's own layout)
+    finish → the artifact LIVE with the destination URI and the model's digest;
+             any failure: ABANDONED with the reason, and the error raised
+
+>>> result = transfer(resolve(sys.argv[1:], os.environ), progress)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelhooks.adapters.transfer.config import TransferConfig
+from modelhooks.adapters.transfer.files import FileEntry, Progress
+from modelhooks.core.errors import ConfigError, ModelhooksError
+
+__all__ = ["Copied", "build_destination", "build_source", "copy", "sign_bundle", "transfer"]
+
+_log = logging.getLogger("modelhooks.transfer")
+SIGNATURE = "model.sig"
+
+
+@dataclass
+class Copied:
+    uri: str = ""
+    files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path → (size, sha256)
+    skipped: list[str] = field(default_factory=list)
+    signed_by: str = ""
+
+    @property
+    def digest(self) -> str:
+        """sha256 over the sorted (path, sha256) pairs, model.sig excluded: the content's."""
+        h = hashlib.sha256()
+        for path, (_, sha) in sorted(self.files.items()):
+            if path != SIGNATURE:
+                h.update(f"{path}\0{sha}\n".encode())
+        return "sha256:" + h.hexdigest()
+
+
+def _oci_clients(cfg: TransferConfig, side: str) -> Any:
+    from modelhooks.adapters.oci.clients import OciClients
+
+    user, password = cfg.get(f"{side}_oci_username"), cfg.get(f"{side}_oci_password")
+    return OciClients((user, password) if user else None)
+
+
+def build_source(cfg: TransferConfig) -> Any:
+    kind, ep = cfg.source.kind, cfg.source
+    if kind == "uri":
+        from modelhooks.adapters.transfer.uri import UriSource
+
+        return UriSource(
+            cfg.get("source_uri"),
+            allow_local=cfg.flag("source_uri_allow_local"),
+            sha256=cfg.get("source_uri_sha256"),
+        )
+    return _store_end(cfg, "source", kind, ep)
+
+
+def build_destination(cfg: TransferConfig) -> Any:
+    return _store_end(cfg, "destination", cfg.destination.kind, cfg.destination)
+
+
+def _store_end(cfg: TransferConfig, side: str, kind: str, ep: Any) -> Any:
+    from modelhooks.adapters.transfer import oci, stores
+
+    if kind == "s3":
+        from modelhooks.adapters.object_store.s3 import S3ObjectStore
+
+        store = S3ObjectStore(
+            endpoint_url=ep.get("aws_endpoint") or None,
+            region=ep.get("aws_region") or None,
+            credentials={
+                "aws_access_key_id": ep.get("aws_access_key_id"),
+                "aws_secret_access_key": ep.get("aws_secret_access_key"),
+            },
+        )
+        return stores.S3End(store, ep.get("aws_bucket"), ep.get("aws_key"))
+    if kind == "gcs":
+        from modelhooks.adapters.object_store.gcs import GcsObjectStore
+
+        return stores.GcsEnd(GcsObjectStore(), ep.get("gcs_bucket"), ep.get("gcs_key"))
+    if kind == "local":
+        return stores.LocalEnd(ep.get("path"))
+    uri = ep.get("oci_uri")
+    uri = uri if uri.startswith("oci://") else f"oci://{uri}"
+    from modelhooks.adapters.oci.distribution import parse_uri
+
+    clients = _oci_clients(cfg, side)
+    client, repo, ref = clients.for_uri(uri)
+    if side == "source":
+        return oci.OciEnd(client, repo, ref, host=parse_uri(uri)[0])
+    base = None
+    fmt = cfg.get("destination_oci_format")
+    if fmt == "image" and cfg.get("destination_oci_base_image").lower() not in (
+        "",
+        "scratch",
+        "none",
+    ):
+        base_ref = _docker_ref(cfg.get("destination_oci_base_image"))
+        base = clients.for_uri(base_ref)
+    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return oci.OciEnd(
+        client,
+        repo,
+        ref,
+        host=parse_uri(uri)[0],
+        fmt=fmt,
+        base=base,
+        journal=cfg.storage_path / f"oci-{key}.json",
+    )
+
+
+def _docker_ref(ref: str) -> str:
+    """`busybox:latest` → oci://registry-1.docker.io/library/busybox:latest (Docker's
+    shorthand: no registry host in the first component)."""
+    ref = ref.removeprefix("oci://")
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return f"oci://{ref}"
+    path = ref if "/" in ref else f"library/{ref}"
+    return f"oci://registry-1.docker.io/{path}"
+
+
+def copy(source: Any, destination: Any, progress: Progress) -> Copied:
+    """Every file of `source` to `destination`, streaming; what the destination already
+    has from the same source revision (same size, a recorded sha256) is kept."""
+    copied = Copied()
+    progress.start(None)
+    order: list[str] = []
+    for entry in source.files():
+        if entry.path == SIGNATURE:  # a signature of the source is not ours to carry over
+            continue
+        had = destination.existing(entry.path) if entry.fingerprint else None
+        if had and had[0] == entry.size and had[1] and had[2] == entry.fingerprint:
+            copied.files[entry.path] = (entry.size, had[1])
+            copied.skipped.append(entry.path)
+            progress.advance(entry.size)
+        else:
+            copied.files[entry.path] = (entry.size, destination.write(entry, progress))
+        order.append(entry.path)
+    if not order:
+        raise ConfigError(f"{getattr(source, 'uri', 'the source')}: no files to transfer")
+    copied.uri = destination.uri
+    copied.order = order  # type: ignore[attr-defined]
+    return copied
+
+
+def sign_bundle(copied: Copied, signer: Any, model_name: str) -> bytes:
+    """model-signing's bundle over the copied files' digests (no second read)."""
+    from modelhooks.adapters.signing.manifest import Manifest, Resource
+    from modelhooks.adapters.signing.streaming import HashOptions
+
+    resources = tuple(
+        Resource(path, "sha256", sha)
+        for path, (_, sha) in sorted(copied.files.items())
+        if path != SIGNATURE
+    )
+    manifest = Manifest(model_name, HashOptions().serialization(), resources)
+    return signer.sign(manifest.statement())  # type: ignore[no-any-return]
+
+
+def build_signer(cfg: TransferConfig) -> Any:
+    from modelhooks.adapters.signing import KeySigner, SigstoreSigner, SigstoreTrust
+
+    if cfg.get("signing_key"):
+        return KeySigner.from_file(Path(cfg.get("signing_key")))
+    from modelhooks.adapters.signing import sigstore_env_state
+    from modelhooks.core.settings import load_settings
+
+    keyless = load_settings().signing  # a trust config instead of SIGSTORE_*, as `sign`
+    trust_config = Path(keyless.trust_config) if keyless.trust_config else None
+    if sigstore_env_state() != "all" and trust_config is None:
+        raise ConfigError(
+            "--sign true: no signer configured: set SIGSTORE_TUF_URL, SIGSTORE_FULCIO_URL and "
+            "SIGSTORE_REKOR_URL (keyless), or MODEL_SYNC_SIGNING_KEY (an EC key)",
+            setting="MODEL_SYNC_SIGN",
+        )
+    trust = SigstoreTrust.from_env(trust_config=trust_config)
+    return SigstoreSigner(trust, Path(cfg.get("signing_identity_token_path")))
+
+
+def transfer(
+    cfg: TransferConfig,
+    progress: Progress,
+    *,
+    registry: Any = None,
+    signer: Any = None,
+    after_begin: Callable[[Any], None] | None = None,
+) -> dict[str, Any]:
+    """Begin, copy, sign, finish (module docstring); the ids and URI as a dict."""
+    from modelhooks.adapters.transfer import register
+
+    source, destination = build_source(cfg), build_destination(cfg)
+    if cfg.sign and signer is None:
+        signer = build_signer(cfg)  # before anything moves: a missing signer is an error now
+    target = register.begin(registry, cfg, destination.uri) if registry is not None else None
+    if after_begin is not None:
+        after_begin(target)
+    try:
+        copied = copy(source, destination, progress)
+        if signer is not None:
+            name = destination.uri.rstrip("/").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
+            bundle = sign_bundle(copied, signer, name)
+            entry = FileEntry(SIGNATURE, len(bundle), lambda _o: io.BytesIO(bundle), "")
+            copied.files[SIGNATURE] = (len(bundle), destination.write(entry, _Quiet()))
+            copied.order.append(SIGNATURE)  # type: ignore[attr-defined]
+            copied.signed_by = signer.identity()
+        if hasattr(destination, "finish"):
+            copied.uri = destination.finish(copied.order)  # type: ignore[attr-defined]
+    except (ModelhooksError, OSError, KeyboardInterrupt) as exc:
+        if target is not None:
+            reason = (
+                exc.message if isinstance(exc, ModelhooksError) else f"{type(exc).__name__}: {exc}"
+            )
+            try:
+                register.fail(registry, target, reason or "interrupted")
+            except ModelhooksError as again:
+                _log.error("could not record the failure in the registry: %s", again.message)
+        raise
+    result: dict[str, Any] = {
+        "uri": copied.uri,
+        "digest": copied.digest,
+        "files": len([p for p in copied.files if p != SIGNATURE]),
+        "bytes": sum(s for p, (s, _) in copied.files.items() if p != SIGNATURE),
+        "skipped": len(copied.skipped),
+        "signed_by": copied.signed_by,
+    }
+    if target is not None:
+        extra = {"modelhooks.signed_by": copied.signed_by} if copied.signed_by else {}
+        artifact = register.finish(registry, target, copied.uri, copied.digest, extra)
+        result.update(
+            {**target.ids(), "model_artifact_id": artifact.id, "state": str(artifact.state)}
+        )
+    return result
+
+
+class _Quiet:
+    def start(self, total: int | None) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        pass
+
+
+def write_termination_message(path: str, result: dict[str, Any], *, default: bool) -> None:
+    """The result as JSON where Kubernetes reads a container's termination message; the
+    default path may not exist outside a Pod (then nothing is written)."""
+    try:
+        Path(path).write_text(json.dumps(result, sort_keys=True))
+    except OSError:
+        if not default:
+            raise
+        _log.debug("no termination message at %s (not in a Pod)", path)
+
+
+__all__ += ["build_signer", "write_termination_message"]

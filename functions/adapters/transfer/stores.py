@@ -1,0 +1,304 @@
+"""Object-store and local sources and destinations of a transfer: S3 (MinIO), GCS and a
+local / PVC directory, each streaming in `CHUNK`-sized pieces.
+
+Resume: every written object carries its sha256 and the source revision it came from
+(S3 user metadata, GCS metadata), so a re-run skips files already copied from the same
+source revision; S3 files larger than one part go up as multipart uploads, and a re-run
+continues the open upload (listing its parts), sending only the parts whose MD5 (their
+ETag) differs from the source's bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from modelhooks.adapters.transfer.files import CHUNK, FileEntry, HashingReader, Progress, safe_path
+from modelhooks.core.errors import NotFound
+
+__all__ = ["GcsEnd", "LocalEnd", "S3End"]
+
+_SHA, _FROM = "sha256", "transfer-source"
+
+
+def _rel(key: str, prefix: str) -> str:
+    if not prefix or key == prefix:
+        return posixpath.basename(key)
+    return safe_path(key[len(prefix.rstrip("/")) + 1 :], prefix)
+
+
+def _key(prefix: str, path: str) -> str:
+    return f"{prefix.rstrip('/')}/{path}" if prefix else path
+
+
+class S3End:
+    """`s3://bucket/key`: a source (the object `key`, or every object under `key/`) or a
+    destination (files under `key/`)."""
+
+    def __init__(self, store: Any, bucket: str, key: str) -> None:
+        self.store, self.bucket, self.prefix = store, bucket, key.strip("/")
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def _err(self, exc: Exception, key: str = "") -> Exception:
+        from modelhooks.adapters.object_store.s3 import s3_error
+
+        return s3_error(exc, self.bucket, key)
+
+    def files(self) -> Iterator[FileEntry]:
+        client = self.store.client
+        found = False
+        for prefix in (f"{self.prefix}/" if self.prefix else "", self.prefix):
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            try:
+                for page in pages:
+                    for obj in page.get("Contents", []):
+                        key = obj["Key"]
+                        if prefix == self.prefix and key != self.prefix:
+                            continue  # the single-object case is the exact key only
+                        if key.endswith("/"):
+                            continue
+                        found = True
+                        yield FileEntry(
+                            _rel(key, self.prefix if prefix != self.prefix else ""),
+                            int(obj["Size"]),
+                            lambda offset, k=key: self._open(k, offset),  # type: ignore[misc]
+                            f"s3:{obj['ETag'].strip(chr(34))}",
+                        )
+            except Exception as exc:
+                if getattr(exc, "response", None) is None:
+                    raise
+                raise self._err(exc, prefix) from None
+            if found:
+                return
+        raise NotFound(f"{self.uri}: no such object or prefix")
+
+    def _open(self, key: str, offset: int) -> IO[bytes]:
+        kwargs = {"Range": f"bytes={offset}-"} if offset else {}
+        try:
+            return self.store.client.get_object(Bucket=self.bucket, Key=key, **kwargs)["Body"]  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise self._err(exc, key) from None
+
+    def existing(self, path: str) -> tuple[int, str, str] | None:
+        """(size, sha256, source revision) of a file written before, or None."""
+        key = _key(self.prefix, path)
+        try:
+            head = self.store.client.head_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") in (
+                "404",
+                "NoSuchKey",
+                "NotFound",
+            ):
+                return None
+            raise self._err(exc, key) from None
+        meta = head.get("Metadata", {})
+        return int(head["ContentLength"]), meta.get(_SHA, ""), meta.get(_FROM, "")
+
+    def write(self, entry: FileEntry, progress: Progress, part: int = CHUNK) -> str:
+        key = _key(self.prefix, entry.path)
+        client = self.store.client
+        meta = {_FROM: entry.fingerprint}
+        try:
+            if entry.size >= 0 and entry.size <= part:
+                reader = HashingReader(entry.open(0))
+                data = reader.read_exact(part + 1)
+                meta[_SHA] = reader.hash.hexdigest()
+                client.put_object(Bucket=self.bucket, Key=key, Body=data, Metadata=meta)
+                progress.advance(len(data))
+                return meta[_SHA]
+            return self._multipart(entry, key, meta, progress, part)
+        except Exception as exc:
+            if getattr(exc, "response", None) is None:
+                raise
+            raise self._err(exc, key) from None
+
+    def _multipart(
+        self, entry: FileEntry, key: str, meta: dict[str, str], progress: Progress, part: int
+    ) -> str:
+        client = self.store.client
+        upload_id, done = self._open_upload(key)
+        if not upload_id:
+            upload_id = client.create_multipart_upload(
+                Bucket=self.bucket, Key=key, Metadata={**meta, "transfer-upload": "1"}
+            )["UploadId"]
+        reader = HashingReader(entry.open(0))
+        parts, number = [], 1
+        while True:
+            data = reader.read_exact(part)
+            if not data and number > 1:
+                break
+            have = done.get(number)
+            if have and have[1] == len(data) and have[0] == hashlib.md5(data).hexdigest():
+                parts.append({"PartNumber": number, "ETag": have[0]})  # resumed: not sent again
+            else:
+                etag = client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data
+                )["ETag"]
+                parts.append({"PartNumber": number, "ETag": etag})
+            progress.advance(len(data))
+            number += 1
+            if len(data) < part:
+                break
+        sha = reader.hash.hexdigest()
+        client.complete_multipart_upload(
+            Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+        # the sha256 is known only now: metadata rewritten by a copy onto itself (server-side)
+        client.copy_object(
+            Bucket=self.bucket,
+            Key=key,
+            CopySource={"Bucket": self.bucket, "Key": key},
+            Metadata={**meta, _SHA: sha},
+            MetadataDirective="REPLACE",
+        )
+        return sha
+
+    def _open_upload(self, key: str) -> tuple[str, dict[int, tuple[str, int]]]:
+        """The newest unfinished multipart upload of `key`: its id and {part number: (etag,
+        size)}; ("", {}) when none. Its parts are trusted only where their ETag (the part's
+        MD5) matches the source's bytes, read again anyway to hash the file."""
+        client = self.store.client
+        uploads = [
+            u
+            for u in client.list_multipart_uploads(Bucket=self.bucket, Prefix=key).get(
+                "Uploads", []
+            )
+            if u["Key"] == key
+        ]
+        if not uploads:
+            return "", {}
+        upload = max(uploads, key=lambda u: u["Initiated"])
+        parts: dict[int, tuple[str, int]] = {}
+        for page in client.get_paginator("list_parts").paginate(
+            Bucket=self.bucket, Key=key, UploadId=upload["UploadId"]
+        ):
+            for p in page.get("Parts", []):
+                parts[int(p["PartNumber"])] = (p["ETag"].strip('"'), int(p["Size"]))
+        return upload["UploadId"], parts
+
+
+class GcsEnd:
+    """`gs://bucket/key`, as S3End (GCS metadata carries the sha256 and source revision)."""
+
+    def __init__(self, store: Any, bucket: str, key: str) -> None:
+        self.store, self.bucket, self.prefix = store, bucket, key.strip("/")
+
+    @property
+    def uri(self) -> str:
+        return f"gs://{self.bucket}/{self.prefix}"
+
+    def files(self) -> Iterator[FileEntry]:
+        bucket = self.store.client.bucket(self.bucket)
+        for prefix in (f"{self.prefix}/" if self.prefix else "", self.prefix):
+            blobs = [
+                b
+                for b in self.store.client.list_blobs(self.bucket, prefix=prefix)
+                if not b.name.endswith("/") and (prefix != self.prefix or b.name == self.prefix)
+            ]
+            for blob in blobs:
+                yield FileEntry(
+                    _rel(blob.name, self.prefix if prefix != self.prefix else ""),
+                    int(blob.size),
+                    lambda offset, n=blob.name, g=blob.generation: self._open(bucket, n, g, offset),  # type: ignore[misc]
+                    f"gcs:{blob.generation}",
+                )
+            if blobs:
+                return
+        raise NotFound(f"{self.uri}: no such object or prefix")
+
+    @staticmethod
+    def _open(bucket: Any, name: str, generation: int, offset: int) -> IO[bytes]:
+        reader = bucket.blob(name, generation=generation).open("rb", chunk_size=CHUNK)
+        if offset:
+            reader.seek(offset)
+        return reader  # type: ignore[no-any-return]
+
+    def existing(self, path: str) -> tuple[int, str, str] | None:
+        blob = self.store.client.bucket(self.bucket).get_blob(_key(self.prefix, path))
+        if blob is None:
+            return None
+        meta = blob.metadata or {}
+        return int(blob.size), meta.get(_SHA, ""), meta.get(_FROM, "")
+
+    def write(self, entry: FileEntry, progress: Progress) -> str:
+        blob = self.store.client.bucket(self.bucket).blob(
+            _key(self.prefix, entry.path), chunk_size=CHUNK
+        )
+        reader = HashingReader(entry.open(0))
+        blob.metadata = {_FROM: entry.fingerprint}
+
+        class _Feed:
+            def read(self, n: int = CHUNK) -> bytes:
+                data = reader.read(min(n, CHUNK) if n and n > 0 else CHUNK)
+                progress.advance(len(data))
+                return data
+
+        with blob.open("wb", chunk_size=CHUNK, ignore_flush=True) as out:
+            while data := _Feed().read(CHUNK):
+                out.write(data)
+        sha = reader.hash.hexdigest()
+        blob.metadata = {_FROM: entry.fingerprint, _SHA: sha}
+        blob.patch()
+        return sha
+
+
+class LocalEnd:
+    """A local or PVC directory (a single file as a source)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+
+    @property
+    def uri(self) -> str:
+        return str(self.root)
+
+    def files(self) -> Iterator[FileEntry]:
+        if self.root.is_file():
+            yield self._entry(self.root, self.root.name)
+            return
+        if not self.root.is_dir():
+            raise NotFound(f"{self.root}: no such file or directory")
+        for dirpath, dirs, names in os.walk(self.root):
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(dirpath) / name
+                if path.is_symlink() or not path.is_file():
+                    continue
+                yield self._entry(path, path.relative_to(self.root).as_posix())
+
+    @staticmethod
+    def _entry(path: Path, rel: str) -> FileEntry:
+        st = path.stat()
+
+        def open_at(offset: int) -> IO[bytes]:
+            f = path.open("rb")
+            f.seek(offset)
+            return f
+
+        return FileEntry(rel, st.st_size, open_at, f"local:{st.st_size}:{st.st_mtime_ns}")
+
+    def existing(self, path: str) -> tuple[int, str, str] | None:
+        target = self.root / path
+        return (target.stat().st_size, "", "") if target.is_file() else None
+
+    def write(self, entry: FileEntry, progress: Progress) -> str:
+        target = self.root / safe_path(entry.path, str(self.root))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        reader = HashingReader(entry.open(0))
+        with partial.open("wb") as out:
+            while data := reader.read(CHUNK):
+                out.write(data)
+                progress.advance(len(data))
+        os.replace(partial, target)
+        return reader.hash.hexdigest()

@@ -1,0 +1,156 @@
+"""`modelhooks transfer`: copy a model between stores, streaming, then sign and register it.
+A drop-in for Kubeflow Model Registry's async-upload job: the same MODEL_SYNC_* variables,
+`--args`, credential files and metadata directory (args > env > credential files >
+defaults); `modelhooks transfer --help` lists them all.
+
+    MODEL_SYNC_SOURCE_TYPE=s3 MODEL_SYNC_SOURCE_AWS_BUCKET=models … modelhooks transfer
+    modelhooks transfer --source-type uri --source-uri https://host/bert.tar.gz \\
+        --destination-type oci --destination-oci-uri quay.io/org/bert:v1 \\
+        --model-upload-intent create_model --metadata-configmap-path /etc/model-metadata
+
+Progress: a bar in a terminal, JSON lines on stderr otherwise (a Job's log). The result
+(ids, URI, digest) is one JSON line on stdout and the termination message.
+
+Exit status: 0 done, 2 a missing or bad setting or bad input (nothing registered LIVE),
+3 a store, registry or Sigstore service did not answer (run it again: it resumes),
+130 interrupted (the artifact is ABANDONED with the reason; a re-run resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from modelhooks.cli import common
+
+__all__ = ["SETTINGS", "add_parser"]
+
+SETTINGS: frozenset[str] = frozenset()  # its own table, MODEL_SYNC_* (the upstream job's)
+
+
+def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
+    from modelhooks.adapters.transfer.config import add_arguments
+
+    p = subparsers.add_parser(
+        "transfer",
+        help="copy a model between stores, streaming; sign and register it (async-upload job)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from modelhooks.adapters.transfer import resolve, transfer, write_termination_message
+    from modelhooks.adapters.transfer.config import OPTIONS
+
+    cfg = resolve({o.name: getattr(args, o.name, None) for o in OPTIONS}, os.environ)
+    if cfg.get("registry_log_level"):
+        logging.getLogger("modelhooks").setLevel(cfg.get("registry_log_level").upper())
+    if cfg.sign_warning:
+        print(f"warning: {cfg.sign_warning}", file=sys.stderr)
+    registry = _registry(cfg)
+    progress = Bar() if sys.stderr.isatty() else JsonProgress()
+    with common.interruptible(
+        lambda: f"{progress.so_far()}; the artifact is ABANDONED, a re-run resumes"
+    ):
+        try:
+            result = transfer(cfg, progress, registry=registry)
+        finally:
+            progress.close()
+    write_termination_message(
+        cfg.get("termination_message_path"),
+        result,
+        default=cfg.origins.get("termination_message_path") == "default",
+    )
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _registry(cfg: Any) -> Any:
+    """The Kubeflow Model Registry of MODEL_SYNC_REGISTRY_* (as upstream's client builds
+    it: https when secure, the port appended unless the address has one)."""
+    from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+
+    address = cfg.get("registry_server_address")
+    if "://" not in address:
+        scheme = (
+            "https" if cfg.get("registry_is_secure").lower() in ("true", "1", "yes") else "http"
+        )
+        address = f"{scheme}://{address}"
+    host = address.split("://", 1)[1].split("/", 1)[0]
+    if ":" not in host.rsplit("]", 1)[-1]:
+        address = address.replace(host, f"{host}:{cfg.get('registry_port')}", 1)
+    token = cfg.get("registry_user_token")
+    if not token and cfg.get("registry_user_token_envvar"):
+        token = os.environ.get(cfg.get("registry_user_token_envvar"), "")
+    ca = cfg.get("registry_custom_ca")
+    if not ca and cfg.get("registry_custom_ca_envvar"):
+        ca = os.environ.get(cfg.get("registry_custom_ca_envvar"), "")
+    if ca and "-----BEGIN" not in ca:  # a path, as upstream's
+        ca = Path(ca).read_text()
+    return KubeflowModelRegistry(address, token=token or None, ca=ca or None)
+
+
+class Bar:
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def start(self, total: int | None) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=total,
+            desc="transfer",
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=sys.stderr,
+        )
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def so_far(self) -> str:
+        return f"transfer: {self._bar.n if self._bar else 0} bytes copied"
+
+
+class JsonProgress:
+    """One JSON line on stderr at most every `every` seconds, and one at the end."""
+
+    def __init__(self, every: float = 2.0) -> None:
+        self.done, self._every, self._last, self._t0 = 0, every, 0.0, time.monotonic()
+
+    def start(self, total: int | None) -> None:
+        self._emit("started")
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if time.monotonic() - self._last >= self._every:
+            self._emit("copying")
+
+    def _emit(self, stage: str) -> None:
+        self._last = time.monotonic()
+        elapsed = self._last - self._t0
+        line = {"progress": stage, "bytes": self.done, "seconds": round(elapsed, 1)}
+        if elapsed > 0:
+            line["bytes_per_second"] = int(self.done / elapsed)
+        print(json.dumps(line), file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self._emit("finished")
+
+    def so_far(self) -> str:
+        return f"transfer: {self.done} bytes copied"
