@@ -51,12 +51,18 @@ def safe_path(name: str, where: str) -> str:
 
 
 class HashingReader:
-    """Reads `stream`, at most `size` bytes, sha256 of what passed."""
+    """Reads `stream`, at most `size` bytes, sha256 of what passed; closes it on exit."""
 
     def __init__(self, stream: IO[bytes], size: int | None = None) -> None:
         self._stream, self._left = stream, size
         self.hash = hashlib.sha256()
         self.count = 0
+
+    def __enter__(self) -> HashingReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stream.close()
 
     def read(self, n: int = CHUNK) -> bytes:
         if self._left is not None:

@@ -200,9 +200,8 @@ class OciEnd:
                 found[notes[PATH]] = layer
         return found
 
-    def write(self, entry: FileEntry, progress: Progress) -> str:
+    def write(self, entry: FileEntry, reader: HashingReader, progress: Progress) -> str:
         path = safe_path(entry.path, self.uri)
-        reader = HashingReader(entry.open(0))
         if self.fmt == "image":
             media, chunks = LAYER_TAR, self._tar_chunks(path, entry, reader, progress)
         else:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.adapters.transfer.config import TransferConfig
-from modelhooks.adapters.transfer.files import FileEntry, Progress
+from modelhooks.adapters.transfer.files import FileEntry, HashingReader, Progress
 from modelhooks.core.errors import ConfigError, ModelhooksError
 
 __all__ = ["Copied", "build_destination", "build_source", "copy", "sign_bundle", "transfer"]
@@ -149,7 +149,8 @@ def copy(source: Any, destination: Any, progress: Progress) -> Copied:
             copied.skipped.append(entry.path)
             progress.advance(entry.size)
         else:
-            copied.files[entry.path] = (entry.size, destination.write(entry, progress))
+            with HashingReader(entry.open(0)) as reader:
+                copied.files[entry.path] = (entry.size, destination.write(entry, reader, progress))
         order.append(entry.path)
     if not order:
         raise ConfigError(f"{getattr(source, 'uri', 'the source')}: no files to transfer")
@@ -215,7 +216,8 @@ def transfer(
             name = destination.uri.rstrip("/").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
             bundle = sign_bundle(copied, signer, name)
             entry = FileEntry(SIGNATURE, len(bundle), lambda _o: io.BytesIO(bundle), "")
-            copied.files[SIGNATURE] = (len(bundle), destination.write(entry, _Quiet()))
+            with HashingReader(io.BytesIO(bundle)) as reader:
+                copied.files[SIGNATURE] = (len(bundle), destination.write(entry, reader, _Quiet()))
             copied.order.append(SIGNATURE)  # type: ignore[attr-defined]
             copied.signed_by = signer.identity()
         if hasattr(destination, "finish"):

@@ -2,7 +2,7 @@
 local / PVC directory, each streaming in `CHUNK`-sized pieces.
 
 Resume: every written object carries its sha256 and the source revision it came from
-(S3 user metadata, GCS metadata), so a re-run skips files already copied from the same
+(S3 user metadata, or an object tag once a multipart upload completes; GCS metadata), so a re-run skips files already copied from the same
 source revision; S3 files larger than one part go up as multipart uploads, and a re-run
 continues the open upload (listing its parts), sending only the parts whose MD5 (their
 ETag) differs from the source's bytes.
@@ -102,28 +102,33 @@ class S3End:
                 return None
             raise self._err(exc, key) from None
         meta = head.get("Metadata", {})
-        return int(head["ContentLength"]), meta.get(_SHA, ""), meta.get(_FROM, "")
+        sha = meta.get(_SHA, "")
+        if not sha:  # a multipart upload's: tagged once complete
+            tags = self.store.client.get_object_tagging(Bucket=self.bucket, Key=key)["TagSet"]
+            sha = next((t["Value"] for t in tags if t["Key"] == _SHA), "")
+        return int(head["ContentLength"]), sha, meta.get(_FROM, "")
 
-    def write(self, entry: FileEntry, progress: Progress, part: int = CHUNK) -> str:
+    def write(
+        self, entry: FileEntry, reader: HashingReader, progress: Progress, part: int = CHUNK
+    ) -> str:
         key = _key(self.prefix, entry.path)
         client = self.store.client
         meta = {_FROM: entry.fingerprint}
         try:
             if entry.size >= 0 and entry.size <= part:
-                reader = HashingReader(entry.open(0))
                 data = reader.read_exact(part + 1)
                 meta[_SHA] = reader.hash.hexdigest()
                 client.put_object(Bucket=self.bucket, Key=key, Body=data, Metadata=meta)
                 progress.advance(len(data))
                 return meta[_SHA]
-            return self._multipart(entry, key, meta, progress, part)
+            return self._multipart(key, reader, meta, progress, part)
         except Exception as exc:
             if getattr(exc, "response", None) is None:
                 raise
             raise self._err(exc, key) from None
 
     def _multipart(
-        self, entry: FileEntry, key: str, meta: dict[str, str], progress: Progress, part: int
+        self, key: str, reader: HashingReader, meta: dict[str, str], progress: Progress, part: int
     ) -> str:
         client = self.store.client
         upload_id, done = self._open_upload(key)
@@ -131,7 +136,6 @@ class S3End:
             upload_id = client.create_multipart_upload(
                 Bucket=self.bucket, Key=key, Metadata={**meta, "transfer-upload": "1"}
             )["UploadId"]
-        reader = HashingReader(entry.open(0))
         parts, number = [], 1
         while True:
             data = reader.read_exact(part)
@@ -153,13 +157,9 @@ class S3End:
         client.complete_multipart_upload(
             Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
         )
-        # the sha256 is known only now: metadata rewritten by a copy onto itself (server-side)
-        client.copy_object(
-            Bucket=self.bucket,
-            Key=key,
-            CopySource={"Bucket": self.bucket, "Key": key},
-            Metadata={**meta, _SHA: sha},
-            MetadataDirective="REPLACE",
+        # the sha256 is known only now: a tag (rewriting the metadata would copy the object)
+        client.put_object_tagging(
+            Bucket=self.bucket, Key=key, Tagging={"TagSet": [{"Key": _SHA, "Value": sha}]}
         )
         return sha
 
@@ -230,11 +230,10 @@ class GcsEnd:
         meta = blob.metadata or {}
         return int(blob.size), meta.get(_SHA, ""), meta.get(_FROM, "")
 
-    def write(self, entry: FileEntry, progress: Progress) -> str:
+    def write(self, entry: FileEntry, reader: HashingReader, progress: Progress) -> str:
         blob = self.store.client.bucket(self.bucket).blob(
             _key(self.prefix, entry.path), chunk_size=CHUNK
         )
-        reader = HashingReader(entry.open(0))
         blob.metadata = {_FROM: entry.fingerprint}
 
         class _Feed:
@@ -291,11 +290,10 @@ class LocalEnd:
         target = self.root / path
         return (target.stat().st_size, "", "") if target.is_file() else None
 
-    def write(self, entry: FileEntry, progress: Progress) -> str:
+    def write(self, entry: FileEntry, reader: HashingReader, progress: Progress) -> str:
         target = self.root / safe_path(entry.path, str(self.root))
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
-        reader = HashingReader(entry.open(0))
         with partial.open("wb") as out:
             while data := reader.read(CHUNK):
                 out.write(data)
