@@ -13,7 +13,7 @@ import math
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["count", "header", "http_url", "non_negative", "oci_repository", "regex"]
+__all__ = ["count", "header", "http_url", "non_negative", "oci_repository", "positive", "regex"]
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
 
@@ -26,6 +26,14 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return value
+
+
+def positive(text: str) -> int:
+    """A whole number, 1 or more."""
+    value = count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 1 or more")
     return value
 
 

@@ -50,6 +50,14 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
         "start sends every Model as added)",
     )
     wm.add_argument(
+        "--concurrency",
+        type=argtypes.positive,
+        default=os.environ.get("MODELHOOKS_WATCH_CONCURRENCY") or "8",
+        metavar="N",
+        help="events of N different Models sent at once; one Model's always in order, one at a "
+        "time (env MODELHOOKS_WATCH_CONCURRENCY; default 8; 1: every event in order)",
+    )
+    wm.add_argument(
         "--to", metavar="URL", type=argtypes.http_url, help="POST here instead of in-process"
     )
     wm.add_argument(
@@ -72,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
     api = _api_client(args.kubeconfig)
     send = _raw_sender(args.to) if args.raw else _canonical_sender(args, settings)
     watcher = ModelWatcher(
-        api, send, namespace=args.namespace, reference=_MODES[args.mode], state_file=args.state
+        api,
+        send,
+        namespace=args.namespace,
+        reference=_MODES[args.mode],
+        state_file=args.state,
+        concurrency=args.concurrency,
     )
     print(f"watching Models on {api.configuration.host}", file=sys.stderr, flush=True)
     kept = f"; the position is kept in {args.state}" if args.state else ""

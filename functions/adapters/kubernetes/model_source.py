@@ -207,7 +207,11 @@ class ModelWatcher:
     >>> threading.Thread(target=watcher.run).start()   # doctest: +SKIP
     >>> watcher.close()                                 # doctest: +SKIP
 
-    `send` raising stops `run` before the state records that event: it is sent again next time.
+    Events of one Model are sent in order, one at a time; with `concurrency` > 1, those of
+    different Models at once (a burst of new Models is not sent one chain at a time). The
+    state is saved only when every event it records has been sent, so a crash never skips
+    one: `send` raising stops `run` (raising it) and nothing after it is saved; it is sent
+    again next time.
     """
 
     def __init__(
@@ -219,8 +223,11 @@ class ModelWatcher:
         reference: bool = False,
         state_file: Path | None = None,
         timeout_seconds: int = 240,
+        concurrency: int = 1,
     ) -> None:
         self._api, self._send, self._reference = api_client, send, reference
+        self._lock = threading.RLock()  # the state, against the lanes' saves when idle
+        self._lanes = _Lanes(concurrency, on_idle=self._save, on_failure=self.close)
         self._state_file, self._timeout = state_file, timeout_seconds
         self.state = WatchState.load(state_file, namespace) if state_file else WatchState(namespace)
         self._source = str(api_client.configuration.host)
@@ -228,6 +235,14 @@ class ModelWatcher:
         self._response: Any = None
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._lanes.drain()
+        self._lanes.raise_failure()
+        self._save()
+
+    def _run(self) -> None:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -314,14 +329,74 @@ class ModelWatcher:
             resp.release_conn()
 
     def _emit(self, action: Action, obj: Object) -> None:
-        self._send(to_cloudevent(action, obj, self._source, reference=self._reference))
-        self.state.record(action, obj)
+        event = to_cloudevent(action, obj, self._source, reference=self._reference)
+        with self._lock:  # recorded and in flight at once: no save in between
+            self.state.record(action, obj)
+            self._lanes.submit(_uid(obj), lambda: self._send(event))
         if self.state.resource_version == "":  # during a relist: keep what was sent so far
             self._save()
 
     def _save(self) -> None:
-        if self._state_file is not None:
-            self.state.save(self._state_file)
+        """The state saved, when every event it records has been sent (else the lanes save
+        it when they are idle) and none failed."""
+        with self._lock:
+            if self._state_file is not None and self._lanes.idle():
+                self.state.save(self._state_file)
+
+
+class _Lanes:
+    """Calls run in order per key, `workers` keys at once. The first failure is kept
+    (`raise_failure`), `on_failure` is called, and nothing more is run; `on_idle` is called
+    when the last call in flight ends well."""
+
+    def __init__(
+        self, workers: int, on_idle: Callable[[], None], on_failure: Callable[[], None]
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="watch-send")
+        self._on_idle, self._on_failure = on_idle, on_failure
+        self._lock = threading.Lock()
+        self._tails: dict[str, Any] = {}  # key -> the future of its last call
+        self._pending = 0
+        self._failure: BaseException | None = None
+
+    def submit(self, key: str, call: Callable[[], None]) -> None:
+        with self._lock:
+            self.raise_failure()
+            self._pending += 1
+            self._tails[key] = self._pool.submit(self._run, self._tails.get(key), call)
+
+    def _run(self, before: Any, call: Callable[[], None]) -> None:
+        # `before` was submitted first to a FIFO pool: it is running or done, never queued
+        # behind this call, so waiting for it cannot deadlock
+        if before is not None:
+            with contextlib.suppress(BaseException):
+                before.result()
+        try:
+            if self._failure is None:
+                call()
+        except BaseException as exc:
+            with self._lock:
+                self._failure = self._failure or exc
+            self._on_failure()
+        finally:
+            with self._lock:
+                self._pending -= 1
+                idle = self._pending == 0 and self._failure is None
+            if idle:
+                self._on_idle()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._pending == 0 and self._failure is None
+
+    def drain(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
 
 def _events(resp: Any) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,91 @@
+"""watch-models sends the events of different Models at once and one Model's in order, and
+saves its position only when every event before it was sent (a crash re-sends, never skips)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from modelhooks.adapters.kubernetes.model_source import ModelWatcher, WatchState, _Lanes
+
+
+def _lanes(workers: int) -> tuple[_Lanes, list[str]]:
+    calls: list[str] = []
+    return _Lanes(workers, on_idle=lambda: calls.append("idle"), on_failure=lambda: None), calls
+
+
+def test_one_keys_calls_run_in_order_and_other_keys_at_once() -> None:
+    lanes, _ = _lanes(4)
+    seen: list[tuple[str, int]] = []
+    both_running = threading.Barrier(2, timeout=5)
+
+    def call(key: str, n: int) -> None:
+        if n == 0:
+            both_running.wait()  # a and b run together, or this times out
+        time.sleep(0.01 * (3 - n))  # later calls are quicker: order must still hold
+        seen.append((key, n))
+
+    for n in range(3):
+        for key in ("a", "b"):
+            lanes.submit(key, lambda key=key, n=n: call(key, n))
+    lanes.drain()
+    lanes.raise_failure()
+    for key in ("a", "b"):
+        assert [n for k, n in seen if k == key] == [0, 1, 2]
+
+
+def test_a_failure_stops_what_follows_and_is_raised() -> None:
+    stopped = threading.Event()
+    lanes = _Lanes(2, on_idle=lambda: None, on_failure=stopped.set)
+    ran: list[int] = []
+
+    def fail() -> None:
+        raise RuntimeError("the broker did not answer")
+
+    lanes.submit("a", fail)
+    assert stopped.wait(5)
+    with pytest.raises(RuntimeError, match="did not answer"):
+        lanes.submit("b", lambda: ran.append(1))
+    lanes.drain()
+    assert ran == []
+    with pytest.raises(RuntimeError):
+        lanes.raise_failure()
+
+
+class _Api:
+    class configuration:  # what ModelWatcher reads of an ApiClient
+        host = "https://kube.test"
+
+
+def _model(uid: str, rv: str) -> dict[str, object]:
+    return {
+        "apiVersion": "modelhooks.dev/v1alpha1",
+        "kind": "Model",
+        "metadata": {"name": uid, "namespace": "ml", "uid": uid, "resourceVersion": rv},
+        "spec": {"version": "1"},
+    }
+
+
+def test_the_position_is_saved_only_once_every_event_before_it_was_sent(tmp_path: Path) -> None:
+    state = tmp_path / "watch.json"
+    release = threading.Event()
+    sent: list[str] = []
+
+    def send(event: dict[str, object]) -> None:
+        release.wait(5)
+        sent.append(str(event["subject"]))
+
+    watcher = ModelWatcher(_Api(), send, state_file=state, concurrency=4)
+    watcher.state.resource_version = "10"
+    watcher._emit("add", _model("m1", "11"))
+    watcher.state.resource_version = "11"
+    watcher._save()
+    assert not state.exists()  # m1 is in flight: saving now could skip it after a crash
+    release.set()
+    watcher._lanes.drain()
+    saved = WatchState.load(state, None)
+    assert saved.resource_version == "11" and set(saved.sent) == {"m1"}
+    assert len(sent) == 1
