@@ -423,6 +423,14 @@ class KubeflowModelRegistry:
                     index.setdefault(version_id, []).append(_artifact(item, version_id))
         return index
 
+    def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
+        """An artifact by its id (transfer's update_artifact intent names one); its
+        version_id is "" (an artifact read alone does not name its version)."""
+        if not artifact_id.isdigit():
+            return None
+        found = self._call("GET", f"{ARTIFACTS_PATH}/{artifact_id}", missing_ok=True)
+        return _artifact(self._remember(ARTIFACTS_PATH, found), "") if found else None
+
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         props = {**artifact.custom_properties, DIGEST: artifact.digest}
         if artifact.id:

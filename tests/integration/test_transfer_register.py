@@ -1,0 +1,360 @@
+"""`modelhooks transfer` end to end on the real servers: the Kubeflow Model Registry server
+(v0.3.0 + PostgreSQL), MinIO, distribution v3 and the private Sigstore. Each intent
+registers what it copied (PENDING → LIVE), a failure leaves the artifact ABANDONED with
+its reason, a re-run resumes the same model and version, two concurrent runs create one of
+each, and signatures verify with upstream `model_signing verify`."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import model_signing
+import pytest
+
+from modelhooks.adapters.model_registry.kubeflow import FAILURE_REASON, KubeflowModelRegistry
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.transfer.oci import OciEnd
+from modelhooks.core.records import ArtifactState, ModelArtifact
+from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
+from tests.servers.objectstores import Minio
+from tests.servers.registries import OciRegistry
+from tests.servers.sigstore import Sigstore
+from tests.unit.signing_material import KeyPair, make_key
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+NS, SA = "ml-transfer", "async-upload"
+
+
+@pytest.fixture
+def kubeflow(model_registry: ModelRegistryServer) -> Iterator[KubeflowModelRegistry]:
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    yield registry
+    registry.close()
+
+
+def model(root: Path) -> dict[str, bytes]:
+    files = {"config.json": b'{"layers": 2}', "weights.bin": os.urandom(100_000)}
+    root.mkdir(parents=True)
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    return files
+
+
+def metadata(root: Path, name: str, version: str) -> Path:
+    meta = root / "metadata"
+    meta.mkdir()
+    values = {
+        "RegisteredModel.name": name,
+        "RegisteredModel.owner": "nlp-team",
+        "RegisteredModel.custom_properties": '{"project": "sentiment-analysis", "team": "nlp"}',
+        "ModelVersion.name": version,
+        "ModelVersion.author": "alice",
+        "ModelVersion.custom_properties": '{"accuracy": 0.95, "f1_score": 0.93}',
+        "ModelArtifact.model_format_name": "onnx",
+        "ModelArtifact.model_format_version": "1",
+    }
+    for key, value in values.items():
+        (meta / key).write_text(value)
+    return meta
+
+
+def job_env(tmp_path: Path, model_registry: ModelRegistryServer, **extra: str) -> dict[str, str]:
+    """What a Job manifest sets: the registry (plain http here), the termination path."""
+    host, port = model_registry.url.removeprefix("http://").split(":")
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "MODEL_SYNC_REGISTRY_SERVER_ADDRESS": host,
+        "MODEL_SYNC_REGISTRY_PORT": port.rstrip("/"),
+        "MODEL_SYNC_REGISTRY_IS_SECURE": "false",
+        "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state"),
+        "MODEL_SYNC_TERMINATION_MESSAGE_PATH": str(tmp_path / "termination-log"),
+        **extra,
+    }
+
+
+def transfer(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "modelhooks"), "transfer", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+
+
+def s3_destination(minio: Minio, bucket: str, key: str) -> dict[str, str]:
+    return {
+        "MODEL_SYNC_DESTINATION_TYPE": "s3",
+        "MODEL_SYNC_DESTINATION_AWS_BUCKET": bucket,
+        "MODEL_SYNC_DESTINATION_AWS_KEY": key,
+        "MODEL_SYNC_DESTINATION_AWS_REGION": minio.region,
+        "MODEL_SYNC_DESTINATION_AWS_ACCESS_KEY_ID": minio.access_key,
+        "MODEL_SYNC_DESTINATION_AWS_SECRET_ACCESS_KEY": minio.secret_key,
+        "MODEL_SYNC_DESTINATION_AWS_ENDPOINT": minio.endpoint_url,
+    }
+
+
+@pytest.fixture
+def bucket(minio: Minio) -> str:
+    name = f"transfer-{secrets.token_hex(5)}"
+    with minio.s3_client() as client:
+        client.create_bucket(Bucket=name)
+    return name
+
+
+def test_create_model_registers_live_and_a_rerun_resumes_the_same_ids(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    minio: Minio,
+    bucket: str,
+) -> None:
+    name = f"sentiment-{secrets.token_hex(4)}"
+    src = tmp_path / "model"
+    env = job_env(
+        tmp_path,
+        model_registry,
+        MODEL_SYNC_SOURCE_TYPE="pvc",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_MODEL_UPLOAD_INTENT="create_model",
+        MODEL_SYNC_METADATA_CONFIGMAP_PATH=str(metadata(tmp_path, name, "v1")),
+        **s3_destination(minio, bucket, f"{name}/v1"),
+    )
+    # the source is not there yet: the copy fails, the artifact is left ABANDONED, not PENDING
+    failed = transfer(env)
+    assert failed.returncode == 2, failed.stderr
+    found = kubeflow.get_model(name)
+    assert found is not None
+    version = kubeflow.get_version(found.id, "v1")
+    assert version is not None
+    (artifact,) = kubeflow.list_artifacts(version.id)
+    assert artifact.state == ArtifactState.ABANDONED
+    assert "no such file or directory" in artifact.custom_properties[FAILURE_REASON]
+
+    files = model(src)
+    done = transfer(env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert json.loads((tmp_path / "termination-log").read_text()) == result
+    assert (result["model_id"], result["model_version_id"], result["model_artifact_id"]) == (
+        found.id,
+        version.id,
+        artifact.id,
+    )  # resumed: the same model, version and artifact, no "already exists"
+    assert result["state"] == "LIVE" and result["uri"] == f"s3://{bucket}/{name}/v1"
+    live = kubeflow.list_artifacts(version.id)[0]
+    assert (live.state, live.uri, live.digest) == (
+        ArtifactState.LIVE,
+        result["uri"],
+        result["digest"],
+    )
+    assert FAILURE_REASON not in live.custom_properties
+    assert live.custom_properties["kubeflow.model_format_name"] == "onnx"
+    model_props = kubeflow.get_model(name).custom_properties  # type: ignore[union-attr]
+    assert model_props["team"] == "nlp" and model_props["kubeflow.owner"] == "nlp-team"
+    assert version.custom_properties["accuracy"] == "0.95"
+    assert version.custom_properties["kubeflow.author"] == "alice"
+    with minio.s3_client() as client:
+        for path, data in files.items():
+            got = client.get_object(Bucket=bucket, Key=f"{name}/v1/{path}")["Body"].read()
+            assert got == data
+    progress = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert progress[-1]["progress"] == "finished" and progress[-1]["bytes"] == sum(
+        map(len, files.values())
+    )
+
+
+def test_update_artifact_and_create_version(
+    tmp_path: Path, model_registry: ModelRegistryServer, kubeflow: KubeflowModelRegistry
+) -> None:
+    name = f"m-{secrets.token_hex(4)}"
+    registered = kubeflow.create_model(name, properties={})
+    version = kubeflow.create_version(registered.id, "v1", properties={})
+    pending = kubeflow.upsert_artifact(
+        ModelArtifact("", version.id, "model", "", "", ArtifactState.PENDING, {"keep": "me"})
+    )
+    src = tmp_path / "model"
+    model(src)
+    env = job_env(
+        tmp_path,
+        model_registry,
+        MODEL_SYNC_SOURCE_TYPE="local",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_DESTINATION_TYPE="local",
+        MODEL_SYNC_DESTINATION_PATH=str(tmp_path / "out"),
+    )
+    done = transfer(env, "--model-artifact-id", pending.id)
+    assert done.returncode == 0, done.stderr
+    (artifact,) = kubeflow.list_artifacts(version.id)
+    assert (artifact.id, artifact.state, artifact.uri) == (
+        pending.id,
+        ArtifactState.LIVE,
+        str(tmp_path / "out"),
+    )
+    assert artifact.custom_properties["keep"] == "me"
+
+    (tmp_path / "metadata").mkdir()
+    (tmp_path / "metadata" / "ModelVersion.name").write_text("v2")
+    args = ["--model-upload-intent", "create_version", "--model-id", registered.id]
+    env["MODEL_SYNC_METADATA_CONFIGMAP_PATH"] = str(tmp_path / "metadata")
+    env["MODEL_SYNC_DESTINATION_PATH"] = str(tmp_path / "out2")
+    created = transfer(env, *args)
+    assert created.returncode == 0, created.stderr
+    v2 = kubeflow.get_version(registered.id, "v2")
+    assert v2 is not None and json.loads(created.stdout)["model_version_id"] == v2.id
+    assert kubeflow.list_artifacts(v2.id)[0].state == ArtifactState.LIVE
+
+
+def test_two_concurrent_runs_make_one_version_and_one_copy(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    distribution3: OciRegistry,
+) -> None:
+    name = f"c-{secrets.token_hex(4)}"
+    src = tmp_path / "model"
+    files = model(src)
+    repo = f"models/{name}"
+    env = job_env(
+        tmp_path,
+        model_registry,
+        MODEL_SYNC_SOURCE_TYPE="local",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_DESTINATION_OCI_URI=f"{distribution3.host}/{repo}:v1",
+        MODEL_SYNC_DESTINATION_OCI_BASE_IMAGE="scratch",
+        MODEL_SYNC_MODEL_UPLOAD_INTENT="create_model",
+        MODEL_SYNC_METADATA_CONFIGMAP_PATH=str(metadata(tmp_path, name, "v1")),
+    )
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda _: transfer(env), range(2)))
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    results = [json.loads(r.stdout) for r in runs]
+    assert results[0]["model_artifact_id"] == results[1]["model_artifact_id"]
+    assert results[0]["uri"] == results[1]["uri"]  # the same manifest: one copy
+    found = kubeflow.get_model(name)
+    assert found is not None
+    assert [v.name for v in kubeflow.list_versions(found.id)] == ["v1"]
+    client, r, ref = OciClients().for_uri(f"oci://{distribution3.host}/{repo}:v1")
+    got = {e.path: e.open(0).read() for e in OciEnd(client, r, ref).files()}
+    assert got == files
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
+    return make_key(tmp_path_factory.mktemp("keys"))
+
+
+def test_signed_with_a_key_verifies_with_upstream_model_signing(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    keys: KeyPair,
+) -> None:
+    src, out = tmp_path / "model", tmp_path / "out"
+    model(src)
+    registered = kubeflow.create_model(f"k-{secrets.token_hex(4)}", properties={})
+    version = kubeflow.create_version(registered.id, "v1", properties={})
+    artifact = kubeflow.upsert_artifact(ModelArtifact("", version.id, "model", "", ""))
+    env = job_env(
+        tmp_path,
+        model_registry,
+        MODEL_SYNC_SOURCE_TYPE="local",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_DESTINATION_TYPE="local",
+        MODEL_SYNC_DESTINATION_PATH=str(out),
+        MODEL_SYNC_MODEL_ARTIFACT_ID=artifact.id,
+        MODEL_SYNC_SIGN="true",
+        MODEL_SYNC_SIGNING_KEY=str(keys.private),
+    )
+    done = transfer(env)
+    assert done.returncode == 0, done.stderr
+    assert (out / "model.sig").is_file()
+    model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
+        out, out / "model.sig"
+    )
+    (out / "weights.bin").write_bytes(b"tampered")
+    with pytest.raises(ValueError):
+        model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
+            out, out / "model.sig"
+        )
+
+
+def test_sign_true_without_a_signer_fails_before_copying(
+    tmp_path: Path, model_registry: ModelRegistryServer
+) -> None:
+    src = tmp_path / "model"
+    model(src)
+    env = job_env(
+        tmp_path,
+        model_registry,
+        MODEL_SYNC_SOURCE_TYPE="local",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_DESTINATION_TYPE="local",
+        MODEL_SYNC_DESTINATION_PATH=str(tmp_path / "out"),
+        MODEL_SYNC_MODEL_ARTIFACT_ID="1",
+        MODEL_SYNC_SIGN="true",
+    )
+    failed = transfer(env)
+    assert failed.returncode == 2 and "SIGSTORE_TUF_URL" in failed.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_keyless_with_the_jobs_token_on_the_sigstore_urls_into_an_oci_image(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    sigstore: Sigstore,
+    distribution3: OciRegistry,
+) -> None:
+    src = tmp_path / "model"
+    files = model(src)
+    token = tmp_path / "token"
+    token.write_text(sigstore.token(NS, SA))
+    name = f"keyless-{secrets.token_hex(4)}"
+    env = job_env(
+        tmp_path,
+        model_registry,
+        **sigstore.env(),  # all three SIGSTORE_*_URL: signing on, no --sign needed
+        MODEL_SYNC_SOURCE_TYPE="local",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_DESTINATION_OCI_URI=f"{distribution3.host}/models/{name}:v1",
+        MODEL_SYNC_DESTINATION_OCI_BASE_IMAGE="scratch",
+        MODEL_SYNC_MODEL_UPLOAD_INTENT="create_model",
+        MODEL_SYNC_METADATA_CONFIGMAP_PATH=str(metadata(tmp_path, name, "v1")),
+        MODEL_SYNC_SIGNING_IDENTITY_TOKEN_PATH=str(token),
+    )
+    done = transfer(env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["signed_by"].startswith("sigstore " + Sigstore.identity(NS, SA))
+    found = kubeflow.list_artifacts(result["model_version_id"])[0]
+    assert found.custom_properties["modelhooks.signed_by"] == result["signed_by"]
+
+    pulled = tmp_path / "pulled"  # what a Pod mounting the image sees under /models
+    pulled.mkdir()
+    client, repo, ref = OciClients().for_uri(result["uri"])
+    for entry in OciEnd(client, repo, ref).files():
+        (pulled / entry.path).write_bytes(entry.open(0).read())
+    assert {p.name for p in pulled.iterdir()} == {*files, "model.sig"}
+    upstream = subprocess.run(
+        [
+            str(BIN / "model_signing"), "verify", "sigstore", str(pulled),
+            "--signature", str(pulled / "model.sig"),
+            "--identity", Sigstore.identity(NS, SA),
+            "--identity_provider", sigstore.issuer,
+            "--trust_config", str(sigstore.trust_config),
+        ],
+        capture_output=True, text=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+        timeout=120,
+    )  # fmt: skip
+    assert upstream.returncode == 0, upstream.stdout + upstream.stderr
