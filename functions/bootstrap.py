@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from modelhooks.adapters.kube_client import in_cluster
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.credentials import OAUTH2_ACCESS_TOKEN
+from modelhooks.adapters.signing.binding import binding_key
 from modelhooks.adapters.signing.config import SigningConfig
 from modelhooks.core.cleanup import Cleanup
 from modelhooks.core.content import ContentResolver
@@ -281,7 +282,10 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
     signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
     signer = made("signer", signing.signer)
     stores = made("stores", lambda: _stores(settings))
-    exclude = frozenset({settings.layout.marker, settings.signing.signature_name})
+    # what sign writes into a model's prefix is not the model: its content names it alike
+    # before and after signing (a redelivery is then a duplicate, not a conflict)
+    signature = settings.signing.signature_name
+    exclude = frozenset({settings.layout.marker, signature, binding_key(signature)})
     oci = made("oci", lambda: _oci(settings))
     return Deps(
         registry=made("registry", lambda: model_registry(settings)),

@@ -170,3 +170,26 @@ def test_naming_a_push_that_fails_answers_the_errors_status_and_never_raises(
     (outcome,) = build().broker().publish(event)
     assert outcome.status == 400 and "symbolic link" in str(outcome.error), outcome
     assert SqliteModelRegistry(home / "registry.db").get_model("m") is None
+
+
+def test_a_push_delivered_again_after_signing_is_a_duplicate(home: Path, tmp_path: Path) -> None:
+    """sign writes model.sig and its binding into the prefix: neither names the model, so
+    the redelivery is named alike and answered as the duplicate it is, not a 409."""
+    from modelhooks.core.settings import load_settings
+    from modelhooks.events.model import CanonicalEvent
+    from tests.unit.signing_material import make_key
+
+    lay_model(home, "models", "models/signed/1")
+    key = make_key(tmp_path).private
+    settings = load_settings({"home": str(home), "signing.key": str(key)}, env={})
+    broker = build(settings).broker()
+    data = ArtifactPushed(
+        model="signed", version="1", uri="gs://models/models/signed/1/",
+        digest="gcs-generation:1", store="gcs",
+    )  # fmt: skip
+    event = CanonicalEvent.new(data, source="/test", id="push-signed")
+    first = broker.publish(event)
+    assert {o.function: o.status for o in first}["sign"] == 200
+    assert (home / "store" / "models" / "models" / "signed" / "1" / "model.sig.binding").exists()
+    again = broker.publish(event)
+    assert [o.status for o in again] == [o.status for o in first], [o.as_json() for o in again]
