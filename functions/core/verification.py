@@ -151,7 +151,9 @@ class PolicySource(Protocol):
     [Policy(name='signed-models', namespace='team-a', …)]
     """
 
-    def policies(self, namespace: str) -> list[Policy]: ...
+    def policies(self, namespace: str, *, fresh: bool = False) -> list[Policy]:
+        """The policies as last seen (a cache may serve them); `fresh`: as they are now."""
+        ...
 
 
 class ModelVerifier(Protocol):

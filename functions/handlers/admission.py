@@ -58,16 +58,24 @@ def handle(
         return _pin(refs, model_verifier, deadline)
     if review.kind == MODEL:
         return _exists(review, refs, model_verifier, deadline)
-    try:
-        found = policies.policies(review.namespace)
-    except Transient as e:
-        return Decision.deny(f"verification policies could not be read: {e.message}", code=503)
     labels = _labels(review.kind, review.object)
-    checks = [_Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
-    for check in checks:
-        check.covering = [p for p in found if p.covers(labels, check.uri)]
-    _run(checks, found, labels, deadline, model_verifier, verdicts, registry)
-    return _decide(checks, review.namespace)
+    seen: list[str] | None = None
+    for fresh in (False, True):  # a denial is confirmed against the policies as they are now
+        try:
+            found = policies.policies(review.namespace, fresh=fresh)
+        except Transient as e:
+            return Decision.deny(f"verification policies could not be read: {e.message}", code=503)
+        if [p.version for p in found] == seen:
+            break  # the same policies: the same answer
+        seen = [p.version for p in found]
+        checks = [_Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
+        for check in checks:
+            check.covering = [p for p in found if p.covers(labels, check.uri)]
+        _run(checks, found, labels, deadline, model_verifier, verdicts, registry)
+        decision = _decide(checks, review.namespace)
+        if decision.allowed:
+            break
+    return decision
 
 
 @dataclass

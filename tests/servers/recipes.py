@@ -445,6 +445,13 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
         ),
         # The load generator of the throughput benchmark (tests/bench): C, not the bottleneck.
         AptPackage(name="wrk", package="wrk", version="4.1", binaries={"wrk": "/usr/bin/wrk"}),
+        # A rate-limited load generator (wrk has no rate): the admission benchmark's 200/s.
+        GoBuild(
+            name="hey",
+            module="github.com/rakyll/hey",
+            version="v0.1.5",
+            package="github.com/rakyll/hey",
+        ),
         # Containers (tests/servers/containers.py): the image build and run test.
         AptPackage(
             name="podman", package="podman", version="4.3", binaries={"podman": "/usr/bin/podman"}

@@ -36,11 +36,16 @@ def policy(name: str = "p", *, version: str = "1", **spec: Any) -> Policy:
 
 
 class Policies:
-    def __init__(self, *found: Policy) -> None:
-        self.found = list(found)
+    """`cached`: what a watch has seen so far (default: the same as now)."""
 
-    def policies(self, namespace: str) -> list[Policy]:
-        return self.found
+    def __init__(self, *found: Policy, cached: list[Policy] | None = None) -> None:
+        self.found = list(found)
+        self.cached = cached
+        self.fresh_reads = 0
+
+    def policies(self, namespace: str, *, fresh: bool = False) -> list[Policy]:
+        self.fresh_reads += fresh
+        return self.found if fresh or self.cached is None else self.cached
 
 
 class Verifier:
@@ -401,3 +406,18 @@ def test_a_model_source_tag_is_pinned() -> None:
     assert list(pinned.patch) == [
         {"op": "replace", "path": "/spec/source/oci/reference", "value": f"r.io/models/bert@{D1}"}
     ]
+
+
+def test_a_denial_is_confirmed_against_the_policies_as_they_are_now() -> None:
+    """A cache that has not seen a policy created a moment ago does not deny by it; an allow
+    from the cache needs no apiserver call."""
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    source = Policies(policy(), cached=[])
+    assert run(review(pod("r.io/models/bert:v1")), source, verifier).allowed
+    assert source.fresh_reads == 1
+    steady = Policies(policy(), cached=[policy()])
+    assert run(review(pod("r.io/models/bert:v1")), steady, verifier).allowed
+    assert steady.fresh_reads == 0
+    denied = Policies(policy(), cached=[policy()])
+    assert not run(review(pod("r.io/models/gpt:v1")), denied, verifier).allowed
+    assert denied.fresh_reads == 1 and verifier.verified.count((D2, "p")) == 1  # not redone

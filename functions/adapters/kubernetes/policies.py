@@ -1,7 +1,12 @@
-"""VerificationPolicies from the cluster (the PolicySource port): a namespace's own and
-every ClusterVerificationPolicy, listed for each review (two GETs on loopback-fast
-informer-less reads, so a policy change counts at the next admission; verdicts are cached
-by the policy's resourceVersion, not the list).
+"""VerificationPolicies from the cluster (the PolicySource port): a namespace's own and every
+ClusterVerificationPolicy.
+
+Served from memory, kept by a list + watch of both resources in a background thread (as an
+informer does): a review costs no apiserver call, and a policy created, changed or deleted
+counts as soon as its watch event arrives. Until both are listed, whenever a watch fails,
+and when asked `fresh` (admission does before it denies, so a policy created a moment ago
+is never missed), policies are listed for the review instead.
+Verdicts are cached by the policy's uid + resourceVersion, so a changed policy is a new key.
 
 >>> source = kubernetes_policies("")  # doctest: +SKIP
 >>> source.policies("team-a")  # doctest: +SKIP
@@ -10,6 +15,7 @@ by the policy's resourceVersion, not the list).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,12 +28,13 @@ __all__ = ["GROUP", "KubernetesPolicies", "NoPolicies", "kubernetes_policies"]
 
 GROUP, VERSION = "modelhooks.dev", "v1alpha1"
 VARIABLE = "MODELHOOKS_ADMISSION_KUBECONFIG"
+PLURALS = ("verificationpolicies", "clusterverificationpolicies")
 
 
 class NoPolicies:
     """Outside a cluster: no policy, so every model reference is refused (fail-closed)."""
 
-    def policies(self, namespace: str) -> list[Policy]:
+    def policies(self, namespace: str, *, fresh: bool = False) -> list[Policy]:
         return []
 
 
@@ -40,35 +47,126 @@ def kubernetes_policies(
 
 class KubernetesPolicies:
     def __init__(
-        self, api_client: Any = None, *, connection: Connection | None = None, timeout: float = 5.0
+        self,
+        api_client: Any = None,
+        *,
+        connection: Connection | None = None,
+        timeout: float = 5.0,
+        watch: bool = True,
     ) -> None:
         self._connection = connection or Connection(
             api_client, variable=VARIABLE, needs="admission"
         )
         self._timeout = timeout
+        self._watch = watch
+        self._lock = threading.Lock()
+        self._known: dict[str, dict[tuple[str, str], Policy]] = {p: {} for p in PLURALS}
+        self._synced: set[str] = set()
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
 
-    def policies(self, namespace: str) -> list[Policy]:
+    def policies(self, namespace: str, *, fresh: bool = False) -> list[Policy]:
+        self._start()
+        with self._lock:
+            if self._synced == set(PLURALS) and not fresh:
+                own = self._known["verificationpolicies"]
+                cluster = self._known["clusterverificationpolicies"]
+                found = [p for (ns, _), p in sorted(own.items()) if ns == namespace]
+                return found + [p for _, p in sorted(cluster.items())]
+        return self._listed(namespace)
+
+    def _listed(self, namespace: str) -> list[Policy]:
+        """Both lists read now (before the watches are synced, or while one fails)."""
         from kubernetes import client
 
         custom = client.CustomObjectsApi(self._connection.api_client)
         try:
             own = custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, "verificationpolicies", _request_timeout=self._timeout
+                GROUP, VERSION, namespace, PLURALS[0], _request_timeout=self._timeout
             )
             cluster = custom.list_cluster_custom_object(
-                GROUP, VERSION, "clusterverificationpolicies", _request_timeout=self._timeout
+                GROUP, VERSION, PLURALS[1], _request_timeout=self._timeout
             )
         except client.ApiException as e:
             raise Unavailable(f"listing VerificationPolicies: HTTP {e.status} {e.reason}") from None
         except Exception as e:  # urllib3 timeouts, connection refused
             raise Unavailable(f"listing VerificationPolicies: {e}") from None
-        found = []
-        for doc in [*own.get("items", []), *cluster.get("items", [])]:
+        return [p for d in [*own.get("items", []), *cluster.get("items", [])] if (p := _policy(d))]
+
+    def _start(self) -> None:
+        if not self._watch or self._threads:
+            return
+        with self._lock:
+            if self._threads:
+                return
+            for plural in PLURALS:
+                thread = threading.Thread(
+                    target=self._follow, args=(plural,), name=f"watch-{plural}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+
+    def _follow(self, plural: str) -> None:
+        """List, then watch from that resourceVersion; on any failure, unsynced (reviews
+        list for themselves) until the next list succeeds."""
+        from kubernetes import client, watch
+
+        custom = client.CustomObjectsApi(self._connection.api_client)
+        while not self._stopped.is_set():
             try:
-                found.append(Policy.from_resource(doc))
-            except (ConfigError, KeyError, TypeError) as e:  # the CRD refuses these; skip
-                log(logging.WARNING, "verification policy skipped", error=str(e))
-        return found
+                listed = custom.list_cluster_custom_object(
+                    GROUP, VERSION, plural, _request_timeout=self._timeout
+                )
+                known = {_key(d): p for d in listed.get("items", []) if (p := _policy(d))}
+                version = listed["metadata"]["resourceVersion"]
+                with self._lock:
+                    self._known[plural] = known
+                    self._synced.add(plural)
+                stream = watch.Watch().stream(
+                    custom.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    plural,
+                    resource_version=version,
+                    timeout_seconds=300,
+                )
+                for event in stream:
+                    if self._stopped.is_set():
+                        return
+                    self._apply(plural, event)
+            except Exception as e:  # the apiserver went away, 410 Gone, …: list again
+                with self._lock:
+                    self._synced.discard(plural)
+                log(logging.WARNING, "watching verification policies", plural=plural, error=str(e))
+                self._stopped.wait(1.0)
+
+    def _apply(self, plural: str, event: Mapping[str, Any]) -> None:
+        kind, doc = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise Unavailable(f"watch of {plural}: {doc.get('message', doc)}")
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return  # BOOKMARK
+        with self._lock:
+            if kind == "DELETED":
+                self._known[plural].pop(_key(doc), None)
+            elif (policy := _policy(doc)) is not None:
+                self._known[plural][_key(doc)] = policy
+            else:
+                self._known[plural].pop(_key(doc), None)
 
     def close(self) -> None:
+        self._stopped.set()
         self._connection.close()
+
+
+def _key(doc: Mapping[str, Any]) -> tuple[str, str]:
+    meta = doc.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _policy(doc: Mapping[str, Any]) -> Policy | None:
+    try:
+        return Policy.from_resource(doc)
+    except (ConfigError, KeyError, TypeError) as e:  # the CRD refuses these; skipped
+        log(logging.WARNING, "verification policy skipped", error=str(e))
+        return None
