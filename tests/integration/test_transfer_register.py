@@ -329,6 +329,7 @@ def test_keyless_with_the_jobs_token_on_the_sigstore_urls_into_an_oci_image(
         MODEL_SYNC_SOURCE_PATH=str(src),
         MODEL_SYNC_DESTINATION_OCI_URI=f"{distribution3.host}/models/{name}:v1",
         MODEL_SYNC_DESTINATION_OCI_BASE_IMAGE="scratch",
+        MODEL_SYNC_DESTINATION_OCI_ENABLE_TLS_VERIFY="false",  # as upstream's sample: http here
         MODEL_SYNC_MODEL_UPLOAD_INTENT="create_model",
         MODEL_SYNC_METADATA_CONFIGMAP_PATH=str(metadata(tmp_path, name, "v1")),
         MODEL_SYNC_SIGNING_IDENTITY_TOKEN_PATH=str(token),

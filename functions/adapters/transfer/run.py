@@ -100,6 +100,8 @@ def _store_end(cfg: TransferConfig, side: str, kind: str, ep: Any) -> Any:
 
     clients = _oci_clients(cfg, side)
     client, repo, ref = clients.for_uri(uri)
+    if side == "destination" and not cfg.flag("destination_oci_enable_tls_verify"):
+        client = _unverified(client, parse_uri(uri)[0])
     if side == "source":
         return oci.OciEnd(client, repo, ref, host=parse_uri(uri)[0])
     base = None
@@ -121,6 +123,33 @@ def _store_end(cfg: TransferConfig, side: str, kind: str, ep: Any) -> Any:
         base=base,
         journal=cfg.storage_path / f"oci-{key}.json",
     )
+
+
+def _unverified(client: Any, host: str) -> Any:
+    """MODEL_SYNC_DESTINATION_OCI_ENABLE_TLS_VERIFY=false, as upstream's tools read it:
+    HTTPS without verifying the certificate, or plain HTTP where the registry has no TLS."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from modelhooks.adapters.oci.distribution import DistributionRegistry
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    for scheme in ("https", "http"):
+        try:
+            opener.open(f"{scheme}://{host}/v2/", timeout=10).close()
+        except urllib.error.HTTPError:
+            pass  # an answer (401 asks for credentials): this scheme speaks
+        except OSError:
+            continue
+        return DistributionRegistry(
+            f"{scheme}://{host}", auth=client.auth.credentials, opener=opener
+        )
+    return client
 
 
 def _docker_ref(ref: str) -> str:
