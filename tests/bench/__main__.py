@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from tests.bench import (
+    bench_chain,
     bench_cleanup,
     bench_cold_start,
     bench_keyless,
@@ -22,6 +23,8 @@ from tests.bench import (
 def main() -> int:
     print("== spine: register vs a bare functions-framework function", flush=True)
     goals = bench_spine.main([])
+    print("\n== the signing chain: shuffled, duplicated deliveries with deletions", flush=True)
+    goals += bench_chain.main([])
     print("\n== cold start: each Cloud Run source folder vs a bare functions-framework function")
     goals += bench_cold_start.main([])
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
