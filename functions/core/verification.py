@@ -26,7 +26,11 @@ from typing import Any, Literal, Protocol
 
 from modelhooks.core.errors import ConfigError
 
-__all__ = ["Identity", "ModelVerifier", "Policy", "PolicySource", "Verdicts"]
+__all__ = ["MVO_LABEL", "Identity", "ModelVerifier", "Policy", "PolicySource", "Verdicts"]
+
+# The pod label MVO (sigstore/model-validation-operator) selects Pods by: its value names the
+# ModelValidation of the Pod's namespace that applies.
+MVO_LABEL = "validation.ml.sigstore.dev/ml"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class Policy:
     mode: Literal["enforce", "warn"] = "enforce"
     failure_policy: Literal["Fail", "Ignore"] = "Fail"
     trust_config: str = ""  # a sigstore ClientTrustConfig JSON (private instance), or ""
+    kind: str = "VerificationPolicy"  # or ClusterVerificationPolicy, ModelValidation (MVO)
+    refusal: str = ""  # why nothing it names can be trusted here (an MVO key file path)
 
     @classmethod
     def from_resource(cls, doc: Mapping[str, Any]) -> Policy:
@@ -102,11 +108,52 @@ class Policy:
             raise ConfigError(f"{policy.shown} trusts nothing (no keys, chains or identities)")
         return policy
 
+    @classmethod
+    def from_model_validation(cls, doc: Mapping[str, Any]) -> Policy:
+        """An MVO ModelValidation (ml.sigstore.dev/v1alpha1) as a policy for the Pods that
+        carry its label (`validation.ml.sigstore.dev/ml: <its name>`, its namespace): its
+        keyless identity maps; a key or CA given as a file path in MVO's validating
+        container cannot be read here, and says so."""
+        meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
+        config = spec.get("config") or {}
+        sigstore = config.get("sigstoreConfig") or {}
+        identities: tuple[Identity, ...] = ()
+        if sigstore.get("certificateIdentity") and sigstore.get("certificateOidcIssuer"):
+            identities = (
+                Identity(
+                    issuer=str(sigstore["certificateOidcIssuer"]),
+                    subject=str(sigstore["certificateIdentity"]),
+                ),
+            )
+        refusal = ""
+        for method, field_ in (
+            ("publicKeyConfig", "keyPath"),
+            ("pkiConfig", "certificateAuthority"),
+        ):
+            if method in config:
+                refusal = (
+                    f"its {method}.{field_} ({(config[method] or {}).get(field_, '')}) is a file in "
+                    "MVO's validating container, which admission cannot read: name the key or "
+                    "CA in a VerificationPolicy (inline PEM) instead"
+                )
+        name = str(meta.get("name", ""))
+        return cls(
+            name=name,
+            namespace=str(meta.get("namespace", "")),
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            identities=identities,
+            selector={"matchLabels": {MVO_LABEL: name}},
+            kind="ModelValidation",
+            refusal=refusal or ("" if identities else "it names no verification method"),
+        )
+
     @property
     def shown(self) -> str:
-        if self.namespace:
-            return f"VerificationPolicy {self.namespace}/{self.name}"
-        return f"ClusterVerificationPolicy {self.name}"
+        if self.kind == "VerificationPolicy" and not self.namespace:
+            return f"ClusterVerificationPolicy {self.name}"
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
 
     @property
     def version(self) -> str:
@@ -120,6 +167,8 @@ class Policy:
 
     def trusts(self) -> str:
         """What it trusts, for messages."""
+        if self.refusal and not (self.keys or self.chains or self.identities):
+            return "nothing readable here"
         parts = [f"key {n}" for n, _ in self.keys] + [f"chain {n}" for n, _ in self.chains]
         return ", ".join(parts + [f"identity {i}" for i in self.identities])
 

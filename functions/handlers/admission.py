@@ -99,6 +99,19 @@ class _Check:
             return covering, [(p, timeout) for p in covering], False
         return self.covering, self.failed, bool(self.accepted)
 
+    def answered_by(self, verdicts: Verdicts) -> bool:
+        """A digest reference with a cached verdict is answered here, with no thread and no
+        call (the steady state once the mutating webhook has pinned tags)."""
+        if not self.uri.startswith("oci://") or "@sha256:" not in self.uri:
+            return False
+        digest = self.uri.rpartition("@")[2]
+        for policy in self.covering:
+            if (signer := verdicts.get(digest, policy)) is not None:
+                self.target, self.digest = self.uri, digest
+                self.accepted.append((policy, signer))
+                return True
+        return False
+
     def run(
         self,
         found: list[Policy],
@@ -134,6 +147,9 @@ class _Check:
                 self.accepted.append((policy, cached))
                 return
         for policy in self.covering:
+            if policy.refusal:  # e.g. an MVO ModelValidation naming a key file path
+                self.failed.append((policy, VerificationFailed(policy.refusal)))
+                continue
             try:
                 signer = verifier.verify(self.target, self.digest, policy)
             except ModelhooksError as e:
@@ -153,7 +169,11 @@ def _run(
     verdicts: Verdicts,
     registry: ModelRegistry,
 ) -> None:
-    todo = [c for c in checks if c.covering or c.uri.startswith("model:")]
+    todo = [
+        c
+        for c in checks
+        if (c.covering or c.uri.startswith("model:")) and not c.answered_by(verdicts)
+    ]
     if not todo:
         return
     pool = ThreadPoolExecutor(min(len(todo), 8), thread_name_prefix="admission")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from modelhooks.adapters.kubernetes.connection import Connection
-from modelhooks.adapters.kubernetes.policies import KubernetesPolicies
+from modelhooks.adapters.kubernetes.policies import PLURALS, KubernetesPolicies
 from modelhooks.core.verification import Policy
 from tests.servers.kube import KubeApiServer
 
@@ -63,9 +63,7 @@ def test_policies_are_listed_then_kept_by_a_watch(
         spec = {"keys": [{"name": "k", "pem": PEM}]}
         try:
             assert name not in names(fresh=True)
-            eventually(
-                lambda: source._synced == {"verificationpolicies", "clusterverificationpolicies"}
-            )
+            assert eventually(lambda: source._synced == set(PLURALS))
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, "verificationpolicies",
                 {"apiVersion": f"{GROUP}/{VERSION}", "kind": "VerificationPolicy", "metadata": {"name": name}, "spec": spec},

@@ -40,7 +40,13 @@ DOCS = [
     for d in yaml.safe_load_all(path.read_text())
     if isinstance(d, dict)
 ]
-VERSIONS = {"": "v1", "apps": "v1", "events.k8s.io": "v1", "modelhooks.dev": "v1alpha1"}
+VERSIONS = {
+    "": "v1",
+    "apps": "v1",
+    "events.k8s.io": "v1",
+    "modelhooks.dev": "v1alpha1",
+    "ml.sigstore.dev": "v1alpha1",
+}
 CLUSTER_SCOPED = {"namespaces", "clusterverificationpolicies"}
 FRESH, EVERYWHERE = None, ""  # Step.namespace: a namespace made for the test, all of them
 

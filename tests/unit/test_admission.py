@@ -421,3 +421,46 @@ def test_a_denial_is_confirmed_against_the_policies_as_they_are_now() -> None:
     denied = Policies(policy(), cached=[policy()])
     assert not run(review(pod("r.io/models/gpt:v1")), denied, verifier).allowed
     assert denied.fresh_reads == 1 and verifier.verified.count((D2, "p")) == 1  # not redone
+
+
+def model_validation(config: dict[str, Any]) -> Policy:
+    """An MVO ModelValidation (ml.sigstore.dev/v1alpha1), fields as its CRD names them."""
+    return Policy.from_model_validation(
+        {
+            "apiVersion": "ml.sigstore.dev/v1alpha1",
+            "kind": "ModelValidation",
+            "metadata": {"name": "bert", "namespace": "ns", "uid": "mv", "resourceVersion": "7"},
+            "spec": {
+                "model": {"path": "/data/bert", "signaturePath": "/data/bert/model.sig"},
+                "config": config,
+            },
+        }
+    )
+
+
+def test_an_mvo_model_validation_is_a_policy_for_the_pods_with_its_label() -> None:
+    from modelhooks.core.verification import MVO_LABEL, Identity
+
+    keyless = model_validation(
+        {
+            "sigstoreConfig": {
+                "certificateIdentity": "ci@example.com",
+                "certificateOidcIssuer": "https://i",
+            }
+        }
+    )
+    assert keyless.identities == (Identity(issuer="https://i", subject="ci@example.com"),)
+    assert keyless.shown == "ModelValidation ns/bert" and not keyless.refusal
+    verifier = Verifier(TAGS, {D1: {"bert"}})
+    labelled = pod("r.io/models/bert:v1", labels={MVO_LABEL: "bert"})
+    assert run(review(labelled), Policies(keyless), verifier).allowed
+    other = run(
+        review(pod("r.io/models/bert:v1", labels={MVO_LABEL: "gpt"})), Policies(keyless), verifier
+    )
+    assert not other.allowed and "no VerificationPolicy" in other.message  # not its Pods
+
+    by_file = model_validation({"publicKeyConfig": {"keyPath": "/keys/pub.pem"}})
+    refused = run(review(labelled), Policies(by_file), Verifier(TAGS, {D1: {"bert"}}))
+    assert not refused.allowed
+    assert "ModelValidation ns/bert" in refused.message and "/keys/pub.pem" in refused.message
+    assert "cannot read" in refused.message

@@ -28,7 +28,15 @@ __all__ = ["GROUP", "KubernetesPolicies", "NoPolicies", "kubernetes_policies"]
 
 GROUP, VERSION = "modelhooks.dev", "v1alpha1"
 VARIABLE = "MODELHOOKS_ADMISSION_KUBECONFIG"
-PLURALS = ("verificationpolicies", "clusterverificationpolicies")
+# (group, version) of each resource read as policies; MVO's ModelValidations are honoured
+# where MVO's CRD is installed (absent: none, listed again now and then)
+RESOURCES = {
+    "verificationpolicies": (GROUP, VERSION),
+    "clusterverificationpolicies": (GROUP, VERSION),
+    "modelvalidations": ("ml.sigstore.dev", "v1alpha1"),
+}
+PLURALS = tuple(RESOURCES)
+_ABSENT_RETRY = 30.0  # seconds before an absent CRD (MVO's) is listed again
 
 
 class NoPolicies:
@@ -69,29 +77,44 @@ class KubernetesPolicies:
         self._start()
         with self._lock:
             if self._synced == set(PLURALS) and not fresh:
-                own = self._known["verificationpolicies"]
-                cluster = self._known["clusterverificationpolicies"]
-                found = [p for (ns, _), p in sorted(own.items()) if ns == namespace]
-                return found + [p for _, p in sorted(cluster.items())]
-        return self._listed(namespace)
+                return self._of(namespace, self._known)
+        return self._of(namespace, {p: self._list(p) for p in PLURALS})
 
-    def _listed(self, namespace: str) -> list[Policy]:
-        """Both lists read now (before the watches are synced, or while one fails)."""
+    @staticmethod
+    def _of(namespace: str, known: Mapping[str, Mapping[tuple[str, str], Policy]]) -> list[Policy]:
+        """The namespace's policies, then the cluster-wide ones, in name order."""
+        found = []
+        for plural in PLURALS:
+            for (ns, _), policy in sorted(known[plural].items()):
+                if ns in (namespace, "") and (ns == "") == (
+                    plural == "clusterverificationpolicies"
+                ):
+                    found.append(policy)
+        return sorted(found, key=lambda p: (p.namespace == "", p.kind, p.name))
+
+    def _list(self, plural: str) -> dict[tuple[str, str], Policy]:
+        """One resource listed now (before the watches are synced, while one fails, or
+        asked fresh); an absent CRD (MVO not installed) lists nothing."""
+        return self._listed(plural)[0]
+
+    def _listed(self, plural: str) -> tuple[dict[tuple[str, str], Policy], str]:
         from kubernetes import client
 
         custom = client.CustomObjectsApi(self._connection.api_client)
+        group, version = RESOURCES[plural]
         try:
-            own = custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURALS[0], _request_timeout=self._timeout
-            )
-            cluster = custom.list_cluster_custom_object(
-                GROUP, VERSION, PLURALS[1], _request_timeout=self._timeout
+            listed = custom.list_cluster_custom_object(
+                group, version, plural, _request_timeout=self._timeout
             )
         except client.ApiException as e:
-            raise Unavailable(f"listing VerificationPolicies: HTTP {e.status} {e.reason}") from None
+            if e.status == 404 and plural == "modelvalidations":
+                return {}, ""
+            raise Unavailable(f"listing {plural}: HTTP {e.status} {e.reason}") from None
         except Exception as e:  # urllib3 timeouts, connection refused
-            raise Unavailable(f"listing VerificationPolicies: {e}") from None
-        return [p for d in [*own.get("items", []), *cluster.get("items", [])] if (p := _policy(d))]
+            raise Unavailable(f"listing {plural}: {e}") from None
+        parse = _model_validation if plural == "modelvalidations" else _policy
+        known = {_key(d): p for d in listed.get("items", []) if (p := parse(d))}
+        return known, str(listed["metadata"]["resourceVersion"])
 
     def _start(self) -> None:
         if not self._watch or self._threads:
@@ -112,22 +135,22 @@ class KubernetesPolicies:
         from kubernetes import client, watch
 
         custom = client.CustomObjectsApi(self._connection.api_client)
+        group, version = RESOURCES[plural]
         while not self._stopped.is_set():
             try:
-                listed = custom.list_cluster_custom_object(
-                    GROUP, VERSION, plural, _request_timeout=self._timeout
-                )
-                known = {_key(d): p for d in listed.get("items", []) if (p := _policy(d))}
-                version = listed["metadata"]["resourceVersion"]
+                known, resource_version = self._listed(plural)
                 with self._lock:
                     self._known[plural] = known
                     self._synced.add(plural)
+                if not resource_version:  # an absent CRD: look again later
+                    self._stopped.wait(_ABSENT_RETRY)
+                    continue
                 stream = watch.Watch().stream(
                     custom.list_cluster_custom_object,
-                    GROUP,
-                    VERSION,
+                    group,
+                    version,
                     plural,
-                    resource_version=version,
+                    resource_version=resource_version,
                     timeout_seconds=300,
                 )
                 for event in stream:
@@ -147,9 +170,10 @@ class KubernetesPolicies:
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return  # BOOKMARK
         with self._lock:
+            parse = _model_validation if plural == "modelvalidations" else _policy
             if kind == "DELETED":
                 self._known[plural].pop(_key(doc), None)
-            elif (policy := _policy(doc)) is not None:
+            elif (policy := parse(doc)) is not None:
                 self._known[plural][_key(doc)] = policy
             else:
                 self._known[plural].pop(_key(doc), None)
@@ -162,6 +186,14 @@ class KubernetesPolicies:
 def _key(doc: Mapping[str, Any]) -> tuple[str, str]:
     meta = doc.get("metadata") or {}
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _model_validation(doc: Mapping[str, Any]) -> Policy | None:
+    try:
+        return Policy.from_model_validation(doc)
+    except (KeyError, TypeError, AttributeError) as e:
+        log(logging.WARNING, "ModelValidation skipped", error=str(e))
+        return None
 
 
 def _policy(doc: Mapping[str, Any]) -> Policy | None:
