@@ -874,6 +874,8 @@ CLUSTER_SCOPED = {
     "ClusterRoleBinding",
     "ValidatingWebhookConfiguration",
     "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 
 
