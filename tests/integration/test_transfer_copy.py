@@ -390,3 +390,81 @@ def test_oci_resume_keeps_the_layers_already_pushed(
     assert read_tree(out) == files
     third = copy(LocalEnd(str(src)), oci_end(distribution3, repo, "v1", fmt="image"), Counter())
     assert third.skipped == ["config.json", "weights.bin", "tokenizer/vocab.txt"]
+
+
+def test_s3_resume_with_the_journal_reads_and_sends_only_the_rest(
+    tmp_path: Path, bucket: tuple[S3ObjectStore, str]
+) -> None:
+    store, name = bucket
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(4 * CHUNK + 1000)
+    (src / "weights.bin").write_bytes(data)
+    journal = tmp_path / "state" / "s3.json"
+    sent: list[int] = []
+    upload_part = store.client.upload_part
+
+    def counting(**kw: Any) -> Any:
+        sent.append(kw["PartNumber"])
+        return upload_part(**kw)
+
+    store.client.upload_part = counting
+    with pytest.raises(Interrupted):
+        copy(
+            StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10),
+            S3End(store, name, "m", journal),
+            Counter(),
+        )
+    sent.clear()
+    again = StopAfter(LocalEnd(str(src)), len(data) * 2)
+    progress = Counter()
+    copied = copy(again, S3End(store, name, "m", journal), progress)
+    assert sent == [3, 4, 5]
+    assert again.read == len(data) - 2 * CHUNK  # the first two parts not even read
+    assert progress.total == len(data)
+    assert copied.files["weights.bin"][1] == hashlib.sha256(data).hexdigest()  # resumed hash
+    got = store.client.get_object(Bucket=name, Key="m/weights.bin")["Body"].read()
+    assert got == data
+    assert json.loads(journal.read_text())["entries"] == {}
+
+
+def test_oci_resume_inside_a_file_continues_the_registrys_upload(
+    tmp_path: Path, distribution3: OciRegistry, bucket: tuple[S3ObjectStore, str]
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(3 * CHUNK + 777)
+    (src / "weights.bin").write_bytes(data)
+    repo = f"models/partial-{secrets.token_hex(4)}"
+    journal = tmp_path / "state" / "oci.json"
+    with pytest.raises(Interrupted):  # two PATCHes in the registry, then killed
+        copy(
+            StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10),
+            oci_end(distribution3, repo, "v1", journal=journal),
+            Counter(),
+        )
+    saved = json.loads(journal.read_text())["entries"]["partial:weights.bin"]
+    assert saved["data_offset"] > 0
+    again = StopAfter(LocalEnd(str(src)), len(data) * 2)
+    dest = oci_end(distribution3, repo, "v1", journal=journal)
+    copied = copy(again, dest, Counter())
+    assert again.read == len(data) - saved["data_offset"]  # what was sent is not read again
+    assert copied.files["weights.bin"][1] == hashlib.sha256(data).hexdigest()
+    dest.finish(copied.order)  # type: ignore[attr-defined]  # the registry checked the digest
+    out = tmp_path / "out"
+    copy(oci_end(distribution3, repo, "v1"), LocalEnd(str(out)), Counter())
+    assert (out / "weights.bin").read_bytes() == data
+
+    # OCI → S3 resumes inside the file too: the layer is read by ranges from where it stopped
+    store, name = bucket
+    s3_journal = tmp_path / "state" / "s3.json"
+    with pytest.raises(Interrupted):
+        copy(
+            StopAfter(oci_end(distribution3, repo, "v1"), 2 * CHUNK + 10),
+            S3End(store, name, "m", s3_journal),
+            Counter(),
+        )
+    again = StopAfter(oci_end(distribution3, repo, "v1"), len(data) * 2)
+    copy(again, S3End(store, name, "m", s3_journal), Counter())
+    assert again.read == len(data) - 2 * CHUNK
+    assert store.client.get_object(Bucket=name, Key="m/weights.bin")["Body"].read() == data

@@ -19,13 +19,13 @@ Sources: a model's tag or digest in either shape (titled plain layers; tar layer
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from modelhooks.adapters.oci.distribution import (
     EMPTY,
@@ -34,7 +34,15 @@ from modelhooks.adapters.oci.distribution import (
     TITLE,
     DistributionRegistry,
 )
-from modelhooks.adapters.transfer.files import CHUNK, FileEntry, HashingReader, Progress, safe_path
+from modelhooks.adapters.transfer.files import (
+    CHUNK,
+    FileEntry,
+    HashingReader,
+    Journal,
+    Progress,
+    Sha256,
+    safe_path,
+)
 from modelhooks.core.errors import BadRequest, NotFound, Unavailable
 
 __all__ = ["OciEnd", "RangeReader"]
@@ -52,6 +60,35 @@ _DOCKER = {
     "application/vnd.docker.container.image.v1+json": CONFIG,
 }
 MODELS = "models/"
+
+
+@dataclass
+class _Upload:
+    """A blob upload in progress: where it continues, how much the registry has, the
+    digest of that much (and its saved state, for the journal)."""
+
+    location: str
+    offset: int
+    hash: Sha256
+    state: str | None = None
+
+
+def _tar_header(path: str, size: int) -> bytes:
+    if size < 0:
+        raise BadRequest(f"{path}: an OCI image layer needs the file's size in advance")
+    info = tarfile.TarInfo(MODELS + path)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    return info.tobuf(format=tarfile.PAX_FORMAT)
+
+
+def _skip(chunks: Iterator[bytes], n: int) -> Iterator[bytes]:
+    """`chunks` without their first `n` bytes (what the registry already has)."""
+    for chunk in chunks:
+        if n >= len(chunk):
+            n -= len(chunk)
+            continue
+        yield chunk[n:]
+        n = 0
 
 
 class RangeReader(io.RawIOBase):
@@ -94,7 +131,8 @@ class OciEnd:
         journal: Path | None = None,
     ) -> None:
         self.client, self.repo, self.ref, self.host = client, repo, ref, host
-        self.fmt, self.base, self.base_host, self.journal = fmt, base, base_host, journal
+        self.fmt, self.base, self.base_host = fmt, base, base_host
+        self.journal = Journal(journal)
         self.layers: dict[str, dict[str, Any]] = {}  # path → descriptor, as written
         self._previous: dict[str, dict[str, Any]] | None = None
 
@@ -121,7 +159,7 @@ class OciEnd:
                     yield entry
             elif "tar" in str(layer.get("mediaType", "")) and PATH in notes:
                 found = True
-                yield from self._tar_members(digest, size)
+                yield self._our_layer(digest, size, notes)
             elif TITLE in notes:
                 found = True
                 yield FileEntry(
@@ -137,6 +175,22 @@ class OciEnd:
             raise NotFound(
                 f"{self.uri}: no model files (no titled layers, no models/ in its layers)"
             )
+
+    def _our_layer(self, digest: str, size: int, notes: dict[str, str]) -> FileEntry:
+        """A layer `transfer` wrote (one file): read in place by ranges, so a resumed copy
+        starts anywhere in it."""
+        head = self.client.blob_range(self.repo, digest, 0, min(size, 64 * 1024))
+        with tarfile.open(fileobj=io.BytesIO(head), mode="r:") as tar:
+            member = tar.next()
+        if member is None or not member.isfile():
+            raise BadRequest(f"{self.uri}: layer {digest} holds no file")
+        start, length = member.offset_data, member.size
+
+        def open_at(offset: int) -> IO[bytes]:
+            reader = RangeReader(self.client, self.repo, digest, start + length, start + offset)
+            return io.BufferedReader(reader, CHUNK)
+
+        return FileEntry(safe_path(notes[PATH], self.uri), length, open_at, digest)
 
     def _tar_members(self, digest: str, size: int) -> Iterator[FileEntry]:
         stream = io.BufferedReader(RangeReader(self.client, self.repo, digest, size), CHUNK)
@@ -192,8 +246,7 @@ class OciEnd:
             layers = manifest.get("layers", [])
         except NotFound:
             layers = []
-        if self.journal is not None and self.journal.is_file():
-            layers = [*layers, *json.loads(self.journal.read_text()).get("layers", [])]
+        layers = [*layers, *(layer for _, layer in self.journal.items("layer:"))]
         for layer in layers:
             notes = layer.get("annotations") or {}
             if PATH in notes and SHA in notes:
@@ -202,11 +255,31 @@ class OciEnd:
 
     def write(self, entry: FileEntry, reader: HashingReader, progress: Progress) -> str:
         path = safe_path(entry.path, self.uri)
+        upload = self._resume(path, entry, reader, progress)
         if self.fmt == "image":
             media, chunks = LAYER_TAR, self._tar_chunks(path, entry, reader, progress)
         else:
             media, chunks = "application/octet-stream", self._raw_chunks(reader, progress)
-        digest, size = self._upload(chunks)
+        header = len(_tar_header(path, entry.size)) if self.fmt == "image" else 0
+        if upload is not None:  # resumed: the file from where it stopped, its header sent
+            chunks = _skip(chunks, header)
+        else:
+            upload = self._start()
+
+        def checkpoint(up: _Upload) -> None:
+            data_offset = up.offset - header
+            if up.state is None or data_offset != reader.count or data_offset > entry.size:
+                return
+            if not (entry.fingerprint and entry.seekable and reader.hash.state()):
+                return
+            self.journal.put(
+                f"partial:{path}",
+                {"source": entry.fingerprint, "fmt": self.fmt, "location": up.location,
+                 "offset": up.offset, "layer_state": up.state, "data_offset": data_offset,
+                 "file_state": reader.hash.state()},
+            )  # fmt: skip
+
+        digest, size = self._send(upload, chunks, checkpoint)
         sha = reader.hash.hexdigest()
         notes = {
             PATH: path,
@@ -222,15 +295,27 @@ class OciEnd:
             "size": size,
             "annotations": notes,
         }
-        self._save_journal()
+        self.journal.drop(f"partial:{path}")
+        self.journal.put(f"layer:{path}", self.layers[path])
         return sha
 
-    def _save_journal(self) -> None:
-        if self.journal is not None:
-            self.journal.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.journal.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"layers": list(self.layers.values())}))
-            tmp.replace(self.journal)
+    def _resume(
+        self, path: str, entry: FileEntry, reader: HashingReader, progress: Progress
+    ) -> _Upload | None:
+        """The interrupted upload of this file from the same source revision, where the
+        registry still has what the journal says it received; the reader moved past it."""
+        saved = self.journal.get(f"partial:{path}")
+        if not saved or saved.get("source") != entry.fingerprint or saved.get("fmt") != self.fmt:
+            return None
+        status, headers, _ = self.client.request("GET", self._url(saved["location"]))
+        received = _header(headers, "Range").rpartition("-")[2]
+        if status != 204 or not received.isdigit() or int(received) + 1 != saved["offset"]:
+            self.journal.drop(f"partial:{path}")  # gone (expired, garbage-collected): restart
+            return None
+        reader.resume(saved["data_offset"], saved["file_state"])
+        progress.advance(saved["data_offset"])
+        location = _header(headers, "Location") or saved["location"]
+        return _Upload(location, saved["offset"], Sha256(saved["layer_state"]))
 
     @staticmethod
     def _raw_chunks(reader: HashingReader, progress: Progress) -> Iterator[bytes]:
@@ -242,12 +327,10 @@ class OciEnd:
     def _tar_chunks(
         path: str, entry: FileEntry, reader: HashingReader, progress: Progress
     ) -> Iterator[bytes]:
-        if entry.size < 0:
-            raise BadRequest(f"{path}: an OCI image layer needs the file's size in advance")
-        info = tarfile.TarInfo(MODELS + path)
-        info.size, info.mode, info.mtime = entry.size, 0o644, 0
-        yield info.tobuf(format=tarfile.PAX_FORMAT)
-        sent = 0
+        """The layer of one file: its tar header, its bytes (from where `reader` stands),
+        the padding and the end of the archive."""
+        yield _tar_header(path, entry.size)
+        sent = reader.count
         while (
             data := reader.read_exact(min(CHUNK, entry.size - sent)) if sent < entry.size else b""
         ):
@@ -258,29 +341,45 @@ class OciEnd:
             raise Unavailable(f"{path}: the source ended after {sent} of {entry.size} bytes")
         yield b"\0" * ((-entry.size) % 512) + b"\0" * 1024
 
-    def _upload(self, chunks: Iterator[bytes]) -> tuple[str, int]:
-        """Stream `chunks` as one blob; (digest, size)."""
+    def _start(self) -> _Upload:
         status, headers, body = self.client.request("POST", f"/v2/{self.repo}/blobs/uploads/")
         self.client._check(status, body, "blob upload")
-        location, digest, offset = _header(headers, "Location"), hashlib.sha256(), 0
+        return _Upload(_header(headers, "Location"), 0, Sha256())
+
+    def _upload(self, chunks: Iterator[bytes]) -> tuple[str, int]:
+        """Stream `chunks` as one new blob; (digest, size)."""
+        return self._send(self._start(), chunks, None)
+
+    def _send(
+        self,
+        up: _Upload,
+        chunks: Iterator[bytes],
+        checkpoint: Callable[[_Upload], None] | None,
+    ) -> tuple[str, int]:
+        """PATCH `chunks` (in pieces of at least `CHUNK`) from `up.offset`, a checkpoint after
+        each, then PUT with the digest; (digest, size)."""
         pending = b""
         for chunk in chunks:
             pending += chunk
             if len(pending) < CHUNK:
                 continue
-            location = self._patch(location, pending, offset)
-            digest.update(pending)
-            offset += len(pending)
+            self._patch_pending(up, pending)
             pending = b""
+            if checkpoint is not None:
+                up.state = up.hash.state()
+                checkpoint(up)
         if pending:
-            location = self._patch(location, pending, offset)
-            digest.update(pending)
-            offset += len(pending)
-        name = "sha256:" + digest.hexdigest()
-        sep = "&" if "?" in location else "?"
-        status, _, body = self.client.request("PUT", f"{self._url(location)}{sep}digest={name}")
+            self._patch_pending(up, pending)
+        name = "sha256:" + up.hash.hexdigest()
+        sep = "&" if "?" in up.location else "?"
+        status, _, body = self.client.request("PUT", f"{self._url(up.location)}{sep}digest={name}")
         self.client._check(status, body, "blob upload")
-        return name, offset
+        return name, up.offset
+
+    def _patch_pending(self, up: _Upload, data: bytes) -> None:
+        up.location = self._patch(up.location, data, up.offset)
+        up.hash.update(data)
+        up.offset += len(data)
 
     def _url(self, location: str) -> str:
         return location if location.startswith("http") else f"{self.client.base_url}{location}"
@@ -311,8 +410,7 @@ class OciEnd:
         else:
             manifest = self._on_base(layers)
         digest = self.client.push_manifest(self.repo, self.ref, manifest)
-        if self.journal is not None:
-            self.journal.unlink(missing_ok=True)
+        self.journal.clear()
         return f"oci://{self.host}/{self.repo}@{digest}"
 
     def _on_base(self, layers: list[dict[str, Any]]) -> dict[str, Any]:

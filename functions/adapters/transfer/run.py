@@ -87,7 +87,11 @@ def _store_end(cfg: TransferConfig, side: str, kind: str, ep: Any) -> Any:
                 "aws_secret_access_key": ep.get("aws_secret_access_key"),
             },
         )
-        return stores.S3End(store, ep.get("aws_bucket"), ep.get("aws_key"))
+        journal = None
+        if side == "destination":
+            name = hashlib.sha256(f"s3:{ep.get('aws_bucket')}/{ep.get('aws_key')}".encode())
+            journal = cfg.storage_path / f"s3-{name.hexdigest()[:16]}.json"
+        return stores.S3End(store, ep.get("aws_bucket"), ep.get("aws_key"), journal)
     if kind == "gcs":
         from modelhooks.adapters.object_store.gcs import GcsObjectStore
 
@@ -178,7 +182,7 @@ def copy(source: Any, destination: Any, progress: Progress) -> Copied:
             copied.skipped.append(entry.path)
             progress.advance(entry.size)
         else:
-            with HashingReader(entry.open(0)) as reader:
+            with HashingReader(entry.open) as reader:
                 copied.files[entry.path] = (entry.size, destination.write(entry, reader, progress))
         order.append(entry.path)
     if not order:

@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from modelhooks.adapters.transfer.files import CHUNK, FileEntry, HashingReader, Progress, safe_path
+from modelhooks.adapters.transfer.files import (
+    CHUNK,
+    FileEntry,
+    HashingReader,
+    Journal,
+    Progress,
+    safe_path,
+)
 from modelhooks.core.errors import NotFound
 
 __all__ = ["GcsEnd", "LocalEnd", "S3End"]
@@ -39,8 +46,9 @@ class S3End:
     """`s3://bucket/key`: a source (the object `key`, or every object under `key/`) or a
     destination (files under `key/`)."""
 
-    def __init__(self, store: Any, bucket: str, key: str) -> None:
+    def __init__(self, store: Any, bucket: str, key: str, journal: Path | None = None) -> None:
         self.store, self.bucket, self.prefix = store, bucket, key.strip("/")
+        self.journal = Journal(journal)
 
     @property
     def uri(self) -> str:
@@ -121,22 +129,33 @@ class S3End:
                 client.put_object(Bucket=self.bucket, Key=key, Body=data, Metadata=meta)
                 progress.advance(len(data))
                 return meta[_SHA]
-            return self._multipart(key, reader, meta, progress, part)
+            return self._multipart(entry, key, reader, meta, progress, part)
         except Exception as exc:
             if getattr(exc, "response", None) is None:
                 raise
             raise self._err(exc, key) from None
 
     def _multipart(
-        self, key: str, reader: HashingReader, meta: dict[str, str], progress: Progress, part: int
+        self,
+        entry: FileEntry,
+        key: str,
+        reader: HashingReader,
+        meta: dict[str, str],
+        progress: Progress,
+        part: int,
     ) -> str:
         client = self.store.client
-        upload_id, done = self._open_upload(key)
+        parts: list[dict[str, Any]] = []
+        upload_id, done = self._journaled(entry, key, reader, parts, part)
+        if upload_id:
+            progress.advance(reader.count)  # what the journal says is there: not read again
+        else:
+            upload_id, done = self._open_upload(key)
         if not upload_id:
             upload_id = client.create_multipart_upload(
                 Bucket=self.bucket, Key=key, Metadata={**meta, "transfer-upload": "1"}
             )["UploadId"]
-        parts, number = [], 1
+        number = len(parts) + 1
         while True:
             data = reader.read_exact(part)
             if not data and number > 1:
@@ -151,17 +170,58 @@ class S3End:
                 parts.append({"PartNumber": number, "ETag": etag})
             progress.advance(len(data))
             number += 1
+            state = reader.hash.state()
+            if state and entry.fingerprint and entry.seekable:
+                self.journal.put(
+                    f"upload:{key}",
+                    {"source": entry.fingerprint, "upload_id": upload_id, "part": part,
+                     "parts": parts, "file_state": state, "offset": reader.count},
+                )  # fmt: skip
             if len(data) < part:
                 break
         sha = reader.hash.hexdigest()
         client.complete_multipart_upload(
             Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
         )
+        self.journal.drop(f"upload:{key}")
         # the sha256 is known only now: a tag (rewriting the metadata would copy the object)
         client.put_object_tagging(
             Bucket=self.bucket, Key=key, Tagging={"TagSet": [{"Key": _SHA, "Value": sha}]}
         )
         return sha
+
+    def _journaled(
+        self,
+        entry: FileEntry,
+        key: str,
+        reader: HashingReader,
+        parts: list[dict[str, Any]],
+        part: int,
+    ) -> tuple[str, dict[int, tuple[str, int]]]:
+        """The upload the journal recorded for this file from the same source revision, when
+        S3 still holds every part it lists: its id, the parts kept, the reader moved past
+        them (their bytes are neither read nor sent again)."""
+        saved = self.journal.get(f"upload:{key}")
+        if not saved or saved.get("source") != entry.fingerprint or saved.get("part") != part:
+            return "", {}
+        try:
+            listed = {
+                int(p["PartNumber"]): p["ETag"]
+                for page in self.store.client.get_paginator("list_parts").paginate(
+                    Bucket=self.bucket, Key=key, UploadId=saved["upload_id"]
+                )
+                for p in page.get("Parts", [])
+            }
+        except Exception as exc:
+            if getattr(exc, "response", None) is None:
+                raise
+            listed = {}  # the upload was aborted or expired: start again
+        if any(listed.get(p["PartNumber"]) != p["ETag"] for p in saved["parts"]):
+            self.journal.drop(f"upload:{key}")
+            return "", {}
+        reader.resume(saved["offset"], saved["file_state"])
+        parts.extend(saved["parts"])
+        return saved["upload_id"], {}
 
     def _open_upload(self, key: str) -> tuple[str, dict[int, tuple[str, int]]]:
         """The newest unfinished multipart upload of `key`: its id and {part number: (etag,
