@@ -1,4 +1,4 @@
-"""infra/k8s/admission/cel-policies.yaml on the real kube-apiserver: the ValidatingAdmission
+"""infra/examples/admission-cel-policies.yaml on the real kube-apiserver: the ValidatingAdmission
 Policies as shipped (their bindings renamed and pointed at this test's namespace label, the
 allowlist ConfigMap its own), deciding Pods and Deployments without any webhook."""
 
@@ -17,7 +17,7 @@ from tests.servers.kube import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
-FILE = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "admission" / "cel-policies.yaml"
+FILE = Path(__file__).resolve().parents[2] / "infra" / "examples" / "admission-cel-policies.yaml"
 DIGEST = "sha256:" + "a" * 64
 
 
