@@ -134,7 +134,7 @@ def test_s3_to_oci_image_on_its_base_and_back_to_local(
     dest = oci_end(distribution3, f"models/bert-{suffix}", "v1", base=base, fmt="image")
     progress = Counter()
     copied = copy(S3End(store, name, "bert/1"), dest, progress)
-    uri = dest.finish(copied.order)  # type: ignore[attr-defined]
+    uri = dest.finish(copied.order)
     assert uri.startswith(f"oci://{distribution3.host}/models/bert-{suffix}@sha256:")
     assert progress.total == sum(len(b) for b in files.values())
     assert {p: s for p, (_, s) in copied.files.items()} == {
@@ -170,7 +170,7 @@ def test_oci_artifact_to_s3_multipart_and_gcs(
     files = model_dir(src, big=2 * CHUNK + 12345)  # three S3 parts
     repo = f"models/artifact-{secrets.token_hex(4)}"
     dest = oci_end(distribution3, repo, "v1", fmt="artifact")
-    dest.finish(copy(LocalEnd(str(src)), dest, Counter()).order)  # type: ignore[attr-defined]
+    dest.finish(copy(LocalEnd(str(src)), dest, Counter()).order)
 
     store, name = bucket
     copy(oci_end(distribution3, repo, "v1"), S3End(store, name, "m/1"), Counter())
@@ -383,7 +383,7 @@ def test_oci_resume_keeps_the_layers_already_pushed(
     second = oci_end(distribution3, repo, "v1", fmt="image", journal=journal)
     copied = copy(LocalEnd(str(src)), second, Counter())
     assert copied.skipped == ["config.json", "weights.bin"]
-    second.finish(copied.order)  # type: ignore[attr-defined]
+    second.finish(copied.order)
     assert not journal.exists()
     out = tmp_path / "out"
     copy(oci_end(distribution3, repo, "v1"), LocalEnd(str(out)), Counter())
@@ -450,7 +450,7 @@ def test_oci_resume_inside_a_file_continues_the_registrys_upload(
     copied = copy(again, dest, Counter())
     assert again.read == len(data) - saved["data_offset"]  # what was sent is not read again
     assert copied.files["weights.bin"][1] == hashlib.sha256(data).hexdigest()
-    dest.finish(copied.order)  # type: ignore[attr-defined]  # the registry checked the digest
+    dest.finish(copied.order)  # the registry checked the digest
     out = tmp_path / "out"
     copy(oci_end(distribution3, repo, "v1"), LocalEnd(str(out)), Counter())
     assert (out / "weights.bin").read_bytes() == data

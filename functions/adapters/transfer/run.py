@@ -26,7 +26,16 @@ from modelhooks.adapters.transfer.config import TransferConfig
 from modelhooks.adapters.transfer.files import FileEntry, HashingReader, Progress
 from modelhooks.core.errors import ConfigError, ModelhooksError
 
-__all__ = ["Copied", "build_destination", "build_source", "copy", "sign_bundle", "transfer"]
+__all__ = [
+    "Copied",
+    "build_destination",
+    "build_signer",
+    "build_source",
+    "copy",
+    "sign_bundle",
+    "transfer",
+    "write_termination_message",
+]
 
 _log = logging.getLogger("modelhooks.transfer")
 SIGNATURE = "model.sig"
@@ -37,6 +46,7 @@ class Copied:
     uri: str = ""
     files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path → (size, sha256)
     skipped: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # the files in the source's order
     signed_by: str = ""
 
     @property
@@ -172,7 +182,6 @@ def copy(source: Any, destination: Any, progress: Progress) -> Copied:
     has from the same source revision (same size, a recorded sha256) is kept."""
     copied = Copied()
     progress.start(None)
-    order: list[str] = []
     for entry in source.files():
         if entry.path == SIGNATURE:  # a signature of the source is not ours to carry over
             continue
@@ -184,11 +193,10 @@ def copy(source: Any, destination: Any, progress: Progress) -> Copied:
         else:
             with HashingReader(entry.open) as reader:
                 copied.files[entry.path] = (entry.size, destination.write(entry, reader, progress))
-        order.append(entry.path)
-    if not order:
+        copied.order.append(entry.path)
+    if not copied.order:
         raise ConfigError(f"{getattr(source, 'uri', 'the source')}: no files to transfer")
     copied.uri = destination.uri
-    copied.order = order  # type: ignore[attr-defined]
     return copied
 
 
@@ -251,10 +259,10 @@ def transfer(
             entry = FileEntry(SIGNATURE, len(bundle), lambda _o: io.BytesIO(bundle), "")
             with HashingReader(io.BytesIO(bundle)) as reader:
                 copied.files[SIGNATURE] = (len(bundle), destination.write(entry, reader, _Quiet()))
-            copied.order.append(SIGNATURE)  # type: ignore[attr-defined]
+            copied.order.append(SIGNATURE)
             copied.signed_by = signer.identity()
         if hasattr(destination, "finish"):
-            copied.uri = destination.finish(copied.order)  # type: ignore[attr-defined]
+            copied.uri = destination.finish(copied.order)
     except (ModelhooksError, OSError, KeyboardInterrupt) as exc:
         if target is not None:
             reason = (
@@ -299,6 +307,3 @@ def write_termination_message(path: str, result: dict[str, Any], *, default: boo
         if not default:
             raise
         _log.debug("no termination message at %s (not in a Pod)", path)
-
-
-__all__ += ["build_signer", "write_termination_message"]
