@@ -287,3 +287,45 @@ def test_cli_exit_status_and_one_message(capsys: pytest.CaptureFixture[str]) -> 
     err = capsys.readouterr().err
     assert err.startswith("config_error: transfer is missing")
     assert "Traceback" not in err
+
+
+def test_the_registry_is_reached_as_upstreams_client_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modelhooks.cli.transfer import _registry
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    monkeypatch.setenv("MY_TOKEN", "t0ken")
+    cases = [
+        ({"MODEL_SYNC_REGISTRY_SERVER_ADDRESS": "mr.example"}, "https://mr.example:443"),
+        (
+            {
+                "MODEL_SYNC_REGISTRY_SERVER_ADDRESS": "http://mr.svc",
+                "MODEL_SYNC_REGISTRY_PORT": "8080",
+            },
+            "http://mr.svc:8080",
+        ),
+        (
+            {
+                "MODEL_SYNC_REGISTRY_SERVER_ADDRESS": "mr.svc",
+                "MODEL_SYNC_REGISTRY_IS_SECURE": "false",
+            },
+            "http://mr.svc:443",
+        ),
+        (
+            {"MODEL_SYNC_REGISTRY_SERVER_ADDRESS": "https://mr.example:9443"},
+            "https://mr.example:9443",
+        ),
+    ]
+    for env, url in cases:
+        registry = _registry(resolve([], {**BASE, **env}))
+        assert registry.api_url == url + "/api/model_registry/v1alpha3"
+        registry.close()
+    cfg = resolve(
+        ["--registry-user-token-envvar", "MY_TOKEN", "--registry-custom-ca", str(ca)], BASE
+    )
+    registry = _registry(cfg)
+    assert registry._headers == {"Authorization": "Bearer t0ken"}
+    assert registry._ca_file and Path(registry._ca_file).read_text().startswith("-----BEGIN")
+    registry.close()
