@@ -6,6 +6,7 @@ each, and signatures verify with upstream `model_signing verify`."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import model_signing
 import pytest
@@ -359,3 +361,66 @@ def test_keyless_with_the_jobs_token_on_the_sigstore_urls_into_an_oci_image(
         timeout=120,
     )  # fmt: skip
     assert upstream.returncode == 0, upstream.stdout + upstream.stderr
+
+
+def test_a_token_registry_through_the_dockerconfigjson_then_on_to_gcs(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    distribution3_token_auth: OciRegistry,
+    token_server: Any,
+    fake_gcs: Any,
+) -> None:
+    """The credential files as a Job mounts them: a .dockerconfigjson for a registry that
+    wants Bearer tokens (base64 user:password, as `kubectl create secret docker-registry`
+    writes it), and from that registry on to GCS, each registered LIVE."""
+    src = tmp_path / "model"
+    files = model(src)
+    host = distribution3_token_auth.host
+    secret = tmp_path / "oci-creds"
+    secret.mkdir()
+    auth = base64.b64encode(f"writer:{token_server.users['writer'][0]}".encode()).decode()
+    (secret / ".dockerconfigjson").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+    registered = kubeflow.create_model(f"t-{secrets.token_hex(4)}", properties={})
+    version = kubeflow.create_version(registered.id, "v1", properties={})
+    first = kubeflow.upsert_artifact(ModelArtifact("", version.id, "model", "", ""))
+    repo = f"auth/transfer-{secrets.token_hex(4)}"
+    env = job_env(
+        tmp_path,
+        model_registry,
+        MODEL_SYNC_SOURCE_TYPE="local",
+        MODEL_SYNC_SOURCE_PATH=str(src),
+        MODEL_SYNC_DESTINATION_OCI_URI=f"{host}/{repo}:v1",
+        MODEL_SYNC_DESTINATION_OCI_FORMAT="artifact",
+        MODEL_SYNC_DESTINATION_OCI_CREDENTIALS_PATH=str(secret / ".dockerconfigjson"),
+        MODEL_SYNC_MODEL_ARTIFACT_ID=first.id,
+    )
+    done = transfer(env)
+    assert done.returncode == 0, done.stderr
+    assert token_server.seen(repo)  # the registry's tokens were fetched as `writer`
+    refused = transfer(
+        {**env, "MODEL_SYNC_DESTINATION_OCI_CREDENTIALS_PATH": str(tmp_path / "none")}
+    )
+    assert refused.returncode == 2 and "none" in refused.stderr
+
+    bucket = f"transfer-{secrets.token_hex(5)}"
+    fake_gcs.storage_client().create_bucket(bucket)
+    second = kubeflow.upsert_artifact(ModelArtifact("", version.id, "copy", "", ""))
+    env = job_env(
+        tmp_path,
+        model_registry,
+        **fake_gcs.env,
+        GOOGLE_CLOUD_PROJECT=fake_gcs.project,
+        MODEL_SYNC_SOURCE_TYPE="oci",
+        MODEL_SYNC_SOURCE_OCI_URI=f"{host}/{repo}:v1",
+        MODEL_SYNC_SOURCE_OCI_CREDENTIALS_PATH=str(secret),
+        MODEL_SYNC_DESTINATION_TYPE="gcs",
+        MODEL_SYNC_DESTINATION_GCS_BUCKET=bucket,
+        MODEL_SYNC_DESTINATION_GCS_KEY="m/v1",
+        MODEL_SYNC_MODEL_ARTIFACT_ID=second.id,
+    )
+    done = transfer(env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["uri"] == f"gs://{bucket}/m/v1"
+    blobs = {b.name: b.download_as_bytes() for b in fake_gcs.storage_client().list_blobs(bucket)}
+    assert blobs == {f"m/v1/{name}": data for name, data in files.items()}
