@@ -18,6 +18,7 @@ from tests.bench import (
     bench_prune,
     bench_signing,
     bench_spine,
+    bench_transfer,
 )
 
 
@@ -57,6 +58,12 @@ def main() -> int:
         flush=True,
     )
     goals += bench_admission.main([])
+    print(
+        "\n== transfer: a 2 GiB model MinIO → OCI and back vs a raw copy and upstream's "
+        "download-then-upload, and a copy resumed after a kill at 50 %",
+        flush=True,
+    )
+    goals += bench_transfer.main([])
     print("\n== goals")
     for goal in goals:
         print(goal.line())
