@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.sign_warning:
         print(f"warning: {cfg.sign_warning}", file=sys.stderr)
     registry = _registry(cfg)
+    signal.signal(signal.SIGTERM, _terminated)  # a deleted Job or evicted Pod: ABANDONED
     progress = Bar() if sys.stderr.isatty() else JsonProgress()
     with common.interruptible(
         lambda: f"{progress.so_far()}; the artifact is ABANDONED, a re-run resumes"
@@ -72,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print(json.dumps(result, sort_keys=True))
     return 0
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("terminated (SIGTERM)")
 
 
 def _registry(cfg: Any) -> Any:

@@ -424,3 +424,61 @@ def test_a_token_registry_through_the_dockerconfigjson_then_on_to_gcs(
     assert json.loads(done.stdout)["uri"] == f"gs://{bucket}/m/v1"
     blobs = {b.name: b.download_as_bytes() for b in fake_gcs.storage_client().list_blobs(bucket)}
     assert blobs == {f"m/v1/{name}": data for name, data in files.items()}
+
+
+def test_a_terminated_job_leaves_the_artifact_abandoned_saying_so(
+    tmp_path: Path, model_registry: ModelRegistryServer, kubeflow: KubeflowModelRegistry
+) -> None:
+    """SIGTERM (a deleted Job, an evicted Pod) in the middle of a copy: ABANDONED with the
+    reason, not PENDING forever."""
+    import http.server
+    import socketserver
+    import threading
+    import time
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(10 * 1024 * 1024))
+            self.end_headers()
+            for _ in range(100):  # a trickle: the transfer is mid-copy for seconds
+                try:
+                    self.wfile.write(b"x" * 1024)
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.1)
+
+    registered = kubeflow.create_model(f"s-{secrets.token_hex(4)}", properties={})
+    version = kubeflow.create_version(registered.id, "v1", properties={})
+    artifact = kubeflow.upsert_artifact(ModelArtifact("", version.id, "model", "", ""))
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Slow) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        env = job_env(
+            tmp_path,
+            model_registry,
+            MODEL_SYNC_SOURCE_TYPE="uri",
+            MODEL_SYNC_SOURCE_URI=f"http://127.0.0.1:{server.server_address[1]}/weights.bin",
+            MODEL_SYNC_SOURCE_URI_ALLOW_LOCAL="true",
+            MODEL_SYNC_DESTINATION_TYPE="local",
+            MODEL_SYNC_DESTINATION_PATH=str(tmp_path / "out"),
+            MODEL_SYNC_MODEL_ARTIFACT_ID=artifact.id,
+        )
+        job = subprocess.Popen(
+            [str(BIN / "modelhooks"), "transfer"], env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 30
+        while kubeflow.list_artifacts(version.id)[0].state != ArtifactState.PENDING:
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)
+        job.terminate()
+        _, err = job.communicate(timeout=30)
+        server.shutdown()
+    assert job.returncode == 130, err
+    (found,) = kubeflow.list_artifacts(version.id)
+    assert found.state == ArtifactState.ABANDONED
+    assert "terminated (SIGTERM)" in found.custom_properties[FAILURE_REASON]

@@ -265,11 +265,14 @@ def transfer(
             copied.uri = destination.finish(copied.order)
     except (ModelhooksError, OSError, KeyboardInterrupt) as exc:
         if target is not None:
-            reason = (
-                exc.message if isinstance(exc, ModelhooksError) else f"{type(exc).__name__}: {exc}"
-            )
+            if isinstance(exc, ModelhooksError):
+                reason = exc.message
+            elif isinstance(exc, KeyboardInterrupt):
+                reason = f"interrupted: {exc or 'Ctrl-C'}; a re-run resumes"
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
             try:
-                register.fail(registry, target, reason or "interrupted")
+                register.fail(registry, target, reason)
             except ModelhooksError as again:
                 _log.error("could not record the failure in the registry: %s", again.message)
         raise
