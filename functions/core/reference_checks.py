@@ -1,0 +1,152 @@
+"""Deciding the model references of one AdmissionReview: each distinct reference resolved
+to its immutable digest once, then checked against every policy covering it through the
+ModelVerifier port (cached verdicts first), all within the review's deadline. The
+`admission` handler (modelhooks.handlers.admission) turns the outcomes into its answer.
+
+>>> checks = [Check("oci://r.io/m@sha256:…", covering=[policy])]  # doctest: +SKIP
+>>> run_checks(checks, [policy], {}, deadline, verifier, verdicts, registry)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from modelhooks.core.errors import ModelhooksError, Transient, VerificationFailed
+from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.records import PUSHED_AT, ModelState
+from modelhooks.core.verification import ModelVerifier, Policy, Verdicts
+
+__all__ = ["Check", "registered_target", "run_checks"]
+
+_VERIFIABLE = ("oci://", "gs://", "s3://")
+
+
+@dataclass
+class Check:
+    """One distinct reference: the policies covering it and how each one answered."""
+
+    uri: str
+    covering: list[Policy] = field(default_factory=list)
+    digest: str = ""
+    target: str = ""  # what is verified: the reference, or a registered model's artifact
+    error: ModelhooksError | None = None  # the reference itself could not be resolved
+    accepted: list[tuple[Policy, str]] = field(default_factory=list)  # (policy, signer)
+    failed: list[tuple[Policy, ModelhooksError]] = field(default_factory=list)
+    late: bool = False  # not done within admission.timeout
+
+    def outcome(self) -> tuple[list[Policy], list[tuple[Policy, ModelhooksError]], bool]:
+        """(covering policies, failures, accepted) as the answer reads them."""
+        if self.late:
+            timeout = Transient("verification did not complete within admission.timeout")
+            covering = list(self.covering)
+            return covering, [(p, timeout) for p in covering], False
+        return self.covering, self.failed, bool(self.accepted)
+
+    def answered_by(self, verdicts: Verdicts) -> bool:
+        """A digest reference with a cached verdict is answered here, with no thread and no
+        call (the steady state once the mutating webhook has pinned tags)."""
+        if not self.uri.startswith("oci://") or "@sha256:" not in self.uri:
+            return False
+        digest = self.uri.rpartition("@")[2]
+        for policy in self.covering:
+            if (signer := verdicts.get(digest, policy)) is not None:
+                self.target, self.digest = self.uri, digest
+                self.accepted.append((policy, signer))
+                return True
+        return False
+
+    def run(
+        self,
+        found: list[Policy],
+        labels: Mapping[str, str],
+        verifier: ModelVerifier,
+        verdicts: Verdicts,
+        registry: ModelRegistry,
+    ) -> None:
+        try:
+            self.target, registered = registered_target(self.uri, registry)
+            if self.target != self.uri:  # a registered model: policies of its artifact too
+                more = [p for p in found if p not in self.covering]
+                self.covering += [p for p in more if p.covers(labels, self.target)]
+            if not self.covering:
+                return
+            if not self.target.startswith(_VERIFIABLE):
+                raise VerificationFailed(
+                    f"{self.target} cannot be verified at admission: only oci://, gs://, s3:// "
+                    "and registered models (modelhooks.dev/model) can"
+                )
+            self.digest = verifier.resolve(self.target)
+            if registered and registered != self.digest and self.target.startswith("oci://"):
+                raise VerificationFailed(
+                    f"it now names {self.digest}, not the registered {registered}"
+                )
+        except ModelhooksError as e:
+            self.error = e
+            self.failed = [(p, e) for p in self.covering]
+            return
+        for policy in self.covering:
+            cached = verdicts.get(self.digest, policy)
+            if cached is not None:
+                self.accepted.append((policy, cached))
+                return
+        for policy in self.covering:
+            if policy.refusal:  # e.g. an MVO ModelValidation naming a key file path
+                self.failed.append((policy, VerificationFailed(policy.refusal)))
+                continue
+            try:
+                signer = verifier.verify(self.target, self.digest, policy)
+            except ModelhooksError as e:
+                self.failed.append((policy, e))
+                continue
+            verdicts.put(self.digest, policy, signer)
+            self.accepted.append((policy, signer))
+            return
+
+
+def run_checks(
+    checks: list[Check],
+    found: list[Policy],
+    labels: Mapping[str, str],
+    deadline: float,
+    verifier: ModelVerifier,
+    verdicts: Verdicts,
+    registry: ModelRegistry,
+) -> None:
+    todo = [
+        c
+        for c in checks
+        if (c.covering or c.uri.startswith("model:")) and not c.answered_by(verdicts)
+    ]
+    if not todo:
+        return
+    pool = ThreadPoolExecutor(min(len(todo), 8), thread_name_prefix="admission")
+    futures = {pool.submit(c.run, found, labels, verifier, verdicts, registry): c for c in todo}
+    _, late = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    pool.shutdown(wait=False, cancel_futures=True)
+    for future in late:  # its thread may still write to it: the answer no longer reads it
+        futures[future].late = True
+
+
+def registered_target(uri: str, registry: ModelRegistry) -> tuple[str, str]:
+    """(what to verify, the digest registered for it) for a reference; a registered model
+    (`model:<name>[/<version>]`) is its version's artifact."""
+    if not uri.startswith("model:"):
+        return uri, ""
+    name, _, wanted = uri.removeprefix("model:").partition("/")
+    model = registry.get_model(name)
+    if model is None:
+        raise VerificationFailed(f"no registered model {name!r}: push and register it first")
+    if wanted:
+        version = registry.get_version(model.id, wanted)
+    else:
+        live = [v for v in registry.list_versions(model.id) if v.state == ModelState.LIVE]
+        version = max(live, key=lambda v: v.custom_properties.get(PUSHED_AT, ""), default=None)
+    if version is None or version.state != ModelState.LIVE:
+        raise VerificationFailed(f"model {name!r} has no live version {wanted or ''}".rstrip())
+    props = version.custom_properties
+    if not props.get("uri"):
+        raise VerificationFailed(f"model {name!r} version {version.name!r} records no artifact")
+    return props["uri"], props.get("digest", "")
