@@ -21,25 +21,23 @@ is named.
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import TITLE, DistributionRegistry
 from modelhooks.adapters.signing.binding import Binding, binding_key, changes
-from modelhooks.adapters.signing.bundle import MEDIA_TYPE, fulcio_issuer, signer_of
+from modelhooks.adapters.signing.bundle import MEDIA_TYPE, signer_of
 from modelhooks.adapters.signing.manifest import DEFAULT_IGNORED, Manifest
 from modelhooks.adapters.signing.model import verify_bundle
+from modelhooks.adapters.signing.policy_trust import verifiers_for
 from modelhooks.adapters.signing.streaming import read_object
-from modelhooks.core.errors import ConfigError, NotFound, VerificationFailed
+from modelhooks.core.errors import NotFound, VerificationFailed
 from modelhooks.core.ports import Verifier
 from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
-from modelhooks.core.verification import Identity, Policy
+from modelhooks.core.verification import Policy
 
 __all__ = ["StoreModelVerifier"]
 
@@ -193,7 +191,7 @@ class StoreModelVerifier:
             if policy.version in self._verifiers:
                 self._verifiers.move_to_end(policy.version)
                 return self._verifiers[policy.version]
-        built = _verifiers(policy, self._trust_config)
+        built = verifiers_for(policy, self._trust_config)
         with self._lock:
             self._verifiers[policy.version] = built
             while len(self._verifiers) > 64:
@@ -237,99 +235,3 @@ def _bundles(client: DistributionRegistry, repo: str, digest: str) -> Iterator[b
             size = int(layer.get("size", 0))
             if layer.get("mediaType") == MEDIA_TYPE and 0 < size <= _MAX_BUNDLE_BYTES:
                 yield client.blob_range(repo, layer["digest"], 0, size)
-
-
-def _verifiers(policy: Policy, trust_config: str) -> list[Verifier]:
-    from modelhooks.adapters.signing.keys import CertificateVerifier, KeyVerifier
-
-    made: list[Verifier] = []
-    for name, pem in (*policy.keys, *policy.chains):
-        if not pem:  # public material needs no Secret; admission reads none
-            raise VerificationFailed(
-                f"{policy.shown}: {name} names a secretRef, which admission does not read: "
-                "put the PEM inline (spec.keys[].pem, spec.certificateChains[].pem)"
-            )
-    with tempfile.TemporaryDirectory(prefix="modelhooks-policy-") as tmp:
-        for i, (name, pem) in enumerate(policy.keys):
-            made.append(_loaded(KeyVerifier, _file(tmp, f"key{i}.pem", pem), policy, name))
-        for i, (name, pem) in enumerate(policy.chains):
-            chain = [_file(tmp, f"chain{i}.pem", pem)]
-            made.append(_loaded(CertificateVerifier, chain, policy, name))
-    if policy.identities:
-        made += _identities(policy, trust_config)
-    return made
-
-
-def _identities(policy: Policy, trust_config: str) -> list[Verifier]:
-    from modelhooks.adapters.signing.keyless import SigstoreTrust
-
-    trust = SigstoreTrust.from_env(trust_config=Path(trust_config) if trust_config else None)
-    return [_KeylessVerifier(trust, identity) for identity in policy.identities]
-
-
-class _KeylessVerifier:
-    """A Sigstore bundle whose Fulcio certificate names an identity the policy accepts:
-    subject and issuer each exact or matched in full by a regular expression
-    (modelhooks.core.verification.Identity), over the verified certificate."""
-
-    def __init__(self, trust: Any, identity: Identity) -> None:
-        self._trust, self._identity = trust, identity
-        self._verifier: Any = None
-
-    def identity(self) -> str:
-        return f"sigstore {self._identity}"
-
-    def verify(self, bundle: bytes) -> bytes:
-        from sigstore.models import Bundle
-
-        if self._verifier is None:
-            from sigstore.verify import Verifier as SigstoreVerifier
-
-            self._verifier = SigstoreVerifier(trusted_root=self._trust.verifying_root())
-        try:
-            parsed = Bundle.from_json(bundle)
-            payload_type, payload = self._verifier.verify_dsse(parsed, _Accepts(self._identity))
-        except Exception as e:
-            raise VerificationFailed("Sigstore verification failed", reason=str(e)) from e
-        if payload_type != "application/vnd.in-toto+json":
-            raise VerificationFailed("unexpected DSSE payload type", payload_type=payload_type)
-        return bytes(payload)
-
-
-class _Accepts:
-    """sigstore's VerificationPolicy protocol over an Identity."""
-
-    def __init__(self, identity: Identity) -> None:
-        self._identity = identity
-
-    def verify(self, cert: Any) -> None:
-        from cryptography import x509
-        from sigstore.errors import VerificationError
-
-        try:
-            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-            names = [str(n.value) for n in san]
-        except x509.ExtensionNotFound:
-            names = []
-        issuer = fulcio_issuer(cert) or ""
-        if not any(self._identity.accepts(issuer, name) for name in names):
-            raise VerificationError(
-                f"certificate identity {', '.join(names) or '?'} ({issuer or 'no issuer'}) "
-                f"is not {self._identity}"
-            )
-
-
-def _file(tmp: str, name: str, pem: str) -> Path:
-    path = Path(tmp) / name
-    path.write_text(pem)
-    return path
-
-
-def _loaded(kind: Any, material: Any, policy: Policy, name: str) -> Verifier:
-    try:
-        verifier: Verifier = kind(material)
-    except ConfigError as e:
-        raise VerificationFailed(
-            f"{policy.shown}: {name} cannot be loaded ({e.details.get('reason', e.message)})"
-        ) from None
-    return verifier
