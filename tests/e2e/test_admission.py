@@ -154,6 +154,12 @@ def start_webhook(
                 "operations": ["CREATE"],
                 "resources": ["inferenceservices"],
             },
+            {
+                "apiGroups": ["apps"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["deployments"],
+            },
         ],
         "namespaceSelector": {"matchLabels": {"admission-e2e": label}},
         "sideEffects": "None",
@@ -247,12 +253,9 @@ class Created:
         return str(self.body.get("message", ""))
 
 
-def create_pod(
-    kube: KubeApiServer, namespace: str, reference: str, *, timeout: float = 60
-) -> Created:
-    """POST a Pod mounting `reference` as an image volume, as kubectl would; the apiserver's
-    answer with its Warning headers."""
-    pod = {
+def create_pod_body(reference: str) -> dict[str, Any]:
+    """A Pod mounting `reference` as an OCI image volume."""
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"generateName": "model-"},
@@ -267,20 +270,14 @@ def create_pod(
             "volumes": [{"name": "model", "image": {"reference": reference}}],
         },
     }
-    request = urllib.request.Request(
-        f"{kube.url}/api/v1/namespaces/{namespace}/pods",
-        data=json.dumps(pod).encode(),
-        headers={"Authorization": f"Bearer {kube.admin_token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    context = ssl.create_default_context(cafile=str(kube.ca_file))
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
-            status, body, headers = resp.status, json.load(resp), resp.headers
-    except urllib.error.HTTPError as e:
-        status, body, headers = e.code, json.loads(e.read() or b"{}"), e.headers
-    return Created(status, body, headers.get_all("Warning") or [], time.monotonic() - started)
+
+
+def create_pod(
+    kube: KubeApiServer, namespace: str, reference: str, *, timeout: float = 60
+) -> Created:
+    """POST a Pod mounting `reference` as an image volume, as kubectl would; the apiserver's
+    answer with its Warning headers."""
+    return post(kube, f"/api/v1/namespaces/{namespace}/pods", create_pod_body(reference), timeout)
 
 
 def signed_model(
@@ -571,7 +568,7 @@ def create_inference_service(kube: KubeApiServer, namespace: str, storage_uri: s
     return post(kube, path, body)
 
 
-def post(kube: KubeApiServer, path: str, body: dict[str, Any]) -> Created:
+def post(kube: KubeApiServer, path: str, body: dict[str, Any], timeout: float = 60) -> Created:
     """POST `body` to the apiserver as the admin: its answer and Warning headers."""
     request = urllib.request.Request(
         f"{kube.url}{path}",
@@ -582,7 +579,7 @@ def post(kube: KubeApiServer, path: str, body: dict[str, Any]) -> Created:
     context = ssl.create_default_context(cafile=str(kube.ca_file))
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=60, context=context) as resp:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             status, doc, headers = resp.status, json.load(resp), resp.headers
     except urllib.error.HTTPError as e:
         status, doc, headers = e.code, json.loads(e.read() or b"{}"), e.headers
@@ -709,3 +706,44 @@ def test_an_object_store_model_is_decided_by_its_binding_and_one_listing(
     store.put(bucket, "bert/1/extra.bin", b"x")
     added = create_inference_service(kube_apiserver, namespace, uri)
     assert "extra.bin was added" in added.message, added.message
+
+
+def test_a_deployment_template_is_verified_and_pinned(
+    kube_apiserver: KubeApiServer,
+    webhook: Webhook,
+    namespace: str,
+    ociregistry: Any,
+    repo: str,
+    keys: Any,
+    tmp_path: Path,
+) -> None:
+    create_policy(
+        kube_apiserver,
+        namespace,
+        "serving",
+        trusting(keys[0], workloadSelector={"matchLabels": {"app": "bert"}}),
+    )
+    _, signed, digest = signed_model(
+        ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private)
+    )
+    _, unsigned, _ = signed_model(ociregistry, repo + "-unsigned", tmp_path)
+
+    def deployment(reference: str) -> dict[str, Any]:
+        spec = create_pod_body(reference)["spec"]
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"generateName": "bert-"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "bert"}},
+                "template": {"metadata": {"labels": {"app": "bert"}}, "spec": spec},
+            },
+        }
+
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    admitted = post(kube_apiserver, path, deployment(signed))
+    assert admitted.status == 201, admitted.body
+    volume = admitted.body["spec"]["template"]["spec"]["volumes"][0]["image"]["reference"]
+    assert volume == f"{signed.rpartition(':')[0]}@{digest}"
+    refused = post(kube_apiserver, path, deployment(unsigned))
+    assert refused.status == 403 and "VerificationPolicy" in refused.message, refused.body
