@@ -3,6 +3,7 @@ error (exit 2) naming the flag, before anything runs.
 
     p.add_argument("--keep", type=argtypes.count)            # 0, 1, 2, …
     p.add_argument("--rate", type=argtypes.non_negative)     # a finite float >= 0
+    p.add_argument("--grace-hours", type=argtypes.hours)     # 0 to a million
     p.add_argument("--to", type=argtypes.http_url)           # http(s)://host[:port]/…
 """
 
@@ -13,7 +14,16 @@ import math
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["count", "header", "http_url", "non_negative", "oci_repository", "positive", "regex"]
+__all__ = [
+    "count",
+    "header",
+    "hours",
+    "http_url",
+    "non_negative",
+    "oci_repository",
+    "positive",
+    "regex",
+]
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
 
@@ -45,6 +55,17 @@ def non_negative(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number, 0 or more")
+    return value
+
+
+HOURS_AT_MOST = 1_000_000  # over a century: more is a typo (and past what a date can hold)
+
+
+def hours(text: str) -> float:
+    """A number of hours, 0 to HOURS_AT_MOST."""
+    value = non_negative(text)
+    if value > HOURS_AT_MOST:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {HOURS_AT_MOST:,} hours")
     return value
 
 

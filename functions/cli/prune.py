@@ -49,11 +49,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="never delete (default: latest)",
     )
     p.add_argument(
-        "--grace-hours", type=argtypes.non_negative, default=24.0, help="spare what is newer (24)"
+        "--grace-hours", type=argtypes.hours, default=24.0, help="spare what is newer (24)"
     )
     p.add_argument(
         "--untagged-hours",
-        type=argtypes.non_negative,
+        type=argtypes.hours,
         help="also delete manifests left untagged that are older (default: keep manifests)",
     )
     p.add_argument("--json", action="store_true", help="the plan as JSON (for apply --plan)")
