@@ -364,7 +364,8 @@ def _assert_effect(
         assert [(r["model"], r["version"], r["uri"]) for r in rows] == [("sentiment", "1", uri)]
         assert rows[0]["digest"].startswith("content-sha256:")  # listed in the store
     elif name == "sign":
-        assert objects == sorted([*model, prefix + "model.sig"]), objects
+        # the signature, and the binding of the signed objects admission checks
+        assert objects == sorted([*model, prefix + "model.sig", prefix + "model.sig.binding"])
     elif name == "cleanup":
         assert objects == [], objects
     else:  # prune: an object-store push is no tag to prune; the model stays as it is
