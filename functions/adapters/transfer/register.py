@@ -12,7 +12,7 @@ concurrent runs end with one of each.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,10 +63,12 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
     with registry.transaction():
         if config.intent == "create_model":
             m = meta.of("RegisteredModel")
-            model = _ensure_model(
-                registry,
-                str(m.get("name") or config.get("model_name")),
-                _props(m.get("custom_properties", {}), owner=str(m.get("owner", ""))),
+            model_name = str(m.get("name") or config.get("model_name"))
+            model_props = _props(m.get("custom_properties", {}), owner=str(m.get("owner", "")))
+            model: RegisteredModel = _ensure(
+                lambda: registry.get_model(model_name),
+                lambda: registry.create_model(model_name, properties=model_props),
+                registry.update_model,
                 str(m.get("description", "")),
             )
             model_id = model.id
@@ -74,11 +76,12 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
             model_id = config.model.model_id
         v = meta.of("ModelVersion")
         author = str(v.get("author") or config.get("registry_author"))
-        version = _ensure_version(
-            registry,
-            model_id,
-            str(v.get("name") or config.get("model_version_name")),
-            _props(v.get("custom_properties", {}), author=author),
+        version_name = str(v.get("name") or config.get("model_version_name"))
+        version_props = _props(v.get("custom_properties", {}), author=author)
+        version: ModelVersion = _ensure(
+            lambda: registry.get_version(model_id, version_name),
+            lambda: registry.create_version(model_id, version_name, properties=version_props),
+            registry.update_version,
             str(v.get("description", "")),
         )
         a = meta.of("ModelArtifact")
@@ -107,36 +110,25 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
     return Target(model_id, version.id, artifact)
 
 
-def _ensure_model(
-    registry: Any, name: str, props: dict[str, str], description: str
-) -> RegisteredModel:
-    model = registry.get_model(name)
-    if model is None:
+def _ensure(
+    find: Callable[[], Any],
+    create: Callable[[], Any],
+    update: Callable[[Any], Any],
+    description: str,
+) -> Any:
+    """A model or version found by name, or created (one created concurrently is found
+    again); its description brought to `description` when one is given."""
+    record = find()
+    if record is None:
         try:
-            model = registry.create_model(name, properties=props)
+            record = create()
         except Conflict:
-            model = registry.get_model(name)
-            if model is None:
+            record = find()
+            if record is None:
                 raise
-    if description and model.description != description:
-        model = registry.update_model(replace(model, description=description))
-    return model  # type: ignore[no-any-return]
-
-
-def _ensure_version(
-    registry: Any, model_id: str, name: str, props: dict[str, str], description: str
-) -> ModelVersion:
-    version = registry.get_version(model_id, name)
-    if version is None:
-        try:
-            version = registry.create_version(model_id, name, properties=props)
-        except Conflict:
-            version = registry.get_version(model_id, name)
-            if version is None:
-                raise
-    if description and version.description != description:
-        version = registry.update_version(replace(version, description=description))
-    return version  # type: ignore[no-any-return]
+    if description and record.description != description:
+        record = update(replace(record, description=description))
+    return record
 
 
 def finish(
