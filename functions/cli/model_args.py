@@ -16,13 +16,12 @@ store did not answer, 4 signed already with other content (sign --replace), 130 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from modelhooks.adapters.signing.model import Location
 from modelhooks.adapters.signing.streaming import HashOptions
-from modelhooks.cli import argtypes
+from modelhooks.cli import argtypes, progress
 from modelhooks.core.errors import BadRequest
 from modelhooks.core.ports import ObjectStore
 
@@ -36,33 +35,8 @@ __all__ = [
 ]
 
 
-class Bar:
+class Bar(progress.Bar):
     """A tqdm progress bar on stderr, fed from the hashing threads."""
-
-    def __init__(self, label: str, quiet: bool) -> None:
-        self._label, self._quiet = label, quiet
-        self._bar: Any = None
-
-    def start(self, total_bytes: int) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(
-            total=total_bytes,
-            desc=self._label,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            file=sys.stderr,
-            disable=self._quiet,
-        )
-
-    def advance(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
     def so_far(self) -> str:
         """What was hashed, e.g. `hashing: 1.2GiB of 40.0GiB`."""

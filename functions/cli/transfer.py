@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from modelhooks.cli import common
+from modelhooks.cli import common, progress
 
 __all__ = ["SETTINGS", "add_parser"]
 
@@ -105,29 +105,9 @@ def _registry(cfg: Any) -> Any:
     return KubeflowModelRegistry(address, token=token or None, ca=ca or None)
 
 
-class Bar:
+class Bar(progress.Bar):
     def __init__(self) -> None:
-        self._bar: Any = None
-
-    def start(self, total: int | None) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(
-            total=total,
-            desc="transfer",
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            file=sys.stderr,
-        )
-
-    def advance(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+        super().__init__("transfer")
 
     def so_far(self) -> str:
         return f"transfer: {self._bar.n if self._bar else 0} bytes copied"
