@@ -338,14 +338,16 @@ class _Failing(io.RawIOBase):
         return data
 
 
-def test_s3_multipart_resume_sends_only_the_missing_parts(
-    tmp_path: Path, bucket: tuple[S3ObjectStore, str]
-) -> None:
-    store, name = bucket
-    src = tmp_path / "src"
-    data = os.urandom(4 * CHUNK + 1000)
+def one_file(src: Path, size: int) -> bytes:
+    """`src`/weights.bin of `size` random bytes; its bytes."""
+    data = os.urandom(size)
     src.mkdir()
     (src / "weights.bin").write_bytes(data)
+    return data
+
+
+def part_numbers(store: S3ObjectStore) -> list[int]:
+    """The PartNumber of every part `store`'s client uploads from now on, in order."""
     sent: list[int] = []
     upload_part = store.client.upload_part
 
@@ -354,6 +356,16 @@ def test_s3_multipart_resume_sends_only_the_missing_parts(
         return upload_part(**kw)
 
     store.client.upload_part = counting
+    return sent
+
+
+def test_s3_multipart_resume_sends_only_the_missing_parts(
+    tmp_path: Path, bucket: tuple[S3ObjectStore, str]
+) -> None:
+    store, name = bucket
+    src = tmp_path / "src"
+    data = one_file(src, 4 * CHUNK + 1000)
+    sent = part_numbers(store)
     with pytest.raises(Interrupted):
         copy(StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10), S3End(store, name, "m"), Counter())
     assert sent == [1, 2]
@@ -397,18 +409,9 @@ def test_s3_resume_with_the_journal_reads_and_sends_only_the_rest(
 ) -> None:
     store, name = bucket
     src = tmp_path / "src"
-    src.mkdir()
-    data = os.urandom(4 * CHUNK + 1000)
-    (src / "weights.bin").write_bytes(data)
+    data = one_file(src, 4 * CHUNK + 1000)
     journal = tmp_path / "state" / "s3.json"
-    sent: list[int] = []
-    upload_part = store.client.upload_part
-
-    def counting(**kw: Any) -> Any:
-        sent.append(kw["PartNumber"])
-        return upload_part(**kw)
-
-    store.client.upload_part = counting
+    sent = part_numbers(store)
     with pytest.raises(Interrupted):
         copy(
             StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10),
@@ -432,9 +435,7 @@ def test_oci_resume_inside_a_file_continues_the_registrys_upload(
     tmp_path: Path, distribution3: OciRegistry, bucket: tuple[S3ObjectStore, str]
 ) -> None:
     src = tmp_path / "src"
-    src.mkdir()
-    data = os.urandom(3 * CHUNK + 777)
-    (src / "weights.bin").write_bytes(data)
+    data = one_file(src, 3 * CHUNK + 777)
     repo = f"models/partial-{secrets.token_hex(4)}"
     journal = tmp_path / "state" / "oci.json"
     with pytest.raises(Interrupted):  # two PATCHes in the registry, then killed
