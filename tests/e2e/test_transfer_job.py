@@ -12,8 +12,6 @@ import functools
 import json
 import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,9 @@ import yaml
 
 from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
 from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.adapters.transfer.oci import OciEnd
 from modelhooks.core.records import ArtifactState
 from tests.integration.manifests import Kubectl, documents
+from tests.integration.transfer_helpers import pull, upstream_verify
 from tests.servers.containers import Podman
 from tests.servers.fixtures import _serve
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
@@ -38,7 +36,6 @@ from tests.servers.sigstore import Sigstore, start_sigstore
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 ROOT = Path(__file__).parents[2]
-BIN = Path(sys.executable).parent
 EXAMPLE = ROOT / "infra" / "examples" / "transfer-job.yaml"
 
 
@@ -167,22 +164,9 @@ def test_the_example_job_copies_registers_and_signs_on_the_node(
     client, repo, ref = OciClients().for_uri(result["uri"])
     manifest, _, _ = client.manifest(repo, ref)
     assert len(manifest["layers"]) == len(files) + 1 + _layers(node.probe_image)
-    pulled = tmp_path / "pulled"
-    pulled.mkdir()
-    for entry in OciEnd(client, repo, ref).files():
-        (pulled / entry.path).write_bytes(entry.open(0).read())
+    pulled = pull(result["uri"], tmp_path / "pulled")
     assert {p.name: p.read_bytes() for p in pulled.iterdir() if p.name != "model.sig"} == files
-    upstream = subprocess.run(
-        [
-            str(BIN / "model_signing"), "verify", "sigstore", str(pulled),
-            "--signature", str(pulled / "model.sig"),
-            "--identity", identity,
-            "--identity_provider", job_sigstore.issuer,
-            "--trust_config", str(job_sigstore.trust_config),
-        ],
-        capture_output=True, text=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-        timeout=120,
-    )  # fmt: skip
+    upstream = upstream_verify(pulled, identity, job_sigstore, tmp_path)
     assert upstream.returncode == 0, upstream.stdout + upstream.stderr
     kubectl("delete", "namespace", namespace, "--wait=false")
 

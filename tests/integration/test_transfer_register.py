@@ -21,9 +21,8 @@ import model_signing
 import pytest
 
 from modelhooks.adapters.model_registry.kubeflow import FAILURE_REASON, KubeflowModelRegistry
-from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.adapters.transfer.oci import OciEnd
-from modelhooks.core.records import ArtifactState, ModelArtifact
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelVersion, RegisteredModel
+from tests.integration.transfer_helpers import image_files, pull, upstream_verify
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 from tests.servers.objectstores import Minio
 from tests.servers.registries import OciRegistry
@@ -69,9 +68,22 @@ def metadata(root: Path, name: str, version: str) -> Path:
     return meta
 
 
-def job_env(tmp_path: Path, model_registry: ModelRegistryServer, **extra: str) -> dict[str, str]:
-    """What a Job manifest sets: the registry (plain http here), the termination path."""
+def job_env(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    *,
+    source: Path | None = None,
+    out: Path | None = None,
+    **extra: str,
+) -> dict[str, str]:
+    """What a Job manifest sets: the registry (plain http here), the termination path; a
+    local directory as the source and as the destination (`out`) when given."""
     host, port = model_registry.url.removeprefix("http://").split(":")
+    local = {}
+    if source is not None:
+        local |= {"MODEL_SYNC_SOURCE_TYPE": "local", "MODEL_SYNC_SOURCE_PATH": str(source)}
+    if out is not None:
+        local |= {"MODEL_SYNC_DESTINATION_TYPE": "local", "MODEL_SYNC_DESTINATION_PATH": str(out)}
     return {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
@@ -80,6 +92,7 @@ def job_env(tmp_path: Path, model_registry: ModelRegistryServer, **extra: str) -
         "MODEL_SYNC_REGISTRY_IS_SECURE": "false",
         "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state"),
         "MODEL_SYNC_TERMINATION_MESSAGE_PATH": str(tmp_path / "termination-log"),
+        **local,
         **extra,
     }
 
@@ -104,6 +117,17 @@ def s3_destination(minio: Minio, bucket: str, key: str) -> dict[str, str]:
         "MODEL_SYNC_DESTINATION_AWS_SECRET_ACCESS_KEY": minio.secret_key,
         "MODEL_SYNC_DESTINATION_AWS_ENDPOINT": minio.endpoint_url,
     }
+
+
+def new_artifact(
+    kubeflow: KubeflowModelRegistry, prefix: str, *artifact: Any
+) -> tuple[RegisteredModel, ModelVersion, ModelArtifact]:
+    """A new model `prefix-<random>`, its version v1 and an artifact in it: `artifact` the
+    ModelArtifact fields after the version id (default: an artifact "model", no URI yet)."""
+    registered = kubeflow.create_model(f"{prefix}-{secrets.token_hex(4)}", properties={})
+    version = kubeflow.create_version(registered.id, "v1", properties={})
+    fields = artifact or ("model", "", "")
+    return registered, version, kubeflow.upsert_artifact(ModelArtifact("", version.id, *fields))
 
 
 @pytest.fixture
@@ -179,22 +203,12 @@ def test_create_model_registers_live_and_a_rerun_resumes_the_same_ids(
 def test_update_artifact_and_create_version(
     tmp_path: Path, model_registry: ModelRegistryServer, kubeflow: KubeflowModelRegistry
 ) -> None:
-    name = f"m-{secrets.token_hex(4)}"
-    registered = kubeflow.create_model(name, properties={})
-    version = kubeflow.create_version(registered.id, "v1", properties={})
-    pending = kubeflow.upsert_artifact(
-        ModelArtifact("", version.id, "model", "", "", ArtifactState.PENDING, {"keep": "me"})
+    registered, version, pending = new_artifact(
+        kubeflow, "m", "model", "", "", ArtifactState.PENDING, {"keep": "me"}
     )
     src = tmp_path / "model"
     model(src)
-    env = job_env(
-        tmp_path,
-        model_registry,
-        MODEL_SYNC_SOURCE_TYPE="local",
-        MODEL_SYNC_SOURCE_PATH=str(src),
-        MODEL_SYNC_DESTINATION_TYPE="local",
-        MODEL_SYNC_DESTINATION_PATH=str(tmp_path / "out"),
-    )
+    env = job_env(tmp_path, model_registry, source=src, out=tmp_path / "out")
     done = transfer(env, "--model-artifact-id", pending.id)
     assert done.returncode == 0, done.stderr
     (artifact,) = kubeflow.list_artifacts(version.id)
@@ -230,8 +244,7 @@ def test_two_concurrent_runs_make_one_version_and_one_copy(
     env = job_env(
         tmp_path,
         model_registry,
-        MODEL_SYNC_SOURCE_TYPE="local",
-        MODEL_SYNC_SOURCE_PATH=str(src),
+        source=src,
         MODEL_SYNC_DESTINATION_OCI_URI=f"{distribution3.host}/{repo}:v1",
         MODEL_SYNC_DESTINATION_OCI_BASE_IMAGE="scratch",
         MODEL_SYNC_MODEL_UPLOAD_INTENT="create_model",
@@ -246,9 +259,7 @@ def test_two_concurrent_runs_make_one_version_and_one_copy(
     found = kubeflow.get_model(name)
     assert found is not None
     assert [v.name for v in kubeflow.list_versions(found.id)] == ["v1"]
-    client, r, ref = OciClients().for_uri(f"oci://{distribution3.host}/{repo}:v1")
-    got = {e.path: e.open(0).read() for e in OciEnd(client, r, ref).files()}
-    assert got == files
+    assert image_files(f"oci://{distribution3.host}/{repo}:v1") == files
 
 
 @pytest.fixture(scope="module")
@@ -264,16 +275,12 @@ def test_signed_with_a_key_verifies_with_upstream_model_signing(
 ) -> None:
     src, out = tmp_path / "model", tmp_path / "out"
     model(src)
-    registered = kubeflow.create_model(f"k-{secrets.token_hex(4)}", properties={})
-    version = kubeflow.create_version(registered.id, "v1", properties={})
-    artifact = kubeflow.upsert_artifact(ModelArtifact("", version.id, "model", "", ""))
+    _, _, artifact = new_artifact(kubeflow, "k")
     env = job_env(
         tmp_path,
         model_registry,
-        MODEL_SYNC_SOURCE_TYPE="local",
-        MODEL_SYNC_SOURCE_PATH=str(src),
-        MODEL_SYNC_DESTINATION_TYPE="local",
-        MODEL_SYNC_DESTINATION_PATH=str(out),
+        source=src,
+        out=out,
         MODEL_SYNC_MODEL_ARTIFACT_ID=artifact.id,
         MODEL_SYNC_SIGN="true",
         MODEL_SYNC_SIGNING_KEY=str(keys.private),
@@ -299,10 +306,8 @@ def test_sign_true_without_a_signer_fails_before_copying(
     env = job_env(
         tmp_path,
         model_registry,
-        MODEL_SYNC_SOURCE_TYPE="local",
-        MODEL_SYNC_SOURCE_PATH=str(src),
-        MODEL_SYNC_DESTINATION_TYPE="local",
-        MODEL_SYNC_DESTINATION_PATH=str(tmp_path / "out"),
+        source=src,
+        out=tmp_path / "out",
         MODEL_SYNC_MODEL_ARTIFACT_ID="1",
         MODEL_SYNC_SIGN="true",
     )
@@ -327,8 +332,7 @@ def test_keyless_with_the_jobs_token_on_the_sigstore_urls_into_an_oci_image(
         tmp_path,
         model_registry,
         **sigstore.env(),  # all three SIGSTORE_*_URL: signing on, no --sign needed
-        MODEL_SYNC_SOURCE_TYPE="local",
-        MODEL_SYNC_SOURCE_PATH=str(src),
+        source=src,
         MODEL_SYNC_DESTINATION_OCI_URI=f"{distribution3.host}/models/{name}:v1",
         MODEL_SYNC_DESTINATION_OCI_BASE_IMAGE="scratch",
         MODEL_SYNC_DESTINATION_OCI_ENABLE_TLS_VERIFY="false",  # as upstream's sample: http here
@@ -343,23 +347,9 @@ def test_keyless_with_the_jobs_token_on_the_sigstore_urls_into_an_oci_image(
     found = kubeflow.list_artifacts(result["model_version_id"])[0]
     assert found.custom_properties["modelhooks.signed_by"] == result["signed_by"]
 
-    pulled = tmp_path / "pulled"  # what a Pod mounting the image sees under /models
-    pulled.mkdir()
-    client, repo, ref = OciClients().for_uri(result["uri"])
-    for entry in OciEnd(client, repo, ref).files():
-        (pulled / entry.path).write_bytes(entry.open(0).read())
+    pulled = pull(result["uri"], tmp_path / "pulled")  # what a Pod sees under /models
     assert {p.name for p in pulled.iterdir()} == {*files, "model.sig"}
-    upstream = subprocess.run(
-        [
-            str(BIN / "model_signing"), "verify", "sigstore", str(pulled),
-            "--signature", str(pulled / "model.sig"),
-            "--identity", Sigstore.identity(NS, SA),
-            "--identity_provider", sigstore.issuer,
-            "--trust_config", str(sigstore.trust_config),
-        ],
-        capture_output=True, text=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-        timeout=120,
-    )  # fmt: skip
+    upstream = upstream_verify(pulled, Sigstore.identity(NS, SA), sigstore, tmp_path)
     assert upstream.returncode == 0, upstream.stdout + upstream.stderr
 
 
@@ -381,15 +371,12 @@ def test_a_token_registry_through_the_dockerconfigjson_then_on_to_gcs(
     secret.mkdir()
     auth = base64.b64encode(f"writer:{token_server.users['writer'][0]}".encode()).decode()
     (secret / ".dockerconfigjson").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
-    registered = kubeflow.create_model(f"t-{secrets.token_hex(4)}", properties={})
-    version = kubeflow.create_version(registered.id, "v1", properties={})
-    first = kubeflow.upsert_artifact(ModelArtifact("", version.id, "model", "", ""))
+    _, version, first = new_artifact(kubeflow, "t")
     repo = f"auth/transfer-{secrets.token_hex(4)}"
     env = job_env(
         tmp_path,
         model_registry,
-        MODEL_SYNC_SOURCE_TYPE="local",
-        MODEL_SYNC_SOURCE_PATH=str(src),
+        source=src,
         MODEL_SYNC_DESTINATION_OCI_URI=f"{host}/{repo}:v1",
         MODEL_SYNC_DESTINATION_OCI_FORMAT="artifact",
         MODEL_SYNC_DESTINATION_OCI_CREDENTIALS_PATH=str(secret / ".dockerconfigjson"),
@@ -452,9 +439,7 @@ def test_a_terminated_job_leaves_the_artifact_abandoned_saying_so(
                     return
                 time.sleep(0.1)
 
-    registered = kubeflow.create_model(f"s-{secrets.token_hex(4)}", properties={})
-    version = kubeflow.create_version(registered.id, "v1", properties={})
-    artifact = kubeflow.upsert_artifact(ModelArtifact("", version.id, "model", "", ""))
+    _, version, artifact = new_artifact(kubeflow, "s")
     with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Slow) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         env = job_env(
@@ -463,8 +448,7 @@ def test_a_terminated_job_leaves_the_artifact_abandoned_saying_so(
             MODEL_SYNC_SOURCE_TYPE="uri",
             MODEL_SYNC_SOURCE_URI=f"http://127.0.0.1:{server.server_address[1]}/weights.bin",
             MODEL_SYNC_SOURCE_URI_ALLOW_LOCAL="true",
-            MODEL_SYNC_DESTINATION_TYPE="local",
-            MODEL_SYNC_DESTINATION_PATH=str(tmp_path / "out"),
+            out=tmp_path / "out",
             MODEL_SYNC_MODEL_ARTIFACT_ID=artifact.id,
         )
         job = subprocess.Popen(
