@@ -2,25 +2,16 @@
 admission function over HTTPS (a harness-CA certificate), registered by clientConfig.url
 https://127.0.0.1:PORT with that CA as caBundle; its policies read as the
 modelhooks-admission ServiceAccount; models in cue-labs' registry (referrers API), signed
-by `sign_oci` as the sign function does. Pods mount them as OCI image volumes."""
+by `sign_oci` as the sign function does. Pods mount them as OCI image volumes.
+The harness (webhook, policies, models, POSTs) is in admission_helpers.py."""
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
-import os
 import socket
-import ssl
-import subprocess
-import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +19,29 @@ import pytest
 
 from modelhooks.adapters.oci.distribution import OCI_MANIFEST, DistributionRegistry, digest_of
 from modelhooks.adapters.signing import CertificateSigner, KeySigner
-from modelhooks.adapters.signing.oci import sign_oci
+from tests.e2e.admission_helpers import (
+    GROUP,
+    K8S,
+    TIMEOUT,
+    VERSION,
+    Created,
+    Webhook,
+    create_pod,
+    create_pod_body,
+    create_policy,
+    labelled_namespace,
+    post,
+    signed_model,
+    start_webhook,
+    trusting,
+)
 from tests.integration.test_signing_oci import push_model
-from tests.servers._proc import free_port
 from tests.servers.kube import KubeApiServer
 from tests.unit.signing_material import Chain, KeyPair, make_chain, make_key, write_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
-ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "infra" / "k8s"
-MODELHOOKS = str(Path(sys.executable).with_name("modelhooks"))
-GROUP, VERSION = "modelhooks.dev", "v1alpha1"
-TIMEOUT = 3  # admission.timeout: under the webhooks' timeoutSeconds (6)
-
-
-@dataclass(frozen=True)
-class Webhook:
-    url: str
-    label: str  # namespaces labelled admission-e2e=<label> opt in
-    log: Path
+Push = Callable[..., tuple[DistributionRegistry, str, str]]
 
 
 @pytest.fixture(scope="module")
@@ -81,140 +75,9 @@ def webhook(
         yield started
 
 
-@contextlib.contextmanager
-def start_webhook(
-    kube_apiserver: KubeApiServer, work: Path, env: dict[str, str] | None = None
-) -> Iterator[Webhook]:
-    """`modelhooks serve` hosting admission over HTTPS, registered with the apiserver for
-    Pods in namespaces labelled admission-e2e=<its label>; `env`: more of its environment."""
-    from kubernetes import client
-
-    kube_apiserver.apply(K8S / "crds", K8S / "rbac")
-    with kube_apiserver.api_client() as api:  # served (Established is not enough)
-        custom, deadline = client.CustomObjectsApi(api), time.monotonic() + 30
-        for plural in ("verificationpolicies", "clusterverificationpolicies"):
-            while True:
-                try:
-                    custom.list_cluster_custom_object(GROUP, VERSION, plural)
-                    break
-                except client.ApiException:
-                    assert time.monotonic() < deadline, plural
-                    time.sleep(0.1)
-    token = kube_apiserver.token_for("modelhooks-admission", "modelhooks", seconds=3600)
-    kubeconfig = kube_apiserver.write_kubeconfig(work / "kubeconfig", token=token, user="admission")
-    cert, key = kube_apiserver.ca.issue("admission", work)
-    port = free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
-    environ.update(env or {})
-    environ.update(
-        MODELHOOKS_SERVE_FUNCTIONS="admission",
-        MODELHOOKS_SERVE_WATCH_INTERVAL="0",
-        MODELHOOKS_ADMISSION_TLS_CERT_FILE=str(cert),
-        MODELHOOKS_ADMISSION_TLS_KEY_FILE=str(key),
-        MODELHOOKS_ADMISSION_KUBECONFIG=str(kubeconfig),
-        MODELHOOKS_ADMISSION_TIMEOUT=str(TIMEOUT),
-        MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS="true",
-        MODELHOOKS_LOG_LEVEL="DEBUG",
-    )
-    log = work / "serve.log"
-    argv = [MODELHOOKS, "serve", "--port", str(port), "--home", str(work / "home")]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environ)
-    url = f"https://127.0.0.1:{port}"
-    context = ssl.create_default_context(cafile=str(kube_apiserver.ca.cert_file))
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2, context=context) as resp:
-                assert json.load(resp)["functions"] == ["admission"]
-                break
-        except OSError:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-    label = uuid.uuid4().hex[:10]
-    name = f"admission-e2e-{label}.modelhooks.dev"
-    common = {
-        "rules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-            },
-            {
-                "apiGroups": [GROUP],
-                "apiVersions": [VERSION],
-                "operations": ["CREATE"],
-                "resources": ["models"],
-            },
-            {
-                "apiGroups": ["serving.kserve.io"],
-                "apiVersions": ["v1beta1"],
-                "operations": ["CREATE"],
-                "resources": ["inferenceservices"],
-            },
-            {
-                "apiGroups": ["apps"],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["deployments"],
-            },
-        ],
-        "namespaceSelector": {"matchLabels": {"admission-e2e": label}},
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": 6,
-    }
-    ca_bundle = base64.b64encode(kube_apiserver.ca.cert_pem).decode()
-    with kube_apiserver.api_client() as api:
-        admission = client.AdmissionregistrationV1Api(api)
-        admission.create_mutating_webhook_configuration(
-            {
-                "metadata": {"name": name},
-                "webhooks": [
-                    {
-                        "name": f"pin.{name}",
-                        "clientConfig": {"url": f"{url}/admission/mutate", "caBundle": ca_bundle},
-                        "failurePolicy": "Ignore",
-                        "reinvocationPolicy": "IfNeeded",
-                        **common,
-                    }
-                ],
-            }
-        )
-        admission.create_validating_webhook_configuration(
-            {
-                "metadata": {"name": name},
-                "webhooks": [
-                    {
-                        "name": f"verify.{name}",
-                        "clientConfig": {"url": f"{url}/admission/validate", "caBundle": ca_bundle},
-                        "failurePolicy": "Fail",
-                        **common,
-                    }
-                ],
-            }
-        )
-        try:
-            yield Webhook(url, label, log)
-        finally:
-            admission.delete_mutating_webhook_configuration(name)
-            admission.delete_validating_webhook_configuration(name)
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
 @pytest.fixture
 def namespace(kube_apiserver: KubeApiServer, webhook: Webhook) -> str:
-    from kubernetes import client
-
-    name = f"adm-{uuid.uuid4().hex[:8]}"
-    with kube_apiserver.api_client() as api:
-        client.CoreV1Api(api).create_namespace(
-            {"metadata": {"name": name, "labels": {"admission-e2e": webhook.label}}}
-        )
-    return name
+    return labelled_namespace(kube_apiserver, webhook)
 
 
 @pytest.fixture
@@ -222,153 +85,94 @@ def repo() -> str:
     return f"admission-{uuid.uuid4().hex[:8]}/bert"  # never a repository another test uses
 
 
-def create_policy(kube: KubeApiServer, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    from kubernetes import client
+@pytest.fixture
+def push(ociregistry: Any, repo: str, tmp_path: Path) -> Push:
+    """`push(signer=None, suffix="")`: a new model as `<repo><suffix>:v1` in cue-labs'
+    registry, signed by `signer` when given: (client, reference, digest)."""
+    return lambda signer=None, suffix="": signed_model(ociregistry, repo + suffix, tmp_path, signer)
 
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "VerificationPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    with kube.api_client() as api:
-        client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, "verificationpolicies", body
+
+@pytest.fixture
+def team(kube_apiserver: KubeApiServer, namespace: str, keys: Any) -> KeySigner:
+    """The VerificationPolicy "team" trusting the first key; a signer with that key."""
+    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
+    return KeySigner.from_file(keys[0].private)
+
+
+@pytest.mark.parametrize(
+    ("policy", "signed_by", "says"),
+    [
+        pytest.param(
+            ("team", {}),
+            None,
+            (
+                "/{repo}",
+                "{digest}",
+                "VerificationPolicy {namespace}/team",
+                "no signature refers",
+                "modelhooks sign",
+            ),
+            id="unsigned-saying-what-to-do",
+        ),
+        pytest.param(
+            ("team", {}),
+            1,
+            ("is by a signer the policy trusts", "key sha256:"),
+            id="another-key-naming-the-signer",
+        ),
+        pytest.param(
+            ("elsewhere", {"references": ["oci://elsewhere.example/*"]}),
+            0,
+            ("no VerificationPolicy",),
+            id="no-policy-covers-it",
+        ),
+    ],
+)
+def test_a_model_is_denied_saying_why(
+    kube_apiserver: KubeApiServer,
+    namespace: str,
+    push: Push,
+    repo: str,
+    keys: Any,
+    policy: tuple[str, dict[str, Any]],
+    signed_by: int | None,
+    says: tuple[str, ...],
+) -> None:
+    """Unsigned, signed by a key the policy does not trust, or covered by no policy (the
+    one there names other references): 403, the message saying why."""
+    name, spec = policy
+    create_policy(kube_apiserver, namespace, name, trusting(keys[0], **spec))
+    signer = None if signed_by is None else KeySigner.from_file(keys[signed_by].private)
+    _, reference, digest = push(signer)
+    created = create_pod(kube_apiserver, namespace, reference)
+    assert created.status == 403, created.body
+    for part in says:
+        assert part.format(repo=repo, digest=digest, namespace=namespace) in created.message, (
+            created.message
         )
 
 
-def trusting(pair: KeyPair, **spec: Any) -> dict[str, Any]:
-    return {"keys": [{"name": "team", "pem": pair.public.read_text()}], **spec}
-
-
-@dataclass(frozen=True)
-class Created:
-    status: int
-    body: dict[str, Any]
-    warnings: list[str]
-    seconds: float
-
-    @property
-    def message(self) -> str:
-        return str(self.body.get("message", ""))
-
-
-def create_pod_body(reference: str) -> dict[str, Any]:
-    """A Pod mounting `reference` as an OCI image volume."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"generateName": "model-"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "busybox",
-                    "volumeMounts": [{"name": "model", "mountPath": "/model"}],
-                }
-            ],
-            "volumes": [{"name": "model", "image": {"reference": reference}}],
-        },
-    }
-
-
-def create_pod(
-    kube: KubeApiServer, namespace: str, reference: str, *, timeout: float = 60
-) -> Created:
-    """POST a Pod mounting `reference` as an image volume, as kubectl would; the apiserver's
-    answer with its Warning headers."""
-    return post(kube, f"/api/v1/namespaces/{namespace}/pods", create_pod_body(reference), timeout)
-
-
-def signed_model(
-    registry: Any, repo: str, tmp_path: Path, signer: Any = None
-) -> tuple[DistributionRegistry, str, str]:
-    """A model pushed as `repo:v1` (and signed when `signer`): (client, reference, digest)."""
-    client = DistributionRegistry(registry.url)
-    model = write_model(tmp_path / uuid.uuid4().hex)
-    (model / "id.txt").write_text(uuid.uuid4().hex)  # a digest of its own (the cache is by digest)
-    push_model(client, repo, "v1", model)
-    if signer is not None:
-        sign_oci(client, repo, "v1", signer)
-    _, digest, _ = client.manifest(repo, "v1")
-    host = registry.url.removeprefix("http://")
-    return client, f"{host}/{repo}:v1", digest
-
-
-def test_an_unsigned_model_is_denied_saying_what_to_do(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
-) -> None:
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
-    _, reference, digest = signed_model(ociregistry, repo, tmp_path)
-    created = create_pod(kube_apiserver, namespace, reference)
-    assert created.status == 403, created.body
-    for part in (
-        f"/{repo}",
-        digest,
-        f"VerificationPolicy {namespace}/team",
-        "no signature refers",
-        "modelhooks sign",
-    ):
-        assert part in created.message, created.message
-
-
 def test_a_signed_model_is_admitted_with_its_tag_pinned_to_the_digest(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
+    kube_apiserver: KubeApiServer, namespace: str, team: KeySigner, push: Push
 ) -> None:
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
-    _, reference, digest = signed_model(
-        ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private)
-    )
+    _, reference, digest = push(team)
     created = create_pod(kube_apiserver, namespace, reference)
     assert created.status == 201, created.body
     pinned = created.body["spec"]["volumes"][0]["image"]["reference"]
     assert pinned == f"{reference.rpartition(':')[0]}@{digest}"  # what was verified is what runs
 
 
-def test_another_key_is_refused_naming_the_signer(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
-) -> None:
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
-    _, reference, _ = signed_model(
-        ociregistry, repo, tmp_path, KeySigner.from_file(keys[1].private)
-    )
-    created = create_pod(kube_apiserver, namespace, reference)
-    assert created.status == 403
-    assert (
-        "is by a signer the policy trusts" in created.message and "key sha256:" in created.message
-    )
-
-
 def test_a_signature_for_another_digest_is_refused(
     kube_apiserver: KubeApiServer,
-    webhook: Webhook,
     namespace: str,
+    team: KeySigner,
+    push: Push,
     ociregistry: Any,
     repo: str,
-    keys: Any,
     tmp_path: Path,
 ) -> None:
     """A trusted signature of model A attached as a referrer of model B: B is refused."""
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
-    client, _, _ = signed_model(ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private))
+    client, _, _ = push(team)
     _, a_digest, _ = client.manifest(repo, "v1")
     (referrer,) = client.referrers(repo, a_digest)
     signature, _, _ = client.manifest(repo, referrer["digest"])
@@ -394,16 +198,10 @@ def test_a_signature_for_another_digest_is_refused(
 
 
 def test_warn_mode_admits_with_a_warning(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
+    kube_apiserver: KubeApiServer, namespace: str, push: Push, keys: Any
 ) -> None:
     create_policy(kube_apiserver, namespace, "audit", trusting(keys[0], mode="warn"))
-    _, reference, _ = signed_model(ociregistry, repo, tmp_path)
+    _, reference, _ = push()
     created = create_pod(kube_apiserver, namespace, reference)
     assert created.status == 201, created.body
     assert any(
@@ -413,33 +211,24 @@ def test_warn_mode_admits_with_a_warning(
 
 
 def test_certificate_chains_accept_their_signers_and_refuse_others(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    chain: Chain,
-    keys: Any,
-    tmp_path: Path,
+    kube_apiserver: KubeApiServer, namespace: str, push: Push, chain: Chain, keys: Any
 ) -> None:
     pem = chain.root.read_text() + chain.intermediates.read_text()
     create_policy(
         kube_apiserver, namespace, "ca", {"certificateChains": [{"name": "corp", "pem": pem}]}
     )
     signer = CertificateSigner.from_files(chain.key, chain.leaf, [chain.intermediates, chain.root])
-    _, reference, _ = signed_model(ociregistry, repo, tmp_path, signer)
+    _, reference, _ = push(signer)
     assert create_pod(kube_apiserver, namespace, reference).status == 201
-    _, unsigned, _ = signed_model(
-        ociregistry, repo + "-key", tmp_path, KeySigner.from_file(keys[0].private)
-    )
+    _, unsigned, _ = push(KeySigner.from_file(keys[0].private), "-key")
     refused = create_pod(kube_apiserver, namespace, unsigned)
     assert refused.status == 403 and "chain corp" in refused.message
 
 
+@pytest.mark.usefixtures("team")
 def test_a_hanging_registry_is_refused_by_us_before_the_apiserver_gives_up(
-    kube_apiserver: KubeApiServer, webhook: Webhook, namespace: str, keys: Any
+    kube_apiserver: KubeApiServer, namespace: str
 ) -> None:
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
@@ -473,30 +262,8 @@ def test_a_hanging_registry_is_refused_by_us_before_the_apiserver_gives_up(
     assert created.seconds < 2 * TIMEOUT + 3  # mutate (not pinned) + validate, each ours
 
 
-def test_a_model_no_policy_covers_is_denied(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
-) -> None:
-    create_policy(
-        kube_apiserver,
-        namespace,
-        "elsewhere",
-        trusting(keys[0], references=["oci://elsewhere.example/*"]),
-    )
-    _, reference, _ = signed_model(
-        ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private)
-    )
-    created = create_pod(kube_apiserver, namespace, reference)
-    assert created.status == 403 and "no VerificationPolicy" in created.message
-
-
 def test_an_empty_policy_is_refused_at_creation_for_both_kinds(
-    kube_apiserver: KubeApiServer, webhook: Webhook, namespace: str
+    kube_apiserver: KubeApiServer, namespace: str
 ) -> None:
     from kubernetes import client
 
@@ -568,35 +335,16 @@ def create_inference_service(kube: KubeApiServer, namespace: str, storage_uri: s
     return post(kube, path, body)
 
 
-def post(kube: KubeApiServer, path: str, body: dict[str, Any], timeout: float = 60) -> Created:
-    """POST `body` to the apiserver as the admin: its answer and Warning headers."""
-    request = urllib.request.Request(
-        f"{kube.url}{path}",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {kube.admin_token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    context = ssl.create_default_context(cafile=str(kube.ca_file))
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
-            status, doc, headers = resp.status, json.load(resp), resp.headers
-    except urllib.error.HTTPError as e:
-        status, doc, headers = e.code, json.loads(e.read() or b"{}"), e.headers
-    return Created(status, doc, headers.get_all("Warning") or [], time.monotonic() - started)
-
-
 def test_a_model_naming_a_missing_artifact_is_refused_and_an_existing_tag_pinned(
     kube_apiserver: KubeApiServer,
-    webhook: Webhook,
     namespace: str,
+    push: Push,
     ociregistry: Any,
     fake_gcs: Any,
     repo: str,
-    tmp_path: Path,
 ) -> None:
     kube_apiserver.install_crd(K8S / "crds" / "model.yaml", "models")
-    _, reference, digest = signed_model(ociregistry, repo, tmp_path)
+    _, reference, digest = push()
     created = create_model(kube_apiserver, namespace, {"oci": {"reference": reference}})
     assert created.status == 201, created.body
     assert created.body["spec"]["source"]["oci"]["reference"] == (
@@ -617,26 +365,17 @@ def test_a_model_naming_a_missing_artifact_is_refused_and_an_existing_tag_pinned
 
 
 def test_an_inference_service_storage_uri_is_verified_and_pinned(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
+    kube_apiserver: KubeApiServer, namespace: str, team: KeySigner, push: Push
 ) -> None:
     """On KServe's own InferenceService CRD (from its Go module, tests/servers/recipes.py)."""
     install_kserve(kube_apiserver)
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
-    _, signed, digest = signed_model(
-        ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private)
-    )
+    _, signed, digest = push(team)
     admitted = create_inference_service(kube_apiserver, namespace, f"oci://{signed}")
     assert admitted.status == 201, admitted.body
     assert admitted.body["spec"]["predictor"]["model"]["storageUri"] == (
         f"oci://{signed.rpartition(':')[0]}@{digest}"
     )
-    _, unsigned, _ = signed_model(ociregistry, repo + "-unsigned", tmp_path)
+    _, unsigned, _ = push(None, "-unsigned")
     refused = create_inference_service(kube_apiserver, namespace, f"oci://{unsigned}")
     assert refused.status == 403 and "no signature refers" in refused.message, refused.body
 
@@ -670,10 +409,9 @@ def bucket_store(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str, str
 
 def test_an_object_store_model_is_decided_by_its_binding_and_one_listing(
     kube_apiserver: KubeApiServer,
-    webhook: Webhook,
     namespace: str,
+    team: KeySigner,
     bucket_store: tuple[Any, str, str],
-    keys: Any,
     tmp_path: Path,
 ) -> None:
     """`sign` binds the signed manifest to each object's generation; admission verifies both
@@ -685,11 +423,10 @@ def test_an_object_store_model_is_decided_by_its_binding_and_one_listing(
 
     install_kserve(kube_apiserver)
     store, bucket, scheme = bucket_store
-    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
     model = write_model(tmp_path / "bert")
     upload(store, bucket, model, "bert/1")
     upload(store, bucket, model, "bert/2")
-    sign_model(store, bucket, "bert/1", KeySigner.from_file(keys[0].private))
+    sign_model(store, bucket, "bert/1", team)
     assert store.stat(bucket, "bert/1/model.sig.binding") is not None
 
     uri = f"{scheme}://{bucket}/bert/1/"
@@ -709,13 +446,7 @@ def test_an_object_store_model_is_decided_by_its_binding_and_one_listing(
 
 
 def test_a_deployment_template_is_verified_and_pinned(
-    kube_apiserver: KubeApiServer,
-    webhook: Webhook,
-    namespace: str,
-    ociregistry: Any,
-    repo: str,
-    keys: Any,
-    tmp_path: Path,
+    kube_apiserver: KubeApiServer, namespace: str, push: Push, keys: Any
 ) -> None:
     create_policy(
         kube_apiserver,
@@ -723,10 +454,8 @@ def test_a_deployment_template_is_verified_and_pinned(
         "serving",
         trusting(keys[0], workloadSelector={"matchLabels": {"app": "bert"}}),
     )
-    _, signed, digest = signed_model(
-        ociregistry, repo, tmp_path, KeySigner.from_file(keys[0].private)
-    )
-    _, unsigned, _ = signed_model(ociregistry, repo + "-unsigned", tmp_path)
+    _, signed, digest = push(KeySigner.from_file(keys[0].private))
+    _, unsigned, _ = push(None, "-unsigned")
 
     def deployment(reference: str) -> dict[str, Any]:
         spec = create_pod_body(reference)["spec"]

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust
-from tests.e2e.test_admission import (
+from tests.e2e.admission_helpers import (
     Webhook,
     create_pod,
     create_policy,
+    labelled_namespace,
     signed_model,
     start_webhook,
 )
@@ -40,14 +41,7 @@ def webhook(
 
 @pytest.fixture
 def namespace(kube_apiserver: KubeApiServer, webhook: Webhook) -> str:
-    from kubernetes import client
-
-    name = f"adm-{uuid.uuid4().hex[:8]}"
-    with kube_apiserver.api_client() as api:
-        client.CoreV1Api(api).create_namespace(
-            {"metadata": {"name": name, "labels": {"admission-e2e": webhook.label}}}
-        )
-    return name
+    return labelled_namespace(kube_apiserver, webhook)
 
 
 def test_keyless_identities_exact_and_by_regexp_accept_and_refuse(
@@ -89,13 +83,7 @@ def test_keyless_identities_exact_and_by_regexp_accept_and_refuse(
     admitted = create_pod(kube_apiserver, namespace, reference)
     assert admitted.status == 201, admitted.body
 
-    exact = f"adm-{uuid.uuid4().hex[:8]}"
-    from kubernetes import client
-
-    with kube_apiserver.api_client() as api:
-        client.CoreV1Api(api).create_namespace(
-            {"metadata": {"name": exact, "labels": {"admission-e2e": webhook.label}}}
-        )
+    exact = labelled_namespace(kube_apiserver, webhook)
     create_policy(
         kube_apiserver,
         exact,
