@@ -38,9 +38,6 @@ from typing import Any
 
 from tests.bench import Goal
 
-ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "infra" / "k8s"
-MODELHOOKS = str(Path(sys.executable).with_name("modelhooks"))
 NAMESPACE = "bench-admission"
 
 
@@ -104,29 +101,16 @@ def setup(env: dict[str, Any], work: Path) -> dict[str, str]:
     from modelhooks.adapters.oci.distribution import DistributionRegistry
     from modelhooks.adapters.signing import KeySigner, sign_model
     from modelhooks.adapters.signing.oci import sign_oci
+    from tests.e2e.admission_helpers import apply_crds, create_policy, trusting
     from tests.integration.test_signing_oci import push_model
     from tests.unit.signing_material import make_key, upload, write_model
 
     kube, registry, gcs = env["kube"], env["registry"], env["gcs"]
     keys = make_key(work, "bench")
-    kube.apply(K8S / "crds", K8S / "rbac")
-    body = {
-        "apiVersion": "modelhooks.dev/v1alpha1",
-        "kind": "VerificationPolicy",
-        "metadata": {"name": "team"},
-        "spec": {"keys": [{"name": "team", "pem": keys.public.read_text()}]},
-    }
+    apply_crds(kube)
     with kube.api_client() as api:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
-        custom = client.CustomObjectsApi(api)
-        for _ in range(100):
-            try:
-                custom.create_namespaced_custom_object(
-                    "modelhooks.dev", "v1alpha1", NAMESPACE, "verificationpolicies", body
-                )
-                break
-            except client.ApiException:
-                time.sleep(0.1)
+    create_policy(kube, NAMESPACE, "team", trusting(keys))
     signer = KeySigner.from_file(keys.private)
     oci = DistributionRegistry(registry.url)
     push_model(oci, "bench/bert", "v1", write_model(work / "model"))
@@ -142,47 +126,19 @@ def setup(env: dict[str, Any], work: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def admission(env: dict[str, Any], work: Path, cache: int) -> Iterator[str]:
-    from tests.servers._proc import free_port
+    """`modelhooks serve` hosting admission with a verdict cache of `cache` entries."""
+    from tests.e2e.admission_helpers import serve_admission
 
-    kube, gcs = env["kube"], env["gcs"]
-    name = f"serve-{cache}"
-    token = kube.token_for("modelhooks-admission", "modelhooks", seconds=3600)
-    kubeconfig = kube.write_kubeconfig(work / f"{name}.kubeconfig", token=token)
-    cert, key = kube.ca.issue(name, work)
-    port = free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
-    environ.update(
-        MODELHOOKS_SERVE_FUNCTIONS="admission",
-        MODELHOOKS_SERVE_WATCH_INTERVAL="0",
-        MODELHOOKS_ADMISSION_TLS_CERT_FILE=str(cert),
-        MODELHOOKS_ADMISSION_TLS_KEY_FILE=str(key),
-        MODELHOOKS_ADMISSION_KUBECONFIG=str(kubeconfig),
-        MODELHOOKS_ADMISSION_CACHE_SIZE=str(cache),
-        MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS="true",
-        MODELHOOKS_STORE_BACKEND="cloud",
-        GOOGLE_CLOUD_PROJECT=gcs.project,
-        MODELHOOKS_LOG_LEVEL="WARNING",
+    gcs = env["gcs"]
+    serve_env = {
+        "MODELHOOKS_ADMISSION_CACHE_SIZE": str(cache),
+        "MODELHOOKS_STORE_BACKEND": "cloud",
+        "GOOGLE_CLOUD_PROJECT": gcs.project,
+        "MODELHOOKS_LOG_LEVEL": "WARNING",
         **gcs.env,
-    )
-    log = (work / f"{name}.log").open("wb")
-    argv = [MODELHOOKS, "serve", "--port", str(port), "--home", str(work / name)]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=environ)
-    url = f"https://127.0.0.1:{port}"
-    import ssl
-
-    context = ssl.create_default_context(cafile=str(kube.ca.cert_file))
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2, context=context):
-                break
-        except OSError:
-            time.sleep(0.1)
-    try:
+    }
+    with serve_admission(env["kube"], work, serve_env, name=f"serve-{cache}") as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
 
 
 def allowed(url: str, body: bytes, ca: Path) -> dict[str, Any]:
