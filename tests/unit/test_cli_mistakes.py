@@ -40,7 +40,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
             ["prune", "plan", "oci://r.example.com/m", "--grace-hours", "24000000000"],
             "--grace",
             "at most 1,000,000 hours",
-        ),  # fmt: skip
+        ),
         (["replay", PUSHED, "--rate", "-1"], "--rate", "0 or more"),
         (["replay", PUSHED, "--to", "not-a-url"], "--to", "http:// or https:// URL"),
         (["replay", PUSHED, "--to", "ftp://127.0.0.1/"], "--to", "http:// or https:// URL"),
