@@ -101,8 +101,20 @@ def _serve(
     try:
         yield info
     finally:
-        for process in reversed(processes):
+        _stop_all(processes)
+
+
+def _stop_all(processes: list[Process]) -> None:
+    """Stop every process, in reverse order, even when one fails to (a node's Pods, say):
+    the others are stopped all the same, then the first failure is raised."""
+    failed: list[BaseException] = []
+    for process in reversed(processes):
+        try:
             process.stop()
+        except Exception as exc:
+            failed.append(exc)
+    if failed:
+        raise failed[0]
 
 
 @pytest.fixture(scope="session")
