@@ -63,6 +63,7 @@ def local_sender(settings: Settings) -> Any:
     the functions that failed (a transient one when any was), 200 when none did."""
     from modelhooks.bootstrap import build
     from modelhooks.core.logs import configure
+    from modelhooks.delivery.encoding import outcome_reason
 
     app = build(settings)
     broker = app.broker()
@@ -72,27 +73,16 @@ def local_sender(settings: Settings) -> Any:
         failed = [o for o in broker.publish(event) if o.status >= 300]
         if not failed:
             return 200, ""
-        return max(o.status for o in failed), "; ".join(_reason(o.as_json()) for o in failed)
+        return max(o.status for o in failed), "; ".join(outcome_reason(o.as_json()) for o in failed)
 
     return send
 
 
-def _reason(outcome: dict[str, Any]) -> str:
-    """`function (status): message` of one failed outcome, in full."""
-    error = outcome.get("error") or {}
-    return f"{outcome.get('function', '?')} ({outcome.get('status')}): {error.get('message', '')}"
-
-
 def http_reason(status: int, text: str) -> str:
     """The reason of a failed HTTP delivery: every failed function's, else the body."""
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return f"HTTP {status}: {text}"
-    failed = [o for o in doc.get("outcomes", []) if o.get("status", 0) >= 300]
-    if failed:
-        return f"HTTP {status}: " + "; ".join(_reason(o) for o in failed)
-    return f"HTTP {status}: {doc.get('message', text)}"
+    from modelhooks.delivery.encoding import answer_reason
+
+    return f"HTTP {status}: {answer_reason(text)}"
 
 
 def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any:

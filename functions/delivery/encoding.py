@@ -18,11 +18,13 @@ from modelhooks.events.model import CanonicalEvent
 
 __all__ = [
     "Response",
+    "answer_reason",
     "binary",
     "encode_replies",
     "error_response",
     "internal_error",
     "json_response",
+    "outcome_reason",
     "structured",
 ]
 
@@ -86,3 +88,31 @@ def internal_error(exc: BaseException, where: str) -> Response:
     log(logging.ERROR, f"unexpected error in {where}", exc_info=exc, incident=incident)
     body = {"error": "internal", "message": f"internal error; see the logs (incident {incident})"}
     return json_response(500, body)
+
+
+def answer_reason(body: bytes | str) -> str:
+    """What a failed answer of ours says: each failed outcome's `function (status): message`
+    (`/` and a function endpoint answer that way), else its message, else the body itself."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(doc, dict):
+        return text
+    outcomes = doc.get("outcomes")
+    failed = [
+        o
+        for o in (outcomes if isinstance(outcomes, list) else [])
+        if isinstance(o, dict) and isinstance(o.get("status"), int) and o["status"] >= 300
+    ]
+    if failed:
+        return "; ".join(outcome_reason(o) for o in failed)
+    return str(doc.get("message") or text)
+
+
+def outcome_reason(outcome: Mapping[str, Any]) -> str:
+    """`function (status): message` of one failed outcome, in full."""
+    error = outcome.get("error")
+    message = error.get("message", "") if isinstance(error, dict) else ""
+    return f"{outcome.get('function', '?')} ({outcome.get('status')}): {message}"

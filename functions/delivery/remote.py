@@ -34,7 +34,7 @@ from modelhooks.core.errors import (
     VerificationFailed,
 )
 from modelhooks.core.function import Function, Skip
-from modelhooks.delivery.encoding import binary
+from modelhooks.delivery.encoding import answer_reason, binary
 from modelhooks.events.ingress import decode
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources.canonical import from_canonical_cloudevent
@@ -110,21 +110,10 @@ def _replies(name: str, headers: dict[str, str], body: bytes) -> list[CanonicalE
 
 
 def _refusal(name: str, url: str, status: int, body: bytes) -> ModelhooksError:
-    reason = _reason(body) or f"HTTP {status}"
-    message = f"{name} at {url} answered {status}: {reason}"
+    message = f"{name} at {url} answered {status}: {answer_reason(body)[:2000] or 'no reason'}"
     if status >= 500:
         return Unavailable(message, url=url, status=status)
     return _REFUSALS.get(status, Permanent)(message, url=url, status=status)
-
-
-def _reason(body: bytes) -> str:
-    """What a function's error answer says: its message, or each failed outcome's."""
-    doc = _json(body)
-    failed = [o.get("error") or {} for o in doc.get("outcomes") or [] if isinstance(o, dict)]
-    messages = [str(e.get("message")) for e in failed if isinstance(e, dict) and e.get("message")]
-    if doc.get("message"):
-        messages.insert(0, str(doc["message"]))
-    return "; ".join(messages) or body[:200].decode(errors="replace")
 
 
 def _json(body: bytes) -> dict[str, Any]:

@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.bootstrap import build
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.settings import load_settings
+from modelhooks.delivery.encoding import answer_reason
 from modelhooks.delivery.http import routes
 from modelhooks.delivery.remote import subscribers
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
@@ -153,3 +156,25 @@ def test_a_wrong_subscribers_setting_names_the_entry(spec: str, says: str) -> No
     with pytest.raises(ConfigError, match="MODELHOOKS_ROUTER_SUBSCRIBERS") as raised:
         subscribers(spec, ("register", "sign"))
     assert says in str(raised.value)
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+))  # fmt: skip
+def test_the_reason_of_any_answer_is_text_and_never_raises(doc: object) -> None:
+    """What a subscriber (or a server `replay` posts to) answers may be any JSON at all."""
+    reason = answer_reason(json.dumps(doc).encode())
+    assert isinstance(reason, str)
+
+
+def test_the_reason_names_each_failed_function() -> None:
+    body = {
+        "outcomes": [
+            {"function": "register", "status": 200},
+            {"function": "sign", "status": 503, "error": {"message": "store down"}},
+        ]
+    }
+    assert answer_reason(json.dumps(body)) == "sign (503): store down"
+    assert answer_reason(b"not json") == "not json"
