@@ -32,6 +32,7 @@ __all__ = [
     "ModelUpdated",
     "PruneRequested",
     "TagsPruned",
+    "TransferRequested",
     "data_class",
     "parse",
 ]
@@ -87,6 +88,7 @@ class EventData(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 _AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
 _FIELD = re.compile(r"field `(?P<name>[^`]+)`")
+_CHECK = re.compile(r"^(?P<name>[a-z_]+(?:\.[a-z_]+)*): (?P<msg>.+)$")  # a __post_init__'s
 
 
 def parse(cls: type[D], raw: Any, where: str = "data") -> D:
@@ -97,9 +99,10 @@ def parse(cls: type[D], raw: Any, where: str = "data") -> D:
         m = _AT.match(str(exc))
         msg = m["msg"] if m else str(exc)
         path = (m["path"] or "").lstrip(".") if m else ""
-        named = _FIELD.search(msg)
+        named = _FIELD.search(msg) or _CHECK.match(msg)
         if named:  # "Object missing required field `model`": the field is the subject
             path = f"{path}.{named['name']}" if path else named["name"]
+            msg = named["msg"] if "msg" in named.groupdict() else msg
         path = path or "data"
         raise BadRequest(f"{where}: {path}: {msg}", field=path, where=where) from None
 
@@ -245,6 +248,123 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
     namespace: str = "default"
 
 
+# What a transfer request may carry: never credentials (those are the function's own
+# configuration, the MODEL_SYNC_* settings and credential files `modelhooks transfer` reads).
+_REF = Annotated[str, Meta(min_length=1, max_length=1024)]
+Properties = dict[str, str | int | float | bool]
+
+
+class _Part(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class TransferSource(_Part, frozen=True, kw_only=True):
+    """Where the model is: s3/gcs `bucket` + `key` (a prefix), oci `uri`
+    (host/repository:tag or @digest), uri `uri` (an http(s) file or zip/tar archive)."""
+
+    type: Annotated[Literal["s3", "gcs", "oci", "uri"], _doc("the source's kind")]
+    bucket: Annotated[str | None, _doc("s3, gcs: the bucket")] = None
+    key: Annotated[str | None, _doc("s3, gcs: the key prefix of the model's files")] = None
+    region: Annotated[str | None, _doc("s3: the bucket's region")] = None
+    uri: Annotated[_REF | None, _doc("oci: host/repository:tag|@digest; uri: http(s)://…")] = None
+    sha256: Annotated[
+        Annotated[str, Meta(pattern=r"^(sha256:)?[0-9a-fA-F]{64}$")] | None,
+        _doc("uri: the sha256 of what it serves (checked before anything is registered)"),
+    ] = None
+
+    def __post_init__(self) -> None:
+        _needs(self, {"s3": ("bucket", "key"), "gcs": ("bucket",), "oci": ("uri",)})
+        if self.type == "uri" and not (self.uri or "").startswith(("https://", "http://")):
+            raise ValueError("uri: a uri source is an http:// or https:// URL")
+
+
+class TransferDestination(_Part, frozen=True, kw_only=True):
+    """Where the model goes: s3/gcs `bucket` + `key`, or oci `uri` (host/repository:tag)."""
+
+    type: Annotated[Literal["s3", "gcs", "oci"], _doc("the destination's kind")]
+    bucket: Annotated[str | None, _doc("s3, gcs: the bucket")] = None
+    key: Annotated[str | None, _doc("s3, gcs: the key prefix to write under")] = None
+    region: Annotated[str | None, _doc("s3: the bucket's region")] = None
+    uri: Annotated[_REF | None, _doc("oci: host/repository:tag")] = None
+    format: Annotated[
+        Literal["image", "artifact"] | None,
+        _doc("oci: image (on the base image) or artifact (a plain layer per file)"),
+    ] = None
+    base_image: Annotated[str | None, _doc("oci, format image: the base image")] = None
+
+    def __post_init__(self) -> None:
+        _needs(self, {"s3": ("bucket", "key"), "gcs": ("bucket",), "oci": ("uri",)})
+
+
+def _needs(part: Any, required: dict[str, tuple[str, ...]]) -> None:
+    for name in required.get(part.type, ()):
+        if not getattr(part, name):
+            raise ValueError(f"{name}: required for type {part.type}")
+    if part.type != "oci" and part.type != "uri" and part.uri is not None:
+        raise ValueError(f"uri: not for type {part.type} (bucket and key name it)")
+
+
+class TransferModel(_Part, frozen=True, kw_only=True):
+    """The RegisteredModel: `name` (create_model, or to find it for create_version) or `id`."""
+
+    name: Name | None = None
+    id: Annotated[str | None, _doc("an existing model's id (create_version)")] = None
+    description: str | None = None
+    owner: str | None = None
+    custom_properties: Properties = field(default_factory=dict)
+
+
+class TransferVersion(_Part, frozen=True, kw_only=True):
+    name: Annotated[VersionName | None, _doc("create_model, create_version")] = None
+    id: Annotated[str | None, _doc("the version's id (update_artifact)")] = None
+    description: str | None = None
+    author: str | None = None
+    custom_properties: Properties = field(default_factory=dict)
+
+
+class TransferArtifact(_Part, frozen=True, kw_only=True):
+    id: Annotated[str | None, _doc("the ModelArtifact to update (update_artifact)")] = None
+    name: Annotated[str, Meta(max_length=253)] | None = None
+    model_format_name: str | None = None
+    model_format_version: str | None = None
+    storage_key: str | None = None
+    custom_properties: Properties = field(default_factory=dict)
+
+
+class TransferRequested(EventData, frozen=True, kw_only=True):
+    """Asks `transfer` to copy a model from `source` to `destination` (streaming,
+    resumable), register it per `intent` and sign it: `modelhooks transfer` as a function.
+    Carries no credentials: they are the function's configuration."""
+
+    TYPE = "dev.modelhooks.transfer.requested"
+    source: TransferSource
+    destination: TransferDestination
+    intent: Annotated[
+        Literal["create_model", "create_version", "update_artifact"],
+        _doc("Kubeflow's upload intent: what is created, what is updated"),
+    ]
+    model: TransferModel = field(default_factory=TransferModel)
+    version: TransferVersion = field(default_factory=TransferVersion)
+    artifact: TransferArtifact = field(default_factory=TransferArtifact)
+    sign: Annotated[
+        bool | None, _doc("sign the copy; unset: as the function's configuration says")
+    ] = None
+    namespace: Annotated[
+        Namespace | None,
+        _doc("the tenant asking; unset: the tenant that owns the source"),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.intent == "create_model" and not self.model.name:
+            raise ValueError("model.name: required for intent create_model")
+        if self.intent == "create_version" and not (self.model.name or self.model.id):
+            raise ValueError("model.name: (or model.id) required for intent create_version")
+        if self.intent != "update_artifact" and not self.version.name:
+            raise ValueError(f"version.name: required for intent {self.intent}")
+        if self.intent == "update_artifact" and not self.artifact.id:
+            raise ValueError("artifact.id: required for intent update_artifact")
+
+
 EVENT_TYPES: dict[str, type[EventData]] = {
     cls.TYPE: cls
     for cls in (
@@ -258,6 +378,7 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         ModelSigned,
         TagsPruned,
         ArtifactPurged,
+        TransferRequested,
     )
 }
 

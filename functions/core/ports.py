@@ -117,6 +117,11 @@ class ModelRegistry(Protocol):
 
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]: ...
 
+    def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
+        """An artifact by its id (transfer's update_artifact names one), None when there is
+        none; its `version_id` may be "" where the backend reads an artifact alone."""
+        ...
+
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         """Create the artifact (empty id) or update it (by id); returns it with its id."""
         ...

@@ -87,6 +87,16 @@ class ModelRegistryContract:
         assert stored.uri == "gs://b/models/m/1/"
         assert stored.digest == "gcs-generation:1"
 
+    def test_an_artifact_is_read_back_by_its_id(self, registry: ModelRegistry) -> None:
+        model = registry.create_model(unique("m"), properties={})
+        version = registry.create_version(model.id, "1", properties={})
+        new = ModelArtifact(id="", version_id=version.id, name="model", uri="s3://b/m/", digest="")
+        artifact = registry.upsert_artifact(new)
+        got = registry.get_artifact(artifact.id)
+        assert got is not None and (got.id, got.name, got.uri) == (artifact.id, "model", new.uri)
+        assert got.version_id in (version.id, "")  # "" where an artifact is read alone
+        assert registry.get_artifact("nope") is None
+
     def test_duplicate_artifact_name_conflicts(self, registry: ModelRegistry) -> None:
         model = registry.create_model(unique("m"), properties={})
         version = registry.create_version(model.id, "1", properties={})

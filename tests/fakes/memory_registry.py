@@ -84,6 +84,9 @@ class InMemoryModelRegistry:
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
         return [a for a in self.artifacts.values() if a.version_id == version_id]
 
+    def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
+        return self.artifacts.get(artifact_id)
+
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         with self._lock:
             if artifact.id:

@@ -25,11 +25,13 @@ HOST = "registry.local:5000"
 PUSHED = "dev.modelhooks.artifact.pushed"
 DELETED = "dev.modelhooks.artifact.deleted"
 PRUNE = "dev.modelhooks.prune.requested"
+TRANSFER = "dev.modelhooks.transfer.requested"
 
 # What every recorded delivery means. A new sample must say what it expects here.
 EXPECTED: dict[str, list[str]] = {
     "canonical-artifact-pushed": [PUSHED],
     "canonical-pubsub-artifact-pushed": [PUSHED],
+    "canonical-transfer-requested": [TRANSFER],
     "gar-delete": [DELETED],
     "gar-delete-tag": [DELETED],
     "gar-eventarc-insert": [PUSHED],

@@ -290,6 +290,11 @@ class KubernetesModelRegistry:
         found = self._get(VERSIONS, version_id) if _DNS_LABEL.match(version_id) else None
         return _artifacts(found) if found else []
 
+    def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
+        version_id, _, name = artifact_id.partition("/")  # ids are <version>/<name>
+        found = (a for a in self.list_artifacts(version_id) if a.name == name)
+        return next(found, None)
+
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         version_id, name = artifact.version_id, artifact.name
         if artifact.id:

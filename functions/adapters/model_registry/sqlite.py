@@ -164,6 +164,12 @@ class SqliteModelRegistry:
         )
         return [_artifact(r) for r in rows]
 
+    def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
+        if not artifact_id.isdigit():
+            return None
+        rows = self._rows("SELECT * FROM model_artifacts WHERE id=?", (int(artifact_id),))
+        return _artifact(rows[0]) if rows else None
+
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
         props = json.dumps(dict(artifact.custom_properties))
         if artifact.id:
