@@ -91,9 +91,10 @@ def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any
     answer either)."""
     import requests
 
+    from modelhooks.adapters.net import read_environment_once
     from modelhooks.delivery.encoding import binary, structured
 
-    session = requests.Session()
+    session = read_environment_once(requests.Session(), url)
 
     def send(event: Any) -> tuple[int, str]:
         if mode == "structured":

@@ -137,7 +137,9 @@ def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
 def _raw_sender(url: str) -> Any:
     import requests
 
-    session = requests.Session()
+    from modelhooks.adapters.net import read_environment_once
+
+    session = read_environment_once(requests.Session(), url)
     headers = {"Content-Type": "application/cloudevents+json"}
 
     def send(doc: dict[str, Any]) -> None:

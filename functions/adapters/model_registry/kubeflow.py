@@ -225,7 +225,9 @@ class KubeflowModelRegistry:
         if session is None:
             import requests  # here, not at import: bootstrap imports this module on demand
 
-            session = requests.Session()
+            from modelhooks.adapters.net import read_environment_once
+
+            session = read_environment_once(requests.Session(), self.api_url)
             adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64)
             session.mount("http://", adapter)
             session.mount("https://", adapter)
@@ -234,7 +236,8 @@ class KubeflowModelRegistry:
             fd, self._ca_file = tempfile.mkstemp(prefix="modelhooks-registry-ca-", suffix=".pem")
             with os.fdopen(fd, "w") as out:
                 out.write(ca if ca.endswith("\n") else ca + "\n")
-        self._verify: str | bool = self._ca_file or True  # per request: it beats the env's
+        # per request: it beats the environment's bundle (settled in a session of our own)
+        self._verify: str | bool = self._ca_file or session.verify
         self._session = session
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._txn = _Transaction()

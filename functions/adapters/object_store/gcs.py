@@ -47,21 +47,6 @@ def gcs_error(exc: Exception, bucket: str, key: str = "") -> ModelhooksError:
     return Unavailable(f"GCS failed on {where}", **details)  # 5xx, transport, timeouts
 
 
-def _read_environment_once(session: Any, endpoint: str) -> None:
-    """Settle what requests would read from the environment on EVERY request (the proxy
-    variables and no_proxy, twice a request: a sixth of an admission review's CPU was
-    spent scanning os.environ) once, for the one endpoint this client talks to."""
-    import os
-
-    from requests.utils import get_environ_proxies
-
-    session.proxies.update(get_environ_proxies(endpoint))
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if bundle and session.verify is True:
-        session.verify = bundle
-    session.trust_env = False
-
-
 class GcsObjectStore:
     """GCS buckets. The client is built on first use (or injected, e.g. for an emulator).
 
@@ -101,8 +86,10 @@ class GcsObjectStore:
         if self._client is None:
             from google.cloud import storage
 
+            from modelhooks.adapters.net import read_environment_once
+
             client = storage.Client(project=self._project, credentials=self._credentials)
-            _read_environment_once(client._http, client._connection.API_BASE_URL)
+            read_environment_once(client._http, client._connection.API_BASE_URL)
             self._client = client
         return self._client
 
