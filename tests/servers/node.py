@@ -64,6 +64,7 @@ CGROUP_V1 = Path("/sys/fs/cgroup")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+MODEL_LAYER_TITLE = "model.tar"
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,10 @@ class Node:
         return push_image(self.registry, repository, files, entrypoint)
 
     def push_artifact(self, repository: str, files: dict[str, bytes]) -> str:
-        """A model-like artifact an image volume mounts: one tar layer, a real image config."""
-        return push_image(self.registry, repository, files, None)
+        """A model an image volume mounts: one tar layer titled ``model.tar``
+        (``org.opencontainers.image.title``: what `modelhooks sign oci://…` signs, the layer's
+        content address) and a real image config; returns its reference (tag ``latest``)."""
+        return push_image(self.registry, repository, files, None, title=MODEL_LAYER_TITLE)
 
 
 def _layer(files: dict[str, bytes]) -> bytes:
@@ -115,8 +118,10 @@ def _layer(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def _image(files: dict[str, bytes], entrypoint: list[str] | None) -> tuple[bytes, bytes, bytes]:
-    """(layer, config, manifest) of a one-layer OCI image."""
+def _image(
+    files: dict[str, bytes], entrypoint: list[str] | None, title: str | None = None
+) -> tuple[bytes, bytes, bytes]:
+    """(layer, config, manifest) of a one-layer OCI image; `title` annotates the layer."""
     layer = _layer(files)
     config: dict[str, Any] = {
         "architecture": "amd64",
@@ -131,6 +136,8 @@ def _image(files: dict[str, bytes], entrypoint: list[str] | None) -> tuple[bytes
         "config": _descriptor(OCI_CONFIG, config_bytes),
         "layers": [_descriptor(OCI_LAYER, layer)],
     }
+    if title:
+        manifest["layers"][0]["annotations"] = {"org.opencontainers.image.title": title}
     return layer, config_bytes, json.dumps(manifest).encode()
 
 
@@ -143,9 +150,14 @@ def _descriptor(media_type: str, blob: bytes) -> dict[str, Any]:
 
 
 def push_image(
-    registry: OciRegistry, repository: str, files: dict[str, bytes], entrypoint: list[str] | None
+    registry: OciRegistry,
+    repository: str,
+    files: dict[str, bytes],
+    entrypoint: list[str] | None,
+    *,
+    title: str | None = None,
 ) -> str:
-    layer, config, manifest = _image(files, entrypoint)
+    layer, config, manifest = _image(files, entrypoint, title)
     for blob in (layer, config):
         start = urllib.request.Request(
             f"{registry.url}/v2/{repository}/blobs/uploads/", method="POST"

@@ -1,0 +1,204 @@
+"""Admission on the harness's real node (tests/servers/node.py): the validating and mutating
+webhooks registered with the NODE's apiserver, served by `modelhooks serve` admission-only
+over HTTPS on loopback (tests/e2e/admission_helpers.py); models pushed to the node's
+registry as images an image volume mounts (one tar layer titled `model.tar`, a real config).
+
+Admitted Pods really run: a Pod mounting a signed model BY TAG is pinned to its digest,
+admitted, and reads exactly the files of the tar that was signed; an unsigned model is
+refused with the reason."""
+
+from __future__ import annotations
+
+import io
+import secrets
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from modelhooks.adapters.oci.distribution import DistributionRegistry
+from modelhooks.adapters.signing import KeyVerifier
+from modelhooks.adapters.signing.oci import verify_oci
+from tests.e2e.admission_helpers import (
+    MODELHOOKS,
+    Webhook,
+    create_policy,
+    labelled_namespace,
+    post,
+    start_webhook,
+    trusting,
+)
+from tests.servers.node import Node
+from tests.unit.signing_material import KeyPair, make_key
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
+    return make_key(tmp_path_factory.mktemp("keys"), "team")
+
+
+@pytest.fixture(scope="module")
+def verifier_image(node: Node) -> str:
+    """Where the node pulls `modelhooks verify` from (pushed by the tests that need it)."""
+    return f"{node.registry.host}/modelhooks:verifier-{secrets.token_hex(3)}"
+
+
+@pytest.fixture(scope="module")
+def webhook(
+    node: Node, verifier_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Webhook]:
+    env = {"MODELHOOKS_ADMISSION_VERIFIER_IMAGE": verifier_image}
+    with start_webhook(node.kube, tmp_path_factory.mktemp("admission-node"), env) as started:
+        yield started
+
+
+@pytest.fixture
+def namespace(node: Node, webhook: Webhook) -> str:
+    """A namespace that opts in to the webhook, once its `default` ServiceAccount exists."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    name = labelled_namespace(node.kube, webhook)
+    with node.kube.api_client() as api:
+        core = client.CoreV1Api(api)
+
+        def account() -> bool:
+            try:
+                return bool(core.read_namespaced_service_account("default", name))
+            except ApiException:
+                return False
+
+        until(f"ServiceAccount {name}/default", account, 30)
+    return name
+
+
+def until(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pod_body(reference: str, probe: str, **spec: Any) -> dict[str, Any]:
+    """A Pod whose container prints every file of `reference` mounted as an image volume."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "model-"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": probe,
+                    "args": ["cat", "/model"],
+                    "volumeMounts": [{"name": "model", "mountPath": "/model", "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "model", "image": {"reference": reference}}],
+            **spec,
+        },
+    }
+
+
+def sign(reference: str, key: KeyPair) -> None:
+    """`modelhooks sign oci://…` as a user runs it (the bundle a referrer of the manifest)."""
+    signed = subprocess.run(
+        [MODELHOOKS, "sign", f"oci://{reference}", "--key", str(key.private), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert signed.returncode == 0, signed.stdout + signed.stderr
+
+
+def pod_phase(node: Node, namespace: str, name: str, phases: tuple[str, ...]) -> Any:
+    from kubernetes import client
+
+    with node.kube.api_client() as api:
+        core = client.CoreV1Api(api)
+
+        def reached() -> Any:
+            pod = core.read_namespaced_pod(name, namespace)
+            return pod if pod.status.phase in phases else None
+
+        return until(f"Pod {namespace}/{name} {'|'.join(phases)}", reached, 90)
+
+
+def pod_log(node: Node, namespace: str, name: str, container: str = "main") -> str:
+    from kubernetes import client
+
+    with node.kube.api_client() as api:
+        text: str = client.CoreV1Api(api).read_namespaced_pod_log(
+            name, namespace, container=container
+        )
+        return text
+
+
+def signed_tar_files(node: Node, repository: str, key: KeyPair) -> dict[str, str]:
+    """The files inside the tar layer the signature over `repository:latest` names (its
+    signed digest is the blob fetched), as `probe cat` prints them."""
+    client = DistributionRegistry(node.registry.url)
+    verified = verify_oci(client, repository, "latest", KeyVerifier(key.public))
+    (resource,) = verified.manifest.resources
+    assert resource.name == "model.tar"
+    blob = client.blob_range(repository, f"sha256:{resource.digest}", 0, 1 << 24)
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                handle = tar.extractfile(member)
+                assert handle is not None
+                files[f"/model/{member.name}"] = handle.read().decode().strip()
+    return files
+
+
+def test_an_admitted_pod_mounting_a_signed_model_by_tag_runs_and_reads_the_signed_files(
+    node: Node, namespace: str, key: KeyPair
+) -> None:
+    repository = f"models/{namespace}"
+    files = {"config.json": b'{"layers": 2}', "weights/part-0.bin": secrets.token_hex(16).encode()}
+    reference = node.push_artifact(repository, files)
+    sign(reference, key)
+    host = node.registry.host
+    create_policy(node.kube, namespace, "signed", trusting(key, references=[f"oci://{host}/*"]))
+    digest = DistributionRegistry(node.registry.url).resolve(repository, "latest")
+
+    created = post(
+        node.kube, f"/api/v1/namespaces/{namespace}/pods", pod_body(reference, node.probe_image)
+    )
+    assert created.status == 201, created.body
+    (volume,) = [v for v in created.body["spec"]["volumes"] if v["name"] == "model"]
+    assert volume["image"]["reference"] == f"{host}/{repository}@{digest}"  # pinned
+    name = created.body["metadata"]["name"]
+    done = pod_phase(node, namespace, name, ("Succeeded", "Failed"))
+    printed = pod_log(node, namespace, name)
+    assert done.status.phase == "Succeeded", printed
+
+    lines = dict(line.split(": ", 1) for line in printed.splitlines())
+    assert lines == signed_tar_files(node, repository, key)
+    assert lines == {f"/model/{n}": c.decode() for n, c in files.items()}
+
+
+def test_a_pod_mounting_an_unsigned_model_is_refused_with_the_reason(
+    node: Node, namespace: str, key: KeyPair
+) -> None:
+    repository = f"models/{namespace}"
+    reference = node.push_artifact(repository, {"weights.bin": secrets.token_hex(16).encode()})
+    host = node.registry.host
+    create_policy(node.kube, namespace, "signed", trusting(key, references=[f"oci://{host}/*"]))
+
+    created = post(
+        node.kube, f"/api/v1/namespaces/{namespace}/pods", pod_body(reference, node.probe_image)
+    )
+    assert created.status == 403, created.body
+    assert f"model oci://{host}/{repository}@sha256:" in created.message
+    assert "no signature refers to" in created.message
+    assert "modelhooks sign" in created.message
