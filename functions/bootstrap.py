@@ -3,8 +3,11 @@ process (and cached, so warm instances reuse their clients).
 
 Each handler names the dependencies it needs as keyword-only parameters; `build` binds
 exactly those from `Deps` (cosmicpython's bootstrap does the same by parameter name). Nothing
-is built at import time; heavy SDKs are imported by the adapter that needs them, when a
-function first uses it. Tests swap any dependency in one place:
+is built at import time; `build` builds the dependencies of the functions the process hosts
+(functions-framework's target alone, or every function for `modelhooks serve`) and nothing
+else, so a bad setting stops start-up; any other is built, and its module imported, when first
+asked for. Heavy SDKs are imported by the adapter that needs them, when a function first
+uses it. Tests swap any dependency in one place:
 
 >>> app = build(settings, registry=InMemoryModelRegistry())  # doctest: +SKIP
 >>> app.broker().publish(event)  # doctest: +SKIP
@@ -14,58 +17,68 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
-from threading import Lock
+from threading import Lock, RLock
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from modelhooks.adapters.kube_client import in_cluster
-from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.credentials import OAUTH2_ACCESS_TOKEN
-from modelhooks.adapters.signing.binding import binding_key
-from modelhooks.adapters.signing.config import SigningConfig
-from modelhooks.core.cleanup import Cleanup
-from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.extras import MissingExtra, missing
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
-from modelhooks.core.ports import (
-    Cluster,
-    DeliveryLog,
-    ModelRegistry,
-    ObjectStore,
-    Secrets,
-    Signer,
-)
-from modelhooks.core.retention import Policies
 from modelhooks.core.settings import Settings, load_settings
-from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
-from modelhooks.core.verification import ModelVerifier, PolicySource, Verdicts
-from modelhooks.delivery.broker import Broker
 from modelhooks.delivery.dedupe import Dedupe
-from modelhooks.delivery.remote import remote, subscribers
-from modelhooks.delivery.router import load_triggers
 from modelhooks.delivery.routes import RouteAuth
 from modelhooks.delivery.runtime import Delivery, Sink
 from modelhooks.events.auth import resolve_value
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
 from modelhooks.handlers import NAMES, load
 
+# What only some functions use is imported where it is built, when it is first asked for: a
+# process hosting one function imports only what that function needs.
 if TYPE_CHECKING:
+    from modelhooks.adapters.oci.clients import OciClients
+    from modelhooks.adapters.signing.config import SigningConfig
     from modelhooks.adapters.signing.streaming import HashOptions
+    from modelhooks.adapters.transfer.request import Transfers
+    from modelhooks.core.cleanup import Cleanup
+    from modelhooks.core.content import ContentResolver
+    from modelhooks.core.ports import (
+        Cluster,
+        DeliveryLog,
+        ModelRegistry,
+        ObjectStore,
+        Secrets,
+        Signer,
+    )
+    from modelhooks.core.retention import Policies
+    from modelhooks.core.stores import Stores
+    from modelhooks.core.verification import ModelVerifier, PolicySource, Verdicts
+    from modelhooks.delivery.broker import Broker
 
-__all__ = ["NEEDS", "App", "Deps", "build", "extras_of", "model_registry", "object_store", "reset"]
+__all__ = [
+    "NEEDS",
+    "App",
+    "Deps",
+    "build",
+    "extras_of",
+    "hosted",
+    "model_registry",
+    "object_store",
+    "reset",
+]
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
 class Deps:
-    """Every dependency a handler may name, by parameter name."""
+    """Every dependency a handler may name, by parameter name. Each is built once, when first
+    asked for: a process builds (and imports) only what the functions it hosts name."""
 
     registry: ModelRegistry
     stores: Stores
@@ -84,6 +97,31 @@ class Deps:
     model_verifier: ModelVerifier  # admission: a model decided from its signature and digests
     verdicts: Verdicts  # admission: successful verifications, bounded, with a TTL
     review_timeout: float  # admission: seconds an AdmissionReview may take
+    verifier_image: str  # admission: the image of the init containers verifying on the node
+    transfers: Transfers  # transfer: the process's MODEL_SYNC_* configuration, the time bound
+
+    def __init__(self, makers: Mapping[str, Callable[[Deps], Any]]) -> None:
+        self.__dict__["_makers"] = makers
+        self.__dict__["_lock"] = RLock()  # a dependency may be built from others
+
+    def __getattr__(self, name: str) -> Any:  # only for what is not built yet
+        make = self._makers.get(name)
+        if make is None:
+            raise AttributeError(f"{type(self).__name__} has no {name!r}")
+        with self._lock:
+            if name not in self.__dict__:
+                self.__dict__[name] = make(self)
+        return self.__dict__[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def built(self) -> dict[str, Any]:
+        """The dependencies built so far, by name."""
+        return {k: v for k, v in self.__dict__.items() if k in self._makers}
+
+
+DEPS: tuple[str, ...] = tuple(Deps.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -101,6 +139,9 @@ class App:
     def broker(self) -> Broker:
         """The in-process broker, routing by the Trigger YAML (read now: a bad trigger file
         stops start-up, not a request)."""
+        from modelhooks.delivery.broker import Broker
+        from modelhooks.delivery.router import load_triggers
+
         triggers = load_triggers(self.settings.router.triggers)
         return Broker(triggers, self.delivery, self.settings.router.max_depth)
 
@@ -133,27 +174,30 @@ def _default_settings() -> Settings:
 
 def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     configure_logs(settings.log_level)
-    deps_fields = {f.name for f in dataclasses.fields(Deps)}
-    unknown = set(overrides) - deps_fields - {f.name for f in dataclasses.fields(Delivery)}
+    unknown = set(overrides) - set(DEPS) - {f.name for f in dataclasses.fields(Delivery)}
     if unknown:
         raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
-    elsewhere = subscribers(settings.router.subscribers, NAMES)
+    elsewhere = _elsewhere(settings)
     # a function run elsewhere needs nothing here but what names its pushes (Delivery.enter)
     needs = {
         n
-        for name in _hosted()
+        for name in hosted()
         for n in _needs(load(name))
         if name not in elsewhere or n == "content"
     }
     _require_extras(settings, needs - set(overrides))
-    deps = _deps(settings, {k: v for k, v in overrides.items() if k in deps_fields})
-    available = {f.name: getattr(deps, f.name) for f in dataclasses.fields(Deps)}
+    deps = _deps(settings, {k: v for k, v in overrides.items() if k in DEPS})
+    for name in sorted(needs):  # built now: a bad setting stops start-up, not a delivery
+        getattr(deps, name)
 
     @cache
     def function(name: str) -> Function:
         if name in elsewhere:
+            from modelhooks.delivery.remote import remote
+
             return remote(load(name), elsewhere[name], settings.router.timeout)
-        return load(name).bind(available)
+        fn = load(name)
+        return fn.bind({n: getattr(deps, n) for n in fn.needs if n in DEPS})
 
     delivery = Delivery(
         function=function,
@@ -177,9 +221,18 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         max_review_bytes=settings.admission.max_review_bytes,
     )
     delivery = dataclasses.replace(
-        delivery, **{k: v for k, v in overrides.items() if k not in deps_fields}
+        delivery, **{k: v for k, v in overrides.items() if k not in DEPS}
     )
     return App(settings, deps, delivery)
+
+
+def _elsewhere(settings: Settings) -> dict[str, str]:
+    """The functions router.subscribers runs in other processes (their URLs), by name."""
+    if not settings.router.subscribers.strip():
+        return {}
+    from modelhooks.delivery.remote import subscribers
+
+    return subscribers(settings.router.subscribers, NAMES)
 
 
 # What each dependency can import, by the backend the settings select for it: (extra, what
@@ -197,7 +250,7 @@ _SIGNING: tuple[_Need, ...] = (
     (
         "signing",
         "signing (MODELHOOKS_SIGNING_*)",
-        lambda s: SigningConfig.from_settings(s.signing, ready_marker="").enabled()[0],
+        lambda s: _signing(s).enabled()[0],
     ),
 )
 NEEDS: dict[str, tuple[_Need, ...]] = {
@@ -255,7 +308,7 @@ def extras_of(fn: Function) -> tuple[str, ...]:
     return tuple(sorted(derived | set(fn.extras)))
 
 
-def _hosted() -> tuple[str, ...]:
+def hosted() -> tuple[str, ...]:
     """The functions this process serves: functions-framework's target (it sets
     FUNCTION_TARGET before loading the source, as Cloud Run does), else every one."""
     target = os.environ.get("FUNCTION_TARGET", "")
@@ -276,36 +329,51 @@ def _require_extras(settings: Settings, needs: set[str]) -> None:
 
 
 def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
-    def made(name: str, make: Any) -> Any:  # build only what is not overridden
-        return overrides[name] if name in overrides else make()
+    """How to build each dependency from `settings` (each when first asked for), or the
+    override given for it."""
 
-    signing = SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
-    signer = made("signer", signing.signer)
-    stores = made("stores", lambda: _stores(settings))
-    # what sign writes into a model's prefix is not the model: its content names it alike
-    # before and after signing (a redelivery is then a duplicate, not a conflict)
-    signature = settings.signing.signature_name
-    exclude = frozenset({settings.layout.marker, signature, binding_key(signature)})
-    oci = made("oci", lambda: _oci(settings))
-    return Deps(
-        registry=made("registry", lambda: model_registry(settings)),
-        stores=stores,
-        content=made("content", lambda: ContentResolver(stores, exclude)),
-        oci=oci,
-        signer=signer,
-        hash_options=made("hash_options", lambda: signing.options() if signer else None),
-        check_namespace=made("check_namespace", lambda: bool(settings.tenancy.tenants.strip())),
-        retention=made("retention", lambda: _retention(settings)),
-        tenancy=made("tenancy", lambda: Tenancy.parse(settings.tenancy.tenants)),
-        cleanup=made("cleanup", lambda: _cleanup(settings)),
-        secrets=made("secrets", lambda: _secrets(settings)),
-        cluster=made("cluster", lambda: _cluster(settings)),
-        rollout=made("rollout", lambda: settings.notify.rollout),
-        policies=made("policies", lambda: _policies(settings)),
-        model_verifier=made("model_verifier", lambda: _model_verifier(settings, oci, stores)),
-        verdicts=made("verdicts", lambda: _verdicts(settings)),
-        review_timeout=made("review_timeout", lambda: settings.admission.timeout),
-    )
+    def content(deps: Deps) -> ContentResolver:
+        from modelhooks.adapters.signing.binding import binding_key
+        from modelhooks.core.content import ContentResolver
+
+        # what sign writes into a model's prefix is not the model: its content names it alike
+        # before and after signing (a redelivery is then a duplicate, not a conflict)
+        signature = settings.signing.signature_name
+        exclude = frozenset({settings.layout.marker, signature, binding_key(signature)})
+        return ContentResolver(deps.stores, exclude)
+
+    makers: dict[str, Callable[[Deps], Any]] = {
+        "registry": lambda _: model_registry(settings),
+        "stores": lambda _: _stores(settings),
+        "content": content,
+        "oci": lambda _: _oci(settings),
+        "signer": lambda _: _signing(settings).signer(),
+        "hash_options": lambda d: _signing(settings).options() if d.signer else None,
+        "check_namespace": lambda _: bool(settings.tenancy.tenants.strip()),
+        "retention": lambda _: _retention(settings),
+        "tenancy": lambda _: Tenancy.parse(settings.tenancy.tenants),
+        "cleanup": lambda _: _cleanup(settings),
+        "secrets": lambda _: _secrets(settings),
+        "cluster": lambda _: _cluster(settings),
+        "rollout": lambda _: settings.notify.rollout,
+        "policies": lambda _: _policies(settings),
+        "model_verifier": lambda d: _model_verifier(settings, d.oci, d.stores),
+        "verdicts": lambda _: _verdicts(settings),
+        "review_timeout": lambda _: settings.admission.timeout,
+        "verifier_image": lambda _: settings.admission.verifier_image,
+        "transfers": lambda _: _transfers(settings),
+    }
+    return Deps(makers | {name: _given(value) for name, value in overrides.items()})
+
+
+def _given(value: Any) -> Callable[[Deps], Any]:
+    return lambda _: value
+
+
+def _signing(settings: Settings) -> SigningConfig:
+    from modelhooks.adapters.signing.config import SigningConfig
+
+    return SigningConfig.from_settings(settings.signing, ready_marker=settings.layout.marker)
 
 
 def _policies(settings: Settings) -> PolicySource:
@@ -327,13 +395,30 @@ def _model_verifier(settings: Settings, oci: OciClients, stores: Stores) -> Mode
     )
 
 
+def _transfers(settings: Settings) -> Transfers:
+    """`modelhooks transfer`'s own configuration (the MODEL_SYNC_* environment and the
+    credential files it names), with the hosts events may name and the copy's time bound."""
+    from modelhooks.adapters.transfer.request import Transfers
+
+    return Transfers(
+        env=dict(os.environ),
+        allow_local=settings.store.allow_local_targets,
+        allowed_hosts=_allowed_hosts(settings),
+        timeout=settings.transfer.timeout,
+    )
+
+
 def _verdicts(settings: Settings) -> Verdicts:
+    from modelhooks.core.verification import Verdicts
+
     a = settings.admission
     return Verdicts(a.cache_size, a.cache_bytes, a.cache_ttl)
 
 
 def _retention(settings: Settings) -> Policies:
     """prune.policy_file, read and checked at start-up (a bad file stops it, naming why)."""
+    from modelhooks.core.retention import Policies
+
     path = settings.prune.policy_file
     if not path:
         return Policies()
@@ -342,6 +427,8 @@ def _retention(settings: Settings) -> Policies:
 
 def _cleanup(settings: Settings) -> Cleanup:
     """cleanup.policy_file (checked at start-up like prune's) and the ready marker."""
+    from modelhooks.core.cleanup import Cleanup
+
     path, marker = settings.cleanup.policy_file, settings.layout.marker
     if not path:
         return Cleanup(marker=marker)
@@ -424,6 +511,8 @@ def object_store(kind: str, settings: Settings) -> ObjectStore:
 
 def _stores(settings: Settings) -> Stores:
     """file:// always reads the local store; gs:// and s3:// too unless store.backend=cloud."""
+    from modelhooks.core.stores import Stores
+
     cloud = settings.store.backend == "cloud"
 
     def factory(kind: str) -> Any:
@@ -446,6 +535,7 @@ def _allowed_hosts(settings: Settings) -> frozenset[str]:
 def _oci(settings: Settings) -> OciClients:
     """Registries named by events: only public addresses unless store.allow_local_targets.
     `oauth2accesstoken` without a password: Application Default Credentials' access token."""
+    from modelhooks.adapters.oci.clients import OciClients
     from modelhooks.adapters.oci.credentials import credentials_for
 
     user, password = settings.oci.username, settings.oci.password
@@ -486,9 +576,7 @@ def reset() -> None:
 
 
 def _close(app: App) -> None:
-    deps = app.deps
-    resources = (deps.registry, app.delivery.dedupe.log, deps.secrets, deps.cluster, deps.policies)
-    for resource in resources:
+    for resource in (*app.deps.built().values(), app.delivery.dedupe.log):
         close = getattr(resource, "close", None)
         if callable(close):
             close()

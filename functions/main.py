@@ -4,9 +4,11 @@ functions, or a Knative Service running the same image).
 There is one target per function module in `modelhooks.handlers`, named after it. Each target
 is an `http` function that parses and answers CloudEvents itself, so it can
 reply with a canonical event (a `cloud_event` function's return value is ignored).
-Settings are checked and dependencies built when the module loads, so a bad setting
-fails the revision at start-up (the platform keeps the previous one serving) instead of
-answering 500 to every delivery; heavy SDKs still load only when an adapter needs them.
+Settings are checked and the served function's dependencies built when the module loads
+(`FUNCTION_TARGET`, which functions-framework sets first, names it: nothing another function
+needs is built or imported), so a bad setting fails the revision at start-up (the platform
+keeps the previous one serving) instead of answering 500 to every delivery; heavy SDKs still
+load only when an adapter needs them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import functions_framework
 
-from modelhooks.bootstrap import build
+from modelhooks.bootstrap import build, hosted
 from modelhooks.core.logs import log
 from modelhooks.delivery.encoding import json_response
 from modelhooks.delivery.http import call_function, to_flask
@@ -43,12 +45,11 @@ def _target(name: str) -> Callable[[flask.Request], flask.typing.ResponseReturnV
 for _name in NAMES:
     globals()[_name] = _target(_name)
 
-_app = build()
+_app = build()  # the hosted function's dependencies: a bad setting stops start-up
 log(
     logging.INFO,
     "modelhooks functions-framework targets ready",
-    functions=list(NAMES),
+    functions=list(hosted()),
     registry=_app.settings.registry.backend,
     store=_app.settings.store.backend,
-    signing="on" if _app.deps.signer else "off",
 )

@@ -1,0 +1,63 @@
+"""A functions-framework target builds, and imports, only what its own function needs: a
+Cloud Run cold start pays for no other function's adapters and no heavy SDK its first event
+does not use (issue 22). Each target starts in a fresh interpreter, as functions-framework
+starts it (FUNCTION_TARGET set, then the source imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modelhooks.bootstrap import DEPS
+from modelhooks.handlers import NAMES, load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# SDKs no target needs at start with the default settings (local store, SQLite registry,
+# signing off, no cluster)
+HEAVY = ("google.cloud.storage", "boto3", "botocore", "kubernetes", "sigstore", "model_signing")
+
+# a module, and the dependencies whose building may import it
+BUILT_BY = {
+    "modelhooks.adapters.signing.admission": {"model_verifier"},
+    "modelhooks.adapters.signing.config": {"signer", "hash_options"},
+    "modelhooks.adapters.oci.clients": {"oci", "model_verifier"},
+    "modelhooks.adapters.kubernetes.policies": {"policies"},
+    "modelhooks.adapters.kubernetes.cluster": {"cluster"},
+    "modelhooks.adapters.kubernetes.secrets": {"secrets"},
+    "modelhooks.core.verification": {"policies", "model_verifier", "verdicts"},
+    "modelhooks.core.retention": {"retention"},
+    "modelhooks.core.cleanup": {"cleanup"},
+}
+
+
+def started(target: str, home: Path) -> set[str]:
+    """The modules imported once `target`'s process has loaded main.py and built."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
+    env |= {"FUNCTION_TARGET": target, "MODELHOOKS_HOME": str(home)}
+    env |= {"MODELHOOKS_LOG_LEVEL": "WARNING"}
+    code = "import json, sys, main; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("target", NAMES)
+def test_a_target_imports_only_what_its_function_needs(target: str, tmp_path: Path) -> None:
+    modules = started(target, tmp_path)
+    assert f"modelhooks.handlers.{target}" in modules
+    needs = set(load(target).needs)
+    assert needs <= set(DEPS)
+    unneeded = {module for module, built_by in BUILT_BY.items() if not (built_by & needs)} | {
+        f"modelhooks.handlers.{other}" for other in NAMES if other != target
+    }
+    assert sorted(unneeded & modules) == []
+    heavy = {m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)}
+    assert sorted(heavy) == []
