@@ -1,11 +1,15 @@
 """`make bench`: every benchmark, each printing its figures next to its anchor, then a
-summary of every goal; exits 1 when a goal is missed."""
+summary of every goal (MET or MISSED, next to its anchor and the load average over its
+bench); exits 1 when a goal is missed."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable
 
 from tests.bench import (
+    Goal,
     bench_admission,
     bench_chain,
     bench_cleanup,
@@ -20,50 +24,61 @@ from tests.bench import (
     bench_spine,
     bench_transfer,
 )
+from tests.bench import load as load_average
+
+
+def measured(bench: Callable[[list[str]], list[Goal]]) -> list[Goal]:
+    """`bench`'s goals, each with the machine's load average at the bench's start and end."""
+    start = load_average()
+    print(f"   (load average {start:.2f})", flush=True)
+    goals = bench([])
+    end = load_average()
+    print(f"   (load average {start:.2f} → {end:.2f})", flush=True)
+    return [dataclasses.replace(g, load=(start, end)) for g in goals]
 
 
 def main() -> int:
     print("== spine: register vs a bare functions-framework function", flush=True)
-    goals = bench_spine.main([])
+    goals = measured(bench_spine.main)
     print("\n== the signing chain: shuffled, duplicated deliveries with deletions", flush=True)
-    goals += bench_chain.main([])
+    goals += measured(bench_chain.main)
     print("\n== cold start: each Cloud Run source folder vs a bare functions-framework function")
-    goals += bench_cold_start.main([])
+    goals += measured(bench_cold_start.main)
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
-    goals += bench_signing.main([])
+    goals += measured(bench_signing.main)
     print("\n== keyless: Sigstore signatures vs key signatures of the same model", flush=True)
-    goals += bench_keyless.main([])
+    goals += measured(bench_keyless.main)
     print("\n== prune: 10,000 tags, bounded concurrency vs a sequential delete loop", flush=True)
-    goals += bench_prune.main([])
+    goals += measured(bench_prune.main)
     print("\n== cleanup: 100,000 objects vs aws s3 rm; 10,000 vs a GCS delete loop", flush=True)
-    goals += bench_cleanup.main([])
+    goals += measured(bench_cleanup.main)
     print(
         "\n== models: 200 Models to Ready through watch-models → serve on kube-apiserver",
         flush=True,
     )
-    goals += bench_models.main([])
+    goals += measured(bench_models.main)
     print("\n== node: the harness's single-node Kubernetes, start-up and memory", flush=True)
-    goals += bench_node.main([])
+    goals += measured(bench_node.main)
     print(
         "\n== kubeflow: register into model-registry v0.3.0 + PostgreSQL vs SQLite, and "
         "upstream's client (MODELHOOKS_BENCH_KUBEFLOW_PUSHES=10000: the issue's size)",
         flush=True,
     )
-    goals += bench_kubeflow.main([])
+    goals += measured(bench_kubeflow.main)
     print("\n== pods: the functions as Pods on the node vs one modelhooks serve", flush=True)
-    goals += bench_pods.main([])
+    goals += measured(bench_pods.main)
     print(
         "\n== admission: AdmissionReviews at 200/s (hey), cached and uncached, next to the "
         "init container's model_signing verify of a 2 GB model",
         flush=True,
     )
-    goals += bench_admission.main([])
+    goals += measured(bench_admission.main)
     print(
         "\n== transfer: a 2 GiB model MinIO → OCI and back vs a raw copy and upstream's "
         "download-then-upload, and a copy resumed after a kill at 50 %",
         flush=True,
     )
-    goals += bench_transfer.main([])
+    goals += measured(bench_transfer.main)
     print("\n== goals")
     for goal in goals:
         print(goal.line())
