@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import select
 import socket
+import threading
+import urllib.error
 import urllib.request
+import weakref
+from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -68,30 +73,175 @@ def guarded_opener(
 ) -> urllib.request.OpenerDirector:
     """An opener whose connections go only to addresses the rule allows (all of them with
     `allow_local`, e.g. a registry on this machine in tests; any address of the hosts in
-    `allowed_hosts`, host or host:port, lower case)."""
+    `allowed_hosts`, host or host:port, lower case). Its connections are kept alive and
+    reused by the next request to the same host (`_KeptAlive`)."""
     connect = _connector(allow_local, allowed_hosts)
 
     class Http(http.client.HTTPConnection):
+        response_class = _Response
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._create_connection = connect
 
     class Https(http.client.HTTPSConnection):
+        response_class = _Response
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._create_connection = connect
 
+    pool = _Pool()
+
     class HttpHandler(urllib.request.HTTPHandler):
         def http_open(self, req: urllib.request.Request) -> Any:
-            return self.do_open(Http, req)
+            return _kept_alive(pool, Http, req, {})
 
     class HttpsHandler(urllib.request.HTTPSHandler):
         def https_open(self, req: urllib.request.Request) -> Any:
-            return self.do_open(Https, req, context=self._context)  # type: ignore[attr-defined]
+            return _kept_alive(pool, Https, req, {"context": self._context})  # type: ignore[attr-defined]
 
     return urllib.request.build_opener(
         urllib.request.ProxyHandler({}), HttpHandler, HttpsHandler, _SameHostCredentials
     )
+
+
+class _Response(http.client.HTTPResponse):
+    """A response that hands its connection back (`release(reusable)`) once it has been read
+    to its end, or closed: reusable only when nothing of it is left unread on the wire."""
+
+    release: Any = None
+
+    def _finished(self, reusable: bool) -> None:
+        release, self.release = self.release, None
+        if release is not None:
+            release(reusable and not self.will_close)
+
+    def read(self, amt: int | None = None) -> bytes:
+        data = super().read(amt)
+        if self.fp is None:
+            self._finished(True)
+        return data
+
+    def readinto(self, b: Any) -> int:
+        n = super().readinto(b)
+        if self.fp is None:
+            self._finished(True)
+        return n
+
+    def close(self) -> None:
+        drained = self.fp is None or (not self.chunked and self.length == 0)
+        super().close()
+        self._finished(drained)
+
+
+class _Pool:
+    """Idle connections by (connection class, host:port), at most `per_host` each and
+    `hosts` places (hosts come from events: bounded, the least recently used go)."""
+
+    def __init__(self, per_host: int = 16, hosts: int = 64) -> None:
+        self._idle: OrderedDict[tuple[type, str], list[http.client.HTTPConnection]] = OrderedDict()
+        self._per_host, self._hosts = per_host, hosts
+        self._lock = threading.Lock()
+        weakref.finalize(self, _close_all, self._idle)  # the opener went: so do its sockets
+
+    def take(self, key: tuple[type, str]) -> http.client.HTTPConnection | None:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                conn = idle.pop() if idle else None
+            if conn is None or not _dropped(conn):
+                return conn
+            conn.close()  # the server closed it while it was idle
+
+    def give(self, key: tuple[type, str], conn: http.client.HTTPConnection) -> None:
+        evicted: list[http.client.HTTPConnection] = []
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            self._idle.move_to_end(key)
+            if len(idle) < self._per_host:
+                idle.append(conn)
+            else:
+                evicted.append(conn)
+            while len(self._idle) > self._hosts:
+                evicted += self._idle.popitem(last=False)[1]
+        for old in evicted:
+            old.close()
+
+
+def _close_all(idle: dict[Any, list[http.client.HTTPConnection]]) -> None:
+    for conns in list(idle.values()):
+        for conn in conns:
+            conn.close()
+    idle.clear()
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """An idle connection the peer closed (or wrote to: nothing is owed to us) is readable."""
+    if conn.sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+# Sent again on a fresh connection when a kept-alive one turns out closed by the server
+# (nothing of the request was processed): safe for idempotent methods only.
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+def _kept_alive(
+    pool: _Pool, cls: type[http.client.HTTPConnection], req: urllib.request.Request, kw: Any
+) -> http.client.HTTPResponse:
+    """What urllib's do_open does, on a pooled connection instead of a new one per request
+    (urllib sends `Connection: close` every time: a TCP and TLS handshake per request)."""
+    key = (cls, req.host)
+    headers = dict(req.unredirected_hdrs)
+    headers.update({k: v for k, v in req.headers.items() if k not in headers})
+    headers = {name.title(): value for name, value in headers.items()}
+    method = req.get_method()
+    conn = pool.take(key)
+    while True:
+        reused = conn is not None
+        if conn is None:
+            conn = cls(req.host, timeout=req.timeout, **kw)
+        elif conn.sock is not None:
+            conn.sock.settimeout(req.timeout)
+        try:
+            conn.request(
+                method,
+                req.selector,
+                req.data,
+                headers,
+                encode_chunked=req.has_header("Transfer-encoding"),
+            )
+            response = conn.getresponse()
+        except _STALE as exc:
+            conn.close()
+            if reused and method in _IDEMPOTENT:
+                conn = None  # a kept-alive connection the server had closed: once more
+                continue
+            raise urllib.error.URLError(exc) from exc
+        except OSError as exc:
+            conn.close()
+            raise urllib.error.URLError(exc) from exc
+        break
+    assert isinstance(response, _Response)
+    done = conn
+
+    def release(reusable: bool) -> None:
+        if reusable:
+            pool.give(key, done)
+        else:
+            done.close()
+
+    response.release = release
+    response.url = req.get_full_url()
+    response.msg = response.reason  # type: ignore[assignment]
+    return response
 
 
 class _SameHostCredentials(urllib.request.HTTPRedirectHandler):
