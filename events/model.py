@@ -272,6 +272,10 @@ class TransferSource(_Part, frozen=True, kw_only=True):
         _doc("uri: the sha256 of what it serves (checked before anything is registered)"),
     ] = None
 
+    @property
+    def location(self) -> str:
+        return _location(self)
+
     def __post_init__(self) -> None:
         _needs(self, {"s3": ("bucket", "key"), "gcs": ("bucket",), "oci": ("uri",)})
         if self.type == "uri" and not (self.uri or "").startswith(("https://", "http://")):
@@ -292,8 +296,22 @@ class TransferDestination(_Part, frozen=True, kw_only=True):
     ] = None
     base_image: Annotated[str | None, _doc("oci, format image: the base image")] = None
 
+    @property
+    def location(self) -> str:
+        return _location(self)
+
     def __post_init__(self) -> None:
         _needs(self, {"s3": ("bucket", "key"), "gcs": ("bucket",), "oci": ("uri",)})
+
+
+def _location(part: TransferSource | TransferDestination) -> str:
+    """The location as a URI (what tenancy rules and logs name): s3://bucket/key,
+    gs://bucket/key, oci://host/repository:tag, or the http(s) URL."""
+    if part.type in ("s3", "gcs"):
+        return f"{'gs' if part.type == 'gcs' else 's3'}://{part.bucket}/{part.key or ''}"
+    if part.type == "oci":
+        return "oci://" + (part.uri or "").removeprefix("oci://")
+    return part.uri or ""
 
 
 def _needs(part: Any, required: dict[str, tuple[str, ...]]) -> None:

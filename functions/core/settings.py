@@ -349,6 +349,20 @@ class NotifySettings(_Section, frozen=True, kw_only=True):
     ] = False
 
 
+class TransferSettings(_Section, frozen=True, kw_only=True):
+    timeout: Annotated[
+        float,
+        doc(
+            "seconds one transfer.requested may copy before it stops: the artifact is then "
+            "ABANDONED with the reason and the delivery answers 503, so the platform "
+            "redelivers and the copy resumes; keep it under the Service's timeoutSeconds "
+            "(its credentials and signing are the MODEL_SYNC_* settings of `modelhooks "
+            "transfer`)",
+            gt=0,
+        ),
+    ] = 900.0
+
+
 class TenancySettings(_Section, frozen=True, kw_only=True):
     tenants: Annotated[
         str,
@@ -414,6 +428,7 @@ class Settings(_Section, frozen=True, kw_only=True):
     prune: PruneSettings = field(default_factory=PruneSettings)
     cleanup: CleanupSettings = field(default_factory=CleanupSettings)
     notify: NotifySettings = field(default_factory=NotifySettings)
+    transfer: TransferSettings = field(default_factory=TransferSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 

@@ -90,6 +90,20 @@ variable "functions" {
       models_bucket_roles = ["roles/storage.objectUser"]
       project_roles       = ["roles/artifactregistry.repoAdmin"]
     }
+    # transfer copies a model between stores on a transfer.requested, then registers it: on
+    # the models bucket it lists and reads a source and creates a destination's objects
+    # (objectViewer + objectCreator: resumable uploads and conditional writes, no delete), in
+    # Artifact Registry it reads and pushes (artifactregistry.writer, no delete). Long: the
+    # copy stops at MODELHOOKS_TRANSFER_TIMEOUT, before Cloud Run's timeout cuts the request
+    # (then 503: Pub/Sub redelivers and the copy resumes). Other stores' credentials are its
+    # MODEL_SYNC_* settings (env).
+    transfer = {
+      memory              = "1G"
+      timeout_seconds     = 3600
+      env                 = { MODELHOOKS_TRANSFER_TIMEOUT = "3300" }
+      models_bucket_roles = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
+      project_roles       = ["roles/artifactregistry.writer"]
+    }
     # notify writes Model status, finalizers and Events on a Kubernetes cluster (GKE): it
     # reads no bucket and no registry; its cluster access is Kubernetes RBAC through a
     # kubeconfig (MODELHOOKS_NOTIFY_KUBECONFIG), not a project role.

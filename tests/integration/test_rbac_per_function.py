@@ -127,11 +127,13 @@ BEYOND: dict[str, tuple[Step, ...]] = {
         Step("get", "secrets", "", HOME, "modelhooks-registry"),
         Step("delete", "namespaces", "", EVERYWHERE, "default"),
     ),
-    "modelhooks-transfer": (  # gets the one Model it copies
+    "modelhooks-transfer": (  # writes registry records; reads no Model and no Secret
+        Step("get", "models", "modelhooks.dev", FRESH, "bert"),
         Step("list", "models", "modelhooks.dev", EVERYWHERE),
-        Step("list", "models", "modelhooks.dev"),
-        Step("patch", "models", "modelhooks.dev"),
         Step("get", "secrets", "", HOME, "modelhooks-registry"),
+        Step("list", "secrets", "", EVERYWHERE),
+        Step("create", "modelversions", "modelhooks.dev"),  # only in the registry's namespace
+        Step("delete", "registeredmodels", "modelhooks.dev", HOME),
     ),
     "modelhooks-ingress": (  # talks to no Kubernetes API at all
         Step("get", "models", "modelhooks.dev", FRESH, "bert"),

@@ -17,6 +17,7 @@ import yaml
 
 from modelhooks import main as targets
 from modelhooks.adapters.signing.config import SigningConfig
+from modelhooks.adapters.transfer.config import OPTIONS as TRANSFER_OPTIONS
 from modelhooks.cli import build_parser
 from modelhooks.cli.replay import to_events
 from modelhooks.core.errors import ConfigError
@@ -27,7 +28,8 @@ from modelhooks.handlers import NAMES, load
 ROOT = Path(__file__).resolve().parents[2]
 INFRA, KNATIVE, RBAC = ROOT / "infra", ROOT / "infra" / "knative", ROOT / "infra" / "k8s" / "rbac"
 TERRAFORM = ROOT / "terraform" / "gcp"
-SETTINGS_ENV = {spec.env for spec in describe()}
+# the settings' variables, and `modelhooks transfer`'s own table (the transfer function's)
+SETTINGS_ENV = {spec.env for spec in describe()} | {o.env for o in TRANSFER_OPTIONS}
 # set by Knative itself (PORT, K_*) or injected by the SinkBinding (K_SINK): never by hand
 PLATFORM_ENV = {"PORT", "K_SERVICE", "K_CONFIGURATION", "K_REVISION", "K_SINK"}
 BROKER = {"apiVersion": "eventing.knative.dev/v1", "kind": "Broker", "name": "modelhooks"}

@@ -183,6 +183,11 @@ class TransferConfig:
     origins: Mapping[str, str]  # where each came from: arg, env, file, default
     sign: bool
     sign_warning: str = ""
+    # hosts the request names (the `transfer` function: an event names them): only public
+    # addresses unless `allow_local` or listed in `allowed_hosts`; None: the CLI's rule
+    # (OCI registries anywhere, a `uri` source as source_uri_allow_local says)
+    allow_local: bool | None = None
+    allowed_hosts: frozenset[str] = frozenset()
 
     def get(self, name: str) -> str:
         return self.values.get(name) or ""
@@ -209,10 +214,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve(
-    argv: Sequence[str] | Mapping[str, str | None], env: Mapping[str, str]
+    argv: Sequence[str] | Mapping[str, str | None],
+    env: Mapping[str, str],
+    *,
+    metadata: Metadata | None = None,
+    registry: bool = True,
 ) -> TransferConfig:
     """The configuration from args (a list, or the parsed {name: value}), `env` and the
-    credential files they name. ConfigError listing every missing setting at once."""
+    credential files they name. ConfigError listing every missing setting at once.
+    `metadata` instead of the metadata directory; `registry=False`: the caller registers
+    in a registry of its own (no MODEL_SYNC_REGISTRY_SERVER_ADDRESS needed)."""
     if isinstance(argv, Mapping):
         args = {k: v for k, v in argv.items() if v is not None and k in _BY_NAME}
     else:
@@ -239,8 +250,9 @@ def resolve(
     _choice("destination_oci_format", values["destination_oci_format"], OCI_FORMATS)
     for name in ("destination_oci_enable_tls_verify", "source_uri_allow_local"):
         _bool(name, values[name])
-    metadata = _metadata(values.get("metadata_configmap_path", ""))
-    missing = _missing(values, source, destination, intent, metadata)
+    if metadata is None:
+        metadata = _metadata(values.get("metadata_configmap_path", ""))
+    missing = _missing(values, source, destination, intent, metadata, registry)
     if missing:
         raise ConfigError(
             f"transfer is missing {len(missing)} setting(s):\n  " + "\n  ".join(missing)
@@ -393,7 +405,12 @@ def _where(name: str) -> str:
 
 
 def _missing(
-    values: Mapping[str, str], source: str, destination: str, intent: str, metadata: Metadata
+    values: Mapping[str, str],
+    source: str,
+    destination: str,
+    intent: str,
+    metadata: Metadata,
+    registry: bool = True,
 ) -> list[str]:
     need: list[str] = []
     for side, kind in (("source", source), ("destination", destination)):
@@ -417,7 +434,7 @@ def _missing(
                     f"or {_BY_NAME[named[kind]].flag}, {_BY_NAME[named[kind]].env} "
                     f"(intent {intent})"
                 )
-    if not values.get("registry_server_address"):
+    if registry and not values.get("registry_server_address"):
         missing.append(_where("registry_server_address") + " (to register the model)")
     return missing
 

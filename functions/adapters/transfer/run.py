@@ -63,7 +63,13 @@ def _oci_clients(cfg: TransferConfig, side: str) -> Any:
     from modelhooks.adapters.oci.clients import OciClients
 
     user, password = cfg.get(f"{side}_oci_username"), cfg.get(f"{side}_oci_password")
-    return OciClients((user, password) if user else None)
+    if cfg.allow_local is None:  # the CLI's: the operator names the registries
+        return OciClients((user, password) if user else None)
+    return OciClients(
+        (user, password) if user else None,
+        allow_local=cfg.allow_local,
+        allowed_hosts=cfg.allowed_hosts,
+    )
 
 
 def build_source(cfg: TransferConfig) -> Any:
@@ -73,7 +79,10 @@ def build_source(cfg: TransferConfig) -> Any:
 
         return UriSource(
             cfg.get("source_uri"),
-            allow_local=cfg.flag("source_uri_allow_local"),
+            allow_local=(
+                cfg.flag("source_uri_allow_local") if cfg.allow_local is None else cfg.allow_local
+            ),
+            allowed_hosts=cfg.allowed_hosts,
             sha256=cfg.get("source_uri_sha256"),
         )
     return _store_end(cfg, "source", kind, ep)
@@ -241,11 +250,13 @@ def transfer(
     registry: Any = None,
     signer: Any = None,
     after_begin: Callable[[Any], None] | None = None,
+    ends: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
-    """Begin, copy, sign, finish (module docstring); the ids and URI as a dict."""
+    """Begin, copy, sign, finish (module docstring); the ids and URI as a dict. `ends`:
+    the source and destination, instead of those the configuration names."""
     from modelhooks.adapters.transfer import register
 
-    source, destination = build_source(cfg), build_destination(cfg)
+    source, destination = ends or (build_source(cfg), build_destination(cfg))
     if cfg.sign and signer is None:
         signer = build_signer(cfg)  # before anything moves: a missing signer is an error now
     target = register.begin(registry, cfg, destination.uri) if registry is not None else None

@@ -100,6 +100,7 @@ class UriSource:
         uri: str,
         *,
         allow_local: bool = False,
+        allowed_hosts: frozenset[str] = frozenset(),
         sha256: str = "",
         ratio: int = 200,
         slack: int = 64 * 1024 * 1024,
@@ -111,7 +112,7 @@ class UriSource:
             raise BadRequest(f"source uri {uri!r}: only http:// and https:// URLs are supported")
         self.uri, self.sha256 = uri, sha256.lower().removeprefix("sha256:")
         self.ratio, self.slack = ratio, slack
-        self._open = guarded_opener(allow_local=allow_local).open
+        self._open = guarded_opener(allow_local=allow_local, allowed_hosts=allowed_hosts).open
         self.name = posixpath.basename(unquote(parts.path)) or "model"
 
     def get(self, start: int = 0, length: int | None = None) -> Any:

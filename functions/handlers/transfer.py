@@ -1,0 +1,94 @@
+"""`transfer`: on `transfer.requested`, copy a model between stores (streaming, resumable),
+register it per intent in the configured registry and sign it: `modelhooks transfer` as a
+function (modelhooks.adapters.transfer.request says what the event may and may not decide).
+
+Before anything moves: both locations must be allowed for the request's tenant (tenancy:
+403 naming the location; a request naming no namespace gets the one that owns its source),
+and an OCI reference must parse (400). Then the copy (what the destination already has from
+the same source revision is kept), the registration (the artifact PENDING while bytes move,
+LIVE with the URI and digest after, ABANDONED with the reason on a failure) and the
+signature. A redelivery, or two concurrent deliveries, find the same model, version,
+artifact and copy: the reply says `created: false`. A store that does not answer, or the
+copy running past `transfer.timeout`, answers 503 (redelivered: it resumes); bad input 4xx.
+
+Reply: `model.registered` with the ids, the destination URI and the content's digest.
+"""
+
+from __future__ import annotations
+
+from modelhooks.adapters.oci.distribution import parse_uri
+from modelhooks.adapters.transfer.request import Transfers
+from modelhooks.core.errors import Forbidden, NotFound
+from modelhooks.core.function import Function
+from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.tenancy import Tenancy
+from modelhooks.events.model import CanonicalEvent, ModelRegistered, TransferRequested
+
+__all__ = ["FUNCTION", "tenant"]
+
+
+def handle(
+    event: CanonicalEvent,
+    *,
+    registry: ModelRegistry,
+    tenancy: Tenancy,
+    transfers: Transfers,
+) -> list[CanonicalEvent]:
+    data = event.data
+    if not isinstance(data, TransferRequested):
+        return []
+    for part in (data.source, data.destination):
+        if part.type == "oci":
+            parse_uri(part.location)  # BadRequest naming what is wrong with the reference
+    namespace = tenant(data, tenancy)
+    model_id = data.model.id or ""
+    if data.intent == "create_version" and not model_id:
+        found = registry.get_model(data.model.name or "")
+        if found is None:
+            raise NotFound(f"model.name: no registered model {data.model.name!r}", field="model")
+        model_id = found.id
+    done = transfers.run(data, registry=registry, model_id=model_id)
+    result = done.result
+    reply = ModelRegistered(
+        model=data.model.name or str(result.get("model_id", "")),
+        version=data.version.name or str(result.get("model_version_id", "")),
+        uri=str(result["uri"]),
+        digest=str(result["digest"]),
+        registry=getattr(registry, "name", type(registry).__name__),
+        registered_model_id=str(result.get("model_id", "")),
+        model_version_id=str(result.get("model_version_id", "")),
+        model_artifact_id=str(result.get("model_artifact_id", "")),
+        namespace=namespace or "default",
+        created=done.created,
+    )
+    return [
+        CanonicalEvent.new(
+            reply, source="modelhooks/transfer", subject=event.subject, id=f"{event.id}/registered"
+        )
+    ]
+
+
+def tenant(data: TransferRequested, tenancy: Tenancy) -> str | None:
+    """The request's tenant (its namespace, else the one owning its source), allowed both
+    locations; Forbidden naming the first it may not act on. No rules: no checks."""
+    if not tenancy.rules:
+        return data.namespace
+    namespace = data.namespace or tenancy.owner(data.source.location)
+    for side, part in (("source", data.source), ("destination", data.destination)):
+        if namespace is None or not tenancy.allows(namespace, part.location):
+            raise Forbidden(
+                f"namespace {namespace!r} may not transfer {'from' if side == 'source' else 'to'}"
+                f" {part.location}",
+                namespace=namespace,
+                location=part.location,
+                field=side,
+            )
+    return namespace
+
+
+FUNCTION = Function(
+    name="transfer",
+    accepts=frozenset({TransferRequested.TYPE}),
+    handle=handle,
+    extras=("aws", "gcp", "signing"),  # S3 and GCS ends; model-signing (key or keyless)
+)

@@ -1,0 +1,262 @@
+"""The `transfer` function over the in-memory registry (it passes the registry contract
+tests): the event's fields as the settings they stand for, over the process's own
+MODEL_SYNC_* configuration; tenancy on both locations; the real copy and registration
+between local directories (the `ends` a test gives, as `build(registry=…)` takes a fake);
+a redelivery changes nothing; a failure leaves the artifact ABANDONED with the reason."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelhooks.adapters.transfer.request import Deadline, Transfers, arguments
+from modelhooks.adapters.transfer.stores import LocalEnd
+from modelhooks.core.errors import (
+    BadRequest,
+    Forbidden,
+    NotFound,
+    Unavailable,
+)
+from modelhooks.core.records import ArtifactState
+from modelhooks.core.tenancy import Tenancy
+from modelhooks.events import samples
+from modelhooks.events.model import CanonicalEvent, ModelRegistered, TransferRequested, parse
+from modelhooks.events.sources.canonical import from_canonical_cloudevent
+from modelhooks.handlers import transfer
+from tests.fakes.memory_registry import InMemoryModelRegistry
+
+# the process's configuration: the credentials the event never carries
+ENV = {
+    "MODEL_SYNC_SOURCE_AWS_ACCESS_KEY_ID": "source-key",
+    "MODEL_SYNC_SOURCE_AWS_SECRET_ACCESS_KEY": "source-secret",
+    "MODEL_SYNC_SOURCE_AWS_ENDPOINT": "http://minio.internal:9000",
+    "MODEL_SYNC_DESTINATION_OCI_ENABLE_TLS_VERIFY": "false",
+}
+
+
+def request(**changes: Any) -> TransferRequested:
+    (event,) = from_canonical_cloudevent(samples.inbound("canonical-transfer-requested"))
+    raw = {**event.data.to_dict(), **changes}
+    return parse(TransferRequested, raw)
+
+
+def event_of(data: TransferRequested) -> CanonicalEvent:
+    return CanonicalEvent.new(data, source="/test", id="t-1")
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "model"
+    (root / "weights").mkdir(parents=True)
+    (root / "config.json").write_text('{"layers": 2}')
+    (root / "weights" / "w.bin").write_bytes(b"\x01" * 70_000)
+    return root
+
+
+@pytest.fixture
+def local(tmp_path: Path, model_dir: Path) -> Transfers:
+    """The real transfer between two directories (the ends), over ENV."""
+    out = tmp_path / "out"
+    return Transfers(
+        env={**ENV, "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state")},
+        ends=lambda cfg: (LocalEnd(str(model_dir)), LocalEnd(str(out))),
+    )
+
+
+def test_the_sample_copies_registers_and_replies_model_registered(local: Transfers) -> None:
+    registry = InMemoryModelRegistry()
+    (reply,) = transfer.handle(
+        event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local
+    )
+    data = reply.data
+    assert isinstance(data, ModelRegistered) and reply.id == "t-1/registered"
+    assert (data.model, data.version, data.namespace, data.created) == (
+        "sentiment",
+        "1",
+        "ml",
+        True,
+    )
+    model = registry.get_model("sentiment")
+    assert model is not None and data.registered_model_id == model.id
+    assert model.description == "sentiment classifier"
+    version = registry.get_version(model.id, "1")
+    assert version is not None and data.model_version_id == version.id
+    assert version.custom_properties["kubeflow.author"] == "ml-team"
+    (artifact,) = registry.list_artifacts(version.id)
+    assert artifact.id == data.model_artifact_id and artifact.state == ArtifactState.LIVE
+    assert artifact.digest == data.digest and data.digest.startswith("sha256:")
+    assert artifact.custom_properties["kubeflow.model_format_name"] == "onnx"
+    assert Path(data.uri, "weights", "w.bin").read_bytes() == b"\x01" * 70_000
+
+
+def test_a_redelivery_finds_the_same_model_version_artifact_and_copy(local: Transfers) -> None:
+    registry = InMemoryModelRegistry()
+    args = {"registry": registry, "tenancy": Tenancy(), "transfers": local}
+    (first,) = transfer.handle(event_of(request()), **args)
+    (again,) = transfer.handle(event_of(request()), **args)
+    assert isinstance(first.data, ModelRegistered) and isinstance(again.data, ModelRegistered)
+    assert again.data.created is False and first.data.created is True
+    ids = lambda d: (d.registered_model_id, d.model_version_id, d.model_artifact_id, d.digest)  # noqa: E731
+    assert ids(again.data) == ids(first.data)
+    assert len(registry.models) == len(registry.versions) == len(registry.artifacts) == 1
+
+
+def test_a_failed_copy_leaves_the_artifact_abandoned_with_the_reason(tmp_path: Path) -> None:
+    registry = InMemoryModelRegistry()
+    gone = Transfers(
+        env=ENV, ends=lambda cfg: (LocalEnd(str(tmp_path / "none")), LocalEnd(str(tmp_path / "o")))
+    )
+    with pytest.raises(NotFound):
+        transfer.handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=gone)
+    (artifact,) = registry.artifacts.values()
+    assert artifact.state == ArtifactState.ABANDONED
+    assert "no such file or directory" in artifact.custom_properties["modelhooks.failure_reason"]
+
+
+def test_past_the_timeout_the_copy_stops_abandoned_and_a_redelivery_resumes(
+    local: Transfers,
+) -> None:
+    registry = InMemoryModelRegistry()
+    slow = Transfers(env=local.env, ends=local.ends, timeout=1e-9)
+    time.sleep(0.001)
+    with pytest.raises(Unavailable, match=r"transfer\.timeout"):
+        transfer.handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=slow)
+    (artifact,) = registry.artifacts.values()
+    assert artifact.state == ArtifactState.ABANDONED
+    (reply,) = transfer.handle(
+        event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local
+    )
+    (artifact,) = registry.artifacts.values()
+    assert artifact.state == ArtifactState.LIVE and isinstance(reply.data, ModelRegistered)
+
+
+def test_the_deadline_stops_a_copy_only_once_it_has_passed() -> None:
+    deadline = Deadline(60)
+    deadline.advance(10)  # well within
+    deadline.stop = time.monotonic() - 1
+    with pytest.raises(Unavailable, match="60 s passed after 20 bytes"):
+        deadline.advance(10)
+
+
+def test_the_event_stands_for_args_and_the_credentials_come_from_the_configuration() -> None:
+    args = arguments(request())
+    assert args["source_aws_bucket"] == "models" and args["source_aws_key"] == "models/sentiment/1/"
+    assert args["destination_oci_uri"] == "registry.example.com/ml/sentiment:1"
+    assert not [k for k in args if "access_key" in k or "password" in k or "credentials" in k]
+    cfg = Transfers(env=ENV, allow_local=False).config(request())
+    assert cfg.source.get("aws_access_key_id") == "source-key"  # the process's, not the event's
+    assert cfg.source.get("aws_endpoint") == "http://minio.internal:9000"
+    assert cfg.flag("destination_oci_enable_tls_verify")  # an event names the host: verified
+    assert cfg.allow_local is False and cfg.sign is False
+    assert cfg.metadata.of("ModelVersion")["custom_properties"]["accuracy"] == 0.93
+
+
+def test_a_credential_the_process_lacks_is_a_deployment_gap_503_naming_it() -> None:
+    with pytest.raises(Unavailable, match="source_aws_secret_access_key") as caught:
+        Transfers(env={}).config(request())
+    assert "MODEL_SYNC_SOURCE_AWS_SECRET_ACCESS_KEY" in caught.value.message
+
+
+def test_create_version_finds_the_model_by_name_or_answers_404(local: Transfers) -> None:
+    registry = InMemoryModelRegistry()
+    asked = request(intent="create_version", version={"name": "2"})
+    with pytest.raises(NotFound, match="sentiment"):
+        transfer.handle(event_of(asked), registry=registry, tenancy=Tenancy(), transfers=local)
+    model = registry.create_model("sentiment", properties={})
+    (reply,) = transfer.handle(
+        event_of(asked), registry=registry, tenancy=Tenancy(), transfers=local
+    )
+    assert isinstance(reply.data, ModelRegistered)
+    assert reply.data.registered_model_id == model.id and reply.data.version == "2"
+
+
+def test_update_artifact_updates_the_one_named(local: Transfers) -> None:
+    registry = InMemoryModelRegistry()
+    (first,) = transfer.handle(
+        event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local
+    )
+    assert isinstance(first.data, ModelRegistered)
+    update = request(intent="update_artifact", artifact={"id": first.data.model_artifact_id})
+    (reply,) = transfer.handle(
+        event_of(update), registry=registry, tenancy=Tenancy(), transfers=local
+    )
+    assert isinstance(reply.data, ModelRegistered)
+    assert reply.data.model_artifact_id == first.data.model_artifact_id
+    assert len(registry.artifacts) == 1
+
+
+TENANTS = Tenancy.parse("ml=s3://models,oci://registry.example.com/ml/*;other=s3://other")
+
+
+@pytest.mark.parametrize(
+    ("changes", "location"),
+    [
+        ({"source": {"type": "s3", "bucket": "other", "key": "m/"}}, "s3://other"),
+        (
+            {"destination": {"type": "oci", "uri": "registry.example.com/team-b/m:1"}},
+            "oci://registry.example.com/team-b/m",
+        ),
+        ({"namespace": "other"}, "s3://models/models/sentiment/1/"),
+    ],
+    ids=["source", "destination", "another-tenant"],
+)
+def test_a_location_outside_the_tenant_is_403_naming_it(
+    local: Transfers, changes: dict[str, Any], location: str
+) -> None:
+    registry = InMemoryModelRegistry()
+    with pytest.raises(Forbidden) as caught:
+        transfer.handle(
+            event_of(request(**changes)), registry=registry, tenancy=TENANTS, transfers=local
+        )
+    assert location in caught.value.message
+    assert not registry.models  # nothing registered, nothing copied
+
+
+def test_a_request_naming_no_tenant_gets_the_owner_of_its_source(local: Transfers) -> None:
+    (reply,) = transfer.handle(
+        event_of(request(namespace=None)),
+        registry=InMemoryModelRegistry(),
+        tenancy=TENANTS,
+        transfers=local,
+    )
+    assert isinstance(reply.data, ModelRegistered) and reply.data.namespace == "ml"
+    with pytest.raises(Forbidden, match="s3://nobody"):
+        transfer.handle(
+            event_of(
+                request(namespace=None, source={"type": "s3", "bucket": "nobody", "key": "m"})
+            ),
+            registry=InMemoryModelRegistry(),
+            tenancy=TENANTS,
+            transfers=local,
+        )
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"source": {"type": "s3", "bucket": "models"}}, "source.key"),
+        ({"source": {"type": "uri", "uri": "file:///etc/passwd"}}, "source.uri"),
+        ({"source": {"type": "local", "path": "/etc"}}, "source.type"),
+        (
+            {"destination": {"type": "s3", "bucket": "b", "key": "k", "secret": "x"}},
+            "destination.secret",
+        ),
+        ({"intent": "create_model", "model": {}}, "model.name"),
+        ({"intent": "update_artifact"}, "artifact.id"),
+    ],
+)
+def test_bad_data_is_400_naming_the_field(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        request(**changes)
+    assert caught.value.as_json()["details"]["field"] == field
+
+
+def test_a_malformed_oci_reference_is_400(local: Transfers) -> None:
+    bad = request(destination={"type": "oci", "uri": "Registry.example.com/UPPER case"})
+    with pytest.raises(BadRequest):
+        transfer.handle(
+            event_of(bad), registry=InMemoryModelRegistry(), tenancy=Tenancy(), transfers=local
+        )
