@@ -3,6 +3,11 @@
     modelhooks verify ./bert --public-key key.pub
     modelhooks verify s3://models/bert/1 --identity me@example.com --issuer https://accounts.example.com
     modelhooks verify oci://127.0.0.1:5000/models/bert:v1 --public-key key.pub
+    modelhooks verify /models/bert --trust-json '{"keys": [{"name": "team", "pem": "…"}]}'
+
+--trust-json (or MODELHOOKS_VERIFY_TRUST) is what a VerificationPolicy trusts, as its spec
+says it (keys, certificateChains, identities): the model is accepted when ANY of them signed
+it. The init containers of `verifyOn: node` policies run it so.
 
 Exit status: 0 verified, 1 verification failed, 2 a bad argument or model, 3 the store did
 not answer, 130 interrupted.
@@ -11,11 +16,14 @@ not answer, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 from modelhooks.cli import common, model_args
 from modelhooks.core.errors import ConfigError, VerificationFailed
+from modelhooks.core.node_verification import TRUST_ENV
 from modelhooks.core.ports import Verifier
 
 __all__ = ["add_parser"]
@@ -34,6 +42,13 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     verify.add_argument("--identity", help="Sigstore: the expected signer identity")
     verify.add_argument("--issuer", help="Sigstore: the expected OIDC issuer")
+    verify.add_argument(
+        "--trust-json",
+        default=os.environ.get(TRUST_ENV) or None,
+        metavar="JSON",
+        help="what a VerificationPolicy trusts ({keys, certificateChains, identities} as its "
+        f"spec says): accepted when ANY of them verifies (env {TRUST_ENV})",
+    )
     verify.add_argument(
         "--expected-digest", metavar="SHA256", help="reject a signature over another root digest"
     )
@@ -90,18 +105,30 @@ def _verifier(args: argparse.Namespace) -> Verifier:
         SigstoreVerifier,
     )
 
+    if args.trust_json:
+        from modelhooks.adapters.signing.policy_trust import trusted
+
+        try:
+            spec = json.loads(args.trust_json)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--trust-json is not JSON: {e}") from None
+        return trusted(spec, str(_trust_config(args) or ""))
     if args.public_key:
         return KeyVerifier(args.public_key)
     if args.certificate_chain:
         return CertificateVerifier(args.certificate_chain)
     if args.identity and args.issuer:
-        from modelhooks.core.settings import load_settings
-
-        configured = load_settings().signing.trust_config  # --trust-config wins
-        trust = SigstoreTrust.from_env(
-            trust_config=args.trust_config or (Path(configured) if configured else None)
-        )
+        trust = SigstoreTrust.from_env(trust_config=_trust_config(args))
         return SigstoreVerifier(trust, args.identity, args.issuer)
     raise ConfigError(
-        "choose a method: --public-key, --certificate-chain, or --identity with --issuer"
+        "choose a method: --public-key, --certificate-chain, --identity with --issuer, "
+        "or --trust-json"
     )
+
+
+def _trust_config(args: argparse.Namespace) -> Path | None:
+    """--trust-config, else signing.trust_config (settings)."""
+    from modelhooks.core.settings import load_settings
+
+    configured = load_settings().signing.trust_config
+    return args.trust_config or (Path(configured) if configured else None)

@@ -410,6 +410,15 @@ class AdmissionSettings(_Section, frozen=True, kw_only=True):
     max_review_bytes: Annotated[
         int, doc("largest AdmissionReview read (bigger ones are refused with the reason)", gt=0)
     ] = 3 << 20
+    verifier_image: Annotated[
+        str,
+        doc(
+            "image of the init containers the mutating webhook adds for `verifyOn: node` "
+            "policies (they run `modelhooks verify` on the mounted model): this project's "
+            "image, as infra names it; set it to the image you deploy (kustomize's image "
+            "setting does not rewrite it)"
+        ),
+    ] = "registry.example.com/modelhooks:0.1.0"
 
 
 class Settings(_Section, frozen=True, kw_only=True):

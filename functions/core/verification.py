@@ -3,8 +3,9 @@
 A `Policy` is a VerificationPolicy (namespaced) or ClusterVerificationPolicy read from the
 cluster (infra/k8s/crds): what it trusts (keys, certificate chains, keyless identities),
 which workloads (label selector) and models (reference globs) it covers, its mode
-(`enforce` denies, `warn` admits with a warning) and its failurePolicy (what to answer
-when verification cannot complete: `Fail` denies, `Ignore` admits with a warning). A
+(`enforce` denies, `warn` admits with a warning), its failurePolicy (what to answer
+when verification cannot complete: `Fail` denies, `Ignore` admits with a warning) and where it
+verifies (`verifyOn`: at admission, or on the node by an init container). A
 policy that trusts nothing is refused (by the CRD's CEL rule, and here again).
 
 >>> p = Policy.from_resource({"metadata": {"name": "p", "uid": "u", "resourceVersion": "1"},
@@ -72,6 +73,9 @@ class Policy:
     references: tuple[str, ...] = ()  # globs over references; empty = every model
     mode: Literal["enforce", "warn"] = "enforce"
     failure_policy: Literal["Fail", "Ignore"] = "Fail"
+    # where the model is verified: at admission (its signature and digests), or on the node
+    # by an init container re-hashing the mounted image volume (modelhooks.core.node_verification)
+    verify_on: Literal["admission", "node"] = "admission"
     trust_config: str = ""  # a sigstore ClientTrustConfig JSON (private instance), or ""
     kind: str = "VerificationPolicy"  # or ClusterVerificationPolicy, ModelValidation (MVO)
     refusal: str = ""  # why nothing it names can be trusted here (an MVO key file path)
@@ -102,10 +106,15 @@ class Policy:
             references=tuple(spec.get("references") or ()),
             mode=spec.get("mode", "enforce"),
             failure_policy=spec.get("failurePolicy", "Fail"),
+            verify_on=spec.get("verifyOn", "admission"),
             trust_config=spec.get("trustConfig", ""),
         )
         if not (keys or chains or identities):  # the CRD refuses it too; never "allow all"
             raise ConfigError(f"{policy.shown} trusts nothing (no keys, chains or identities)")
+        if policy.verify_on not in ("admission", "node"):  # the CRD's enum too
+            raise ConfigError(
+                f"{policy.shown}: verifyOn {policy.verify_on!r} is not admission|node"
+            )
         return policy
 
     @classmethod

@@ -13,6 +13,10 @@ version); everything is answered within `review_timeout` seconds.
 
 Mutating: each OCI tag (image volume, `oci://` storageUri) is pinned to the digest it names
 now, so what the validating webhook verifies is what runs.
+
+`verifyOn: node` policies (modelhooks.core.node_verification): the mutating webhook adds an
+init container re-hashing each image volume they cover on the node; the validating webhook
+does not check those references' signatures, but denies a workload without that container.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from modelhooks.core.admission import Decision, Review
 from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.core.function import Function
+from modelhooks.core.node_verification import inject, missing
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.reference_checks import Check, run_checks
 from modelhooks.core.verification import ModelVerifier, Policy, PolicySource, Verdicts
@@ -41,6 +46,7 @@ def handle(
     verdicts: Verdicts,
     registry: ModelRegistry,
     review_timeout: float,
+    verifier_image: str,
 ) -> Decision:
     if review.operation not in ("CREATE", "UPDATE") or not in_scope(review.kind):
         return Decision.allow()
@@ -51,11 +57,13 @@ def handle(
     if not refs:
         return Decision.allow()
     deadline = time.monotonic() + review_timeout
-    if review.mutate:
-        return _pin(refs, model_verifier, deadline)
     if review.kind == MODEL:
+        if review.mutate:
+            return _pin(refs, model_verifier, deadline)
         return _exists(review, refs, model_verifier, deadline)
     labels = _labels(review.kind, review.object)
+    if review.mutate:
+        return _mutate(review, refs, labels, policies, model_verifier, deadline, verifier_image)
     seen: list[str] | None = None
     for fresh in (False, True):  # a denial is confirmed against the policies as they are now
         try:
@@ -65,21 +73,28 @@ def handle(
         if [p.version for p in found] == seen:
             break  # the same policies: the same answer
         seen = [p.version for p in found]
+        on_node, denials = missing(review.kind, review.object, found, labels, verifier_image)
         checks = [Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
-        for check in checks:
-            check.covering = [p for p in found if p.covers(labels, check.uri)]
+        for check in checks:  # a verifyOn: node policy verifies image volumes on the node
+            check.covering = [
+                p for p in found if p.covers(labels, check.uri) and p.verify_on != "node"
+            ]
         run_checks(checks, found, labels, deadline, model_verifier, verdicts, registry)
-        decision = _decide(checks, review.namespace)
+        decision = _decide(checks, review.namespace, on_node, denials)
         if decision.allowed:
             break
     return decision
 
 
-def _decide(checks: list[Check], namespace: str) -> Decision:
-    denials: list[str] = []
+def _decide(checks: list[Check], namespace: str, on_node: set[str], denials: list[str]) -> Decision:
+    """The answer: `on_node` references are verified by their init containers (`denials`:
+    those missing), the others by the policies covering them at admission."""
+    denials = list(denials)
     warnings: list[str] = []
     for check in checks:
         covering, failed, accepted = check.outcome()
+        if not covering and check.uri in on_node:
+            continue
         if not covering and check.error is not None and not check.late:
             denials.append(f"model {check.uri}: {check.error.message}")
             continue
@@ -111,6 +126,29 @@ def _failure(check: Check, policy: Policy, error: ModelhooksError) -> str:
     if isinstance(error, Transient):
         what += f" [failurePolicy {policy.failure_policy}]"
     return f"model {check.uri}{via}{at}: {policy.shown} [{policy.mode}] trusts {policy.trusts()}: {what}"
+
+
+def _mutate(
+    review: Review,
+    refs: list[Reference],
+    labels: dict[str, str],
+    policies: PolicySource,
+    verifier: ModelVerifier,
+    deadline: float,
+    image: str,
+) -> Decision:
+    """Tags pinned, and the init containers of `verifyOn: node` policies added (the policies
+    as last seen: a mutating answer denies nothing, the validating webhook reads them fresh)."""
+    pinned = _pin(refs, verifier, deadline)
+    if not any(r.source == "image-volume" for r in refs):
+        return pinned
+    try:
+        found = policies.policies(review.namespace)
+    except Transient as e:
+        warning = f"verification policies could not be read, no init container added: {e.message}"
+        return Decision.allow(warnings=(*pinned.warnings, warning), patch=pinned.patch)
+    added = inject(review.kind, review.object, found, labels, image)
+    return Decision.allow(warnings=pinned.warnings, patch=(*pinned.patch, *added))
 
 
 def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Decision:

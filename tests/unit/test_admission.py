@@ -98,6 +98,7 @@ def run(rv: Review, policies: Policies, verifier: Verifier, **kw: Any) -> Any:
     kw.setdefault("verdicts", Verdicts())
     kw.setdefault("registry", InMemoryModelRegistry())
     kw.setdefault("review_timeout", 2.0)
+    kw.setdefault("verifier_image", "r.io/modelhooks:1")
     return handle(rv, policies=policies, model_verifier=verifier, **kw)
 
 

@@ -1,10 +1,14 @@
 """The verifiers of what a VerificationPolicy trusts: its inline keys and certificate chains
 (model-signing's verifiers, loaded from the PEM), its keyless identities (a Sigstore bundle
 whose verified Fulcio certificate names an accepted identity, exact or by regular
-expression). Built by admission once per policy version.
+expression). Built by admission once per policy version, and by `modelhooks verify
+--trust-json` (the init containers of `verifyOn: node` policies) as one verifier accepting a
+signature ANY of them verifies.
 
 >>> verifiers_for(policy, trust_config="")  # doctest: +SKIP
 [<KeyVerifier …>, <_KeylessVerifier …>]
+>>> trusted({"keys": [{"name": "team", "pem": PEM}]}, trust_config="")  # doctest: +SKIP
+<AnyOf key team>
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from modelhooks.core.errors import ConfigError, VerificationFailed
 from modelhooks.core.ports import Verifier
 from modelhooks.core.verification import Identity, Policy
 
-__all__ = ["verifiers_for"]
+__all__ = ["AnyOf", "trusted", "verifiers_for"]
 
 
 def verifiers_for(policy: Policy, trust_config: str) -> list[Verifier]:
@@ -41,6 +45,44 @@ def verifiers_for(policy: Policy, trust_config: str) -> list[Verifier]:
     if policy.identities:
         made += _identities(policy, trust_config)
     return made
+
+
+def trusted(spec: Any, trust_config: str) -> AnyOf:
+    """One verifier of what a VerificationPolicy spec trusts (its keys, certificateChains and
+    identities; ConfigError when it is not such a spec or trusts nothing)."""
+    if not isinstance(spec, dict):
+        raise ConfigError("the trust is not a JSON object of keys, certificateChains, identities")
+    try:
+        policy = Policy.from_resource({"metadata": {"name": "trust"}, "spec": spec})
+    except ConfigError:
+        raise ConfigError("the trust names no keys, certificateChains or identities") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"the trust is not a VerificationPolicy spec: {e!r}") from None
+    try:
+        return AnyOf(policy.trusts(), verifiers_for(policy, trust_config))
+    except VerificationFailed as e:
+        raise ConfigError(e.message) from None
+
+
+class AnyOf:
+    """A bundle is accepted when any of `verifiers` verifies it (a policy's trust)."""
+
+    def __init__(self, shown: str, verifiers: list[Verifier]) -> None:
+        self._shown, self._verifiers = shown, verifiers
+
+    def identity(self) -> str:
+        return self._shown
+
+    def verify(self, bundle: bytes) -> bytes:
+        reasons = []
+        for verifier in self._verifiers:
+            try:
+                return verifier.verify(bundle)
+            except VerificationFailed as e:
+                reasons.append(f"{verifier.identity()}: {e.details.get('reason', e.message)}")
+        raise VerificationFailed(
+            f"no signer it trusts ({self._shown}) signed it", reasons="; ".join(reasons)
+        )
 
 
 def _identities(policy: Policy, trust_config: str) -> list[Verifier]:

@@ -1,0 +1,178 @@
+"""`verifyOn: node`: an image volume's model re-hashed on the node by an init container
+(sigstore/model-validation-operator's approach), for clusters that want the node to verify
+what it mounted (pure).
+
+The mutating webhook adds ONE init container per image volume a `verifyOn: node` policy covers,
+`modelhooks-verify-<volume>`: the verifier image (admission.verifier_image) running
+`modelhooks verify` on the volume mounted read-only, with what the covering policies trust
+inline (MODELHOOKS_VERIFY_TRUST: their keys, certificate chains and keyless identities; the
+model is accepted when ANY of them verifies). The volume's root is the model, signed as a
+directory (`modelhooks sign DIR`: `model.sig` inside it). A model that does not verify keeps
+the Pod in Init, the reason in its status (FallbackToLogsOnError). The validating webhook does
+not check such a reference's signature at admission, but requires exactly that container: the
+mutating webhook is failurePolicy Ignore, and a Pod it did not reach must not run unverified.
+
+>>> p = Policy.from_resource({"metadata": {"name": "p"}, "spec": {"verifyOn": "node",
+...     "keys": [{"name": "k", "pem": "PEM"}]}})
+>>> pod = {"spec": {"volumes": [{"name": "m", "image": {"reference": "r.io/m:v1"}}]}}
+>>> [op["value"][0]["name"] for op in inject("Pod", pod, [p], {}, "r.io/modelhooks:1")]
+['modelhooks-verify-m']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from modelhooks.core.verification import Policy
+from modelhooks.core.workloads import POD_SPECS, image_uri
+
+__all__ = ["MOUNT", "PREFIX", "TRUST_ENV", "container_name", "inject", "missing", "trust"]
+
+PREFIX = "modelhooks-verify-"
+MOUNT = "/modelhooks/model"  # where the init container mounts the volume
+TRUST_ENV = "MODELHOOKS_VERIFY_TRUST"  # what `modelhooks verify` trusts (--trust-json)
+
+
+@dataclass(frozen=True)
+class _Volume:
+    name: str
+    uri: str
+
+
+def container_name(volume: str) -> str:
+    """The init container verifying `volume` (a DNS label: at most 63 characters)."""
+    name = PREFIX + volume
+    if len(name) <= 63:
+        return name
+    return f"{name[:54]}-{hashlib.sha256(volume.encode()).hexdigest()[:8]}"
+
+
+def trust(policies: Sequence[Policy]) -> dict[str, Any]:
+    """What `policies` trust, as a VerificationPolicy spec says it (keys, certificateChains,
+    identities), each named after its policy."""
+    keys: list[dict[str, str]] = []
+    chains: list[dict[str, str]] = []
+    identities: list[dict[str, str]] = []
+    for policy in sorted(policies, key=lambda p: (p.namespace, p.name)):
+        keys += [{"name": f"{policy.name}/{n}", "pem": pem} for n, pem in policy.keys]
+        chains += [{"name": f"{policy.name}/{n}", "pem": pem} for n, pem in policy.chains]
+        for i in policy.identities:
+            fields = {
+                "issuer": i.issuer,
+                "issuerRegExp": i.issuer_regexp,
+                "subject": i.subject,
+                "subjectRegExp": i.subject_regexp,
+            }
+            identities.append({k: v for k, v in fields.items() if v})
+    found = {"keys": keys, "certificateChains": chains, "identities": identities}
+    return {k: v for k, v in found.items() if v}
+
+
+def _container(volume: _Volume, policies: Sequence[Policy], image: str) -> dict[str, Any]:
+    value = json.dumps(trust(policies), sort_keys=True, separators=(",", ":"))
+    return {
+        "name": container_name(volume.name),
+        "image": image,
+        "command": ["modelhooks", "verify", MOUNT, "--quiet"],
+        "env": [{"name": TRUST_ENV, "value": value}],
+        "volumeMounts": [{"name": volume.name, "mountPath": MOUNT, "readOnly": True}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _spec(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    node: Any = obj
+    for key in POD_SPECS.get(kind, ("",)):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def _covered(
+    spec: Mapping[str, Any], policies: Sequence[Policy], labels: Mapping[str, str]
+) -> list[tuple[_Volume, list[Policy]]]:
+    """Each image volume a `verifyOn: node` policy covers, with those policies."""
+    found = []
+    for volume in spec.get("volumes") or ():
+        image = volume.get("image") if isinstance(volume, Mapping) else None
+        if not isinstance(image, Mapping) or not isinstance(image.get("reference"), str):
+            continue
+        uri = image_uri(image["reference"].strip())
+        node = [p for p in policies if p.verify_on == "node" and p.covers(labels, uri)]
+        if node:
+            found.append((_Volume(str(volume.get("name", "")), uri), node))
+    return found
+
+
+def _init_containers(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    found = spec.get("initContainers") or ()
+    return {str(c.get("name")): c for c in found if isinstance(c, Mapping)}
+
+
+def inject(
+    kind: str,
+    obj: Mapping[str, Any],
+    policies: Sequence[Policy],
+    labels: Mapping[str, str],
+    image: str,
+) -> list[dict[str, Any]]:
+    """JSONPatch operations adding the missing init containers, first among the Pod's (the
+    model is verified before anything else reads it); none when each is there already (a
+    reinvocation adds nothing)."""
+    spec = _spec(kind, obj)
+    if spec is None:
+        return []
+    present = _init_containers(spec)
+    add = [
+        _container(volume, node, image)
+        for volume, node in _covered(spec, policies, labels)
+        if container_name(volume.name) not in present
+    ]
+    if not add:
+        return []
+    pointer = "/" + "/".join(POD_SPECS[kind]) + "/initContainers"
+    if not spec.get("initContainers"):
+        return [{"op": "add", "path": pointer, "value": add}]
+    return [{"op": "add", "path": f"{pointer}/{i}", "value": c} for i, c in enumerate(add)]
+
+
+def missing(
+    kind: str,
+    obj: Mapping[str, Any],
+    policies: Sequence[Policy],
+    labels: Mapping[str, str],
+    image: str,
+) -> tuple[set[str], list[str]]:
+    """(the references verified on the node, a denial for each volume whose init container
+    is absent or not the one its policies need)."""
+    spec = _spec(kind, obj)
+    if spec is None:
+        return set(), []
+    present = _init_containers(spec)
+    uris: set[str] = set()
+    denials: list[str] = []
+    for volume, node in _covered(spec, policies, labels):
+        uris.add(volume.uri)
+        expected = _container(volume, node, image)
+        name = expected["name"]
+        which = ", ".join(p.shown for p in node)
+        what = f"model {volume.uri} (volume {volume.name}): {which} verifies it on the node"
+        found = present.get(name)
+        if found is None:
+            denials.append(
+                f"{what} (verifyOn: node), but the {kind} has no init container {name}: the "
+                "mutating webhook did not add it (it is failurePolicy Ignore, or did not know the "
+                f"policy yet); create the {kind} again"
+            )
+            continue
+        differ = [k for k, v in expected.items() if found.get(k) != v]
+        if differ:
+            denials.append(
+                f"{what} (verifyOn: node), but its init container {name} is not the one the "
+                f"policy needs ({', '.join(differ)} differ); remove it and create the {kind} "
+                "again (the mutating webhook adds it)"
+            )
+    return uris, denials

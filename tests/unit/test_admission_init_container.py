@@ -1,0 +1,199 @@
+"""`verifyOn: node` policies in the admission handler (pure, over the fakes of
+test_admission.py): the mutating webhook adds one init container per covered image volume
+(idempotent under reinvocation, in pod templates too, never for an uncovered volume), and the
+validating webhook skips the signature check of such a reference but denies a workload
+without exactly that container."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelhooks.cli import main
+from modelhooks.core.errors import ConfigError
+from modelhooks.core.node_verification import TRUST_ENV, container_name, trust
+from modelhooks.core.verification import Policy
+from tests.unit.signing_material import make_chain, make_key, write_model
+from tests.unit.test_admission import D1, TAGS, Policies, Verifier, pod, policy, review, run
+
+IMAGE = "r.io/modelhooks:1"
+
+
+def on_node(name: str = "n", **spec: Any) -> Policy:
+    return policy(name, verifyOn="node", **spec)
+
+
+def apply(obj: dict[str, Any], patch: tuple[Any, ...]) -> dict[str, Any]:
+    """A JSONPatch (add / replace, as admission answers) applied as the apiserver would."""
+    obj = copy.deepcopy(obj)
+    for op in patch:
+        *parents, last = op["path"].lstrip("/").split("/")
+        node: Any = obj
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if isinstance(node, list):
+            index = len(node) if last == "-" else int(last)
+            if op["op"] == "add":
+                node.insert(index, op["value"])
+            else:
+                node[index] = op["value"]
+        else:
+            node[last] = op["value"]
+    return obj
+
+
+def mutated(obj: dict[str, Any], policies: Policies, kind: str = "Pod") -> dict[str, Any]:
+    decision = run(review(obj, kind, mutate=True), policies, Verifier(TAGS, {}))
+    assert decision.allowed, decision.message
+    return apply(obj, decision.patch)
+
+
+def test_the_policy_reads_verify_on_admission_by_default() -> None:
+    assert policy().verify_on == "admission"
+    assert on_node().verify_on == "node"
+    with pytest.raises(ConfigError, match="verifyOn 'hash'"):
+        policy(verifyOn="hash")
+
+
+def test_a_covered_image_volume_gets_one_init_container_verifying_it_with_the_trust() -> None:
+    obj = mutated(pod("r.io/models/bert:v1"), Policies(on_node()))
+    assert obj["spec"]["volumes"][0]["image"]["reference"] == f"r.io/models/bert@{D1}"  # pinned
+    (init,) = obj["spec"]["initContainers"]
+    assert init == {
+        "name": "modelhooks-verify-m0",
+        "image": IMAGE,
+        "command": ["modelhooks", "verify", "/modelhooks/model", "--quiet"],
+        "env": [{"name": "MODELHOOKS_VERIFY_TRUST", "value": init["env"][0]["value"]}],
+        "volumeMounts": [{"name": "m0", "mountPath": "/modelhooks/model", "readOnly": True}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    assert json.loads(init["env"][0]["value"]) == {"keys": [{"name": "n/team", "pem": "PEM"}]}
+
+
+def test_the_trust_of_every_covering_node_policy_is_passed_and_any_may_verify() -> None:
+    chain = {"certificateChains": [{"name": "ca", "pem": "CA"}]}
+    identity = {"identities": [{"issuer": "https://i", "subjectRegExp": ".*@team"}]}
+    obj = mutated(
+        pod("r.io/models/bert:v1"), Policies(on_node("a", **chain), on_node("b", **identity))
+    )
+    (init,) = obj["spec"]["initContainers"]
+    assert json.loads(init["env"][0]["value"]) == {
+        "keys": [{"name": "a/team", "pem": "PEM"}, {"name": "b/team", "pem": "PEM"}],
+        "certificateChains": [{"name": "a/ca", "pem": "CA"}],
+        "identities": [{"issuer": "https://i", "subjectRegExp": ".*@team"}],
+    }
+
+
+def test_reinvocation_adds_nothing_more() -> None:
+    policies = Policies(on_node())
+    once = mutated(pod("r.io/models/bert:v1"), policies)
+    again = run(review(once, mutate=True), policies, Verifier(TAGS, {}))
+    assert again.allowed and again.patch == ()
+    assert len(apply(once, again.patch)["spec"]["initContainers"]) == 1
+
+
+def test_templates_get_it_first_among_their_own_init_containers() -> None:
+    template = pod("r.io/models/bert:v1", "r.io/models/gpt:v1")
+    template["spec"]["initContainers"] = [{"name": "download", "image": "busybox"}]
+    deployment = {"metadata": {"name": "d"}, "spec": {"template": template}}
+    obj = mutated(deployment, Policies(on_node()), "Deployment")
+    names = [c["name"] for c in obj["spec"]["template"]["spec"]["initContainers"]]
+    assert names == ["modelhooks-verify-m0", "modelhooks-verify-m1", "download"]
+    cron = {"spec": {"jobTemplate": {"spec": {"template": pod("r.io/models/bert:v1")}}}}
+    obj = mutated(cron, Policies(on_node()), "CronJob")
+    spec = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["modelhooks-verify-m0"]
+
+
+def test_uncovered_volumes_and_admission_policies_add_no_init_container() -> None:
+    node_gpt = on_node(references=["oci://r.io/models/gpt*"])
+    obj = mutated(pod("r.io/models/bert:v1", "r.io/models/gpt:v1"), Policies(node_gpt, policy()))
+    assert [c["name"] for c in obj["spec"]["initContainers"]] == ["modelhooks-verify-m1"]
+    obj = mutated(pod("r.io/models/bert:v1"), Policies(policy()))  # verifyOn: admission
+    assert "initContainers" not in obj["spec"]
+    selective = on_node(workloadSelector={"matchLabels": {"verify": "node"}})
+    obj = mutated(pod("r.io/models/bert:v1"), Policies(selective))
+    assert "initContainers" not in obj["spec"]
+    labelled = mutated(pod("r.io/models/bert:v1", labels={"verify": "node"}), Policies(selective))
+    assert len(labelled["spec"]["initContainers"]) == 1
+
+
+def test_validating_skips_the_signature_but_denies_a_pod_without_its_init_container() -> None:
+    policies, verifier = Policies(on_node()), Verifier(TAGS, {})  # nothing is signed
+    obj = mutated(pod("r.io/models/bert:v1"), policies)
+    assert run(review(obj), policies, verifier).allowed  # decided on the node
+    assert verifier.verified == []
+
+    bare = pod(f"r.io/models/bert@{D1}")  # the mutating webhook (Ignore) did not run
+    denied = run(review(bare), policies, verifier)
+    assert not denied.allowed
+    for part in (
+        f"oci://r.io/models/bert@{D1}",
+        "VerificationPolicy ns/n",
+        "verifyOn: node",
+        "no init container modelhooks-verify-m0",
+        "mutating webhook",
+    ):
+        assert part in denied.message
+
+
+def test_an_init_container_of_that_name_doing_something_else_is_denied() -> None:
+    policies = Policies(on_node())
+    obj = mutated(pod("r.io/models/bert:v1"), policies)
+    obj["spec"]["initContainers"][0]["command"] = ["true"]
+    denied = run(review(obj), policies, Verifier(TAGS, {}))
+    assert not denied.allowed
+    assert "modelhooks-verify-m0 is not the one the policy needs (command differ" in denied.message
+    trusting_more = Policies(on_node(), on_node("other"))  # the trust changed since
+    obj = mutated(pod("r.io/models/bert:v1"), policies)
+    assert "(env differ" in run(review(obj), trusting_more, Verifier(TAGS, {})).message
+
+
+def test_an_admission_policy_covering_it_too_still_verifies_at_admission() -> None:
+    policies = Policies(on_node(), policy("a"))
+    obj = mutated(pod("r.io/models/bert:v1"), policies)
+    denied = run(review(obj), policies, Verifier(TAGS, {}))  # not signed for "a"
+    assert not denied.allowed and "VerificationPolicy ns/a" in denied.message
+    assert run(review(obj), policies, Verifier(TAGS, {D1: {"a"}})).allowed
+
+
+def test_long_volume_names_give_dns_label_container_names() -> None:
+    long = "v" * 63
+    name = container_name(long)
+    assert len(name) == 63 and name.startswith("modelhooks-verify-v")
+    assert container_name(long) == name != container_name("v" * 62 + "w")
+
+
+def test_verify_trusts_what_a_policy_trusts_any_of_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The init container's command: `modelhooks verify DIR` with MODELHOOKS_VERIFY_TRUST
+    (or --trust-json) holding a policy's trust, as the mutating webhook writes it."""
+    model, signer, other = (
+        write_model(tmp_path / "bert"),
+        make_key(tmp_path),
+        make_key(tmp_path, "o"),
+    )
+    chain = make_chain(tmp_path)
+    assert main(["sign", str(model), "--key", str(signer.private), "--quiet"]) == 0
+    policies = [
+        on_node("a", keys=[{"name": "k", "pem": other.public.read_text()}]),
+        on_node("b", keys=[{"name": "k", "pem": signer.public.read_text()}]),
+        on_node("c", keys=[], certificateChains=[{"name": "ca", "pem": chain.root.read_text()}]),
+    ]
+    monkeypatch.setenv(TRUST_ENV, json.dumps(trust(policies)))
+    assert main(["verify", str(model), "--quiet"]) == 0
+    assert "verdict: OK" in capsys.readouterr().out
+    (model / "config.json").write_text("{}")
+    assert main(["verify", str(model), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "config.json" in out
+    only_other = json.dumps(trust(policies[:1]))
+    assert main(["verify", str(model), "--quiet", "--trust-json", only_other]) == 1
+    assert "no signer it trusts (key a/k) signed it" in capsys.readouterr().out
+    for bad in ("not json", "{}", "[]"):
+        assert main(["verify", str(model), "--quiet", "--trust-json", bad]) == 2
