@@ -148,6 +148,19 @@ def test_mutated_samples_in_every_mode(client: FlaskClient, data: st.DataObject)
 
 
 @FUZZ
+@given(data=st.data())
+def test_mutated_transfer_requests(client: FlaskClient, data: st.DataObject) -> None:
+    """A transfer request's data mutated anywhere: 400 naming the field, or 503 (this
+    process has no MODEL_SYNC_* credentials); never a 500, never a copy."""
+    doc = mutate(samples.load("canonical-transfer-requested")["data"], data)
+    event = {**samples.load("canonical-transfer-requested"), "data": doc}
+    body = json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    answer = client.post("/", data=body, headers={"Content-Type": "application/cloudevents+json"})
+    check(client, answer)
+    assert answer.status_code in (400, 503), answer.get_json()
+
+
+@FUZZ
 @given(
     body=json_values,
     ctype=st.sampled_from(CONTENT_TYPES),
