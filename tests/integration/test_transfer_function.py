@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import model_signing
 import pytest
 from flask.testing import FlaskClient
 
@@ -32,6 +33,7 @@ from tests.integration.transfer_helpers import image_files
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 from tests.servers.objectstores import FakeGcs, Minio
 from tests.servers.registries import OciRegistry
+from tests.unit.signing_material import make_key
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +156,8 @@ def test_minio_to_oci_registered_live_and_a_redelivery_changes_nothing(
         assert registry.get_artifact(artifact.id) is not None
 
 
-def test_minio_to_gcs_and_the_refusals(
+def test_minio_to_gcs_signed_once_and_the_refusals(
+    tmp_path: Path,
     app: Callable[..., tuple[FlaskClient, ModelRegistry]],
     bucket: str,
     minio: Minio,
@@ -162,14 +165,22 @@ def test_minio_to_gcs_and_the_refusals(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    keys = make_key(tmp_path)
+    monkeypatch.setenv("MODEL_SYNC_SIGNING_KEY", str(keys.private))
     gcs_bucket = f"transfer-fn-{secrets.token_hex(4)}"
     fake_gcs.storage_client().create_bucket(gcs_bucket)
     client, registry = app()
     destination = {"type": "gcs", "bucket": gcs_bucket, "key": "sentiment/1"}
-    event = requested(bucket, minio.region, destination)
+    event = requested(bucket, minio.region, destination, sign=True)
 
     status, outcome = post(client, event)
     assert status == 200, outcome
+    signature = fake_gcs.storage_client().bucket(gcs_bucket).get_blob("sentiment/1/model.sig")
+    assert signature is not None
+    status, outcome = post(client, {**event, "id": f"{event['id']}-again"})
+    assert status == 200, outcome  # delivered again: the same signature stays, not re-signed
+    again = fake_gcs.storage_client().bucket(gcs_bucket).get_blob("sentiment/1/model.sig")
+    assert again is not None and again.generation == signature.generation
     model = registry.get_model(event["data"]["model"]["name"])
     version = registry.get_version(model.id, "1") if model else None
     assert version is not None
@@ -177,7 +188,14 @@ def test_minio_to_gcs_and_the_refusals(
     assert artifact.state == ArtifactState.LIVE
     gcs = GcsObjectStore(fake_gcs.storage_client())
     copied = {e.path: e.open(0).read() for e in GcsEnd(gcs, gcs_bucket, "sentiment/1").files()}
-    assert copied == FILES
+    assert set(copied) == {*FILES, "model.sig"}
+    assert {k: v for k, v in copied.items() if k != "model.sig"} == FILES
+    model = tmp_path / "pulled"
+    for path, data in copied.items():
+        (model / path).parent.mkdir(parents=True, exist_ok=True)
+        (model / path).write_bytes(data)
+    verifier = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public)
+    verifier.verify(model, model / "model.sig")
 
     # a source outside the tenant: 403 naming it, nothing registered
     with minio.s3_client() as s3:

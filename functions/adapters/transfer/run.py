@@ -211,6 +211,10 @@ def copy(source: Any, destination: Any, progress: Progress) -> Copied:
 
 def sign_bundle(copied: Copied, signer: Any, model_name: str) -> bytes:
     """model-signing's bundle over the copied files' digests (no second read)."""
+    return signer.sign(_statement(copied, model_name))  # type: ignore[no-any-return]
+
+
+def _statement(copied: Copied, model_name: str) -> bytes:
     from modelhooks.adapters.signing.manifest import Manifest, Resource
     from modelhooks.adapters.signing.streaming import HashOptions
 
@@ -219,8 +223,28 @@ def sign_bundle(copied: Copied, signer: Any, model_name: str) -> bytes:
         for path, (_, sha) in sorted(copied.files.items())
         if path != SIGNATURE
     )
-    manifest = Manifest(model_name, HashOptions().serialization(), resources)
-    return signer.sign(manifest.statement())  # type: ignore[no-any-return]
+    return Manifest(model_name, HashOptions().serialization(), resources).statement()
+
+
+def _sign(copied: Copied, destination: Any, signer: Any, model_name: str) -> None:
+    """model.sig over the copy's digests, written next to the model; unless the destination
+    already has one written over the same statement by the same signer (a re-run, a
+    redelivery): signing again would change nothing the signature says, yet make another
+    Rekor entry (keyless) and, on OCI, another manifest for the tag."""
+    statement, identity = _statement(copied, model_name), signer.identity()
+    mark = "signed:" + hashlib.sha256(statement + b"\0" + identity.encode()).hexdigest()
+    had = destination.existing(SIGNATURE)
+    if had and had[1] and had[2] == mark:
+        copied.files[SIGNATURE] = (had[0], had[1])
+        copied.skipped.append(SIGNATURE)
+    else:
+        bundle = signer.sign(statement)
+        opened = lambda _o: io.BytesIO(bundle)  # noqa: E731
+        entry = FileEntry(SIGNATURE, len(bundle), opened, mark, seekable=False)
+        with HashingReader(io.BytesIO(bundle)) as reader:
+            copied.files[SIGNATURE] = (len(bundle), destination.write(entry, reader, _Quiet()))
+    copied.order.append(SIGNATURE)
+    copied.signed_by = identity
 
 
 def build_signer(cfg: TransferConfig) -> Any:
@@ -266,12 +290,7 @@ def transfer(
         copied = copy(source, destination, progress)
         if signer is not None:
             name = destination.uri.rstrip("/").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
-            bundle = sign_bundle(copied, signer, name)
-            entry = FileEntry(SIGNATURE, len(bundle), lambda _o: io.BytesIO(bundle), "")
-            with HashingReader(io.BytesIO(bundle)) as reader:
-                copied.files[SIGNATURE] = (len(bundle), destination.write(entry, reader, _Quiet()))
-            copied.order.append(SIGNATURE)
-            copied.signed_by = signer.identity()
+            _sign(copied, destination, signer, name)
         if hasattr(destination, "finish"):
             copied.uri = destination.finish(copied.order)
     except (ModelhooksError, OSError, KeyboardInterrupt) as exc:
