@@ -24,7 +24,6 @@ from pathlib import Path
 from threading import Lock, RLock
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from modelhooks.adapters.kube_client import in_cluster
 from modelhooks.adapters.oci.credentials import OAUTH2_ACCESS_TOKEN
 from modelhooks.core.errors import ConfigError
 from modelhooks.core.extras import MissingExtra, missing
@@ -273,7 +272,7 @@ NEEDS: dict[str, tuple[_Need, ...]] = {
         (
             "k8s",
             "cleanup reading Secrets (cleanup.kubeconfig, or in a cluster)",
-            lambda s: bool(s.cleanup.kubeconfig) or in_cluster(),
+            lambda s: bool(s.cleanup.kubeconfig) or _in_cluster(),
         ),
         *_CLOUD,  # a Model's Secret holds GCS or S3 keys
     ),
@@ -281,7 +280,7 @@ NEEDS: dict[str, tuple[_Need, ...]] = {
         (
             "k8s",
             "admission reading VerificationPolicies (admission.kubeconfig, or in a cluster)",
-            lambda s: bool(s.admission.kubeconfig) or in_cluster(),
+            lambda s: bool(s.admission.kubeconfig) or _in_cluster(),
         ),
     ),
     "model_verifier": (("signing", "admission verifying signatures", None),),
@@ -289,10 +288,17 @@ NEEDS: dict[str, tuple[_Need, ...]] = {
         (
             "k8s",
             "notify (notify.kubeconfig, or in a cluster)",
-            lambda s: bool(s.notify.kubeconfig) or in_cluster(),
+            lambda s: bool(s.notify.kubeconfig) or _in_cluster(),
         ),
     ),
 }
+
+
+def _in_cluster() -> bool:
+    """In a Kubernetes Pod (its service account mounted)."""
+    from modelhooks.adapters.kube_client import in_cluster
+
+    return in_cluster()
 
 
 def _needs(fn: Function) -> set[str]:

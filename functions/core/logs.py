@@ -16,6 +16,8 @@ _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 
 
 class JsonFormatter(logging.Formatter):
+    _encode = json.JSONEncoder(default=str).encode  # json.dumps(default=…) makes one a call
+
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
             "severity": record.levelname,
@@ -26,7 +28,7 @@ class JsonFormatter(logging.Formatter):
         doc.update({k: v for k, v in vars(record).items() if k not in _RESERVED})
         if record.exc_info:
             doc["stack_trace"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
+        return self._encode(doc)
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
@@ -52,5 +54,11 @@ def log(
 ) -> None:
     """One JSON line: `message` plus `fields` (a field named like a LogRecord attribute gets
     a trailing underscore instead of breaking the record); `exc_info` adds the traceback."""
+    if not _LOGGER.isEnabledFor(level):
+        return
     extra = {f"{k}_" if k in _RESERVED else k: v for k, v in fields.items()}
-    _LOGGER.log(level, message, exc_info=exc_info, extra=extra)
+    exc = (type(exc_info), exc_info, exc_info.__traceback__) if exc_info else None
+    # Logger.log without its caller lookup (a walk up the stack on every line), which no
+    # field of ours uses: a line per delivery is on the hot path
+    record = _LOGGER.makeRecord(_LOGGER.name, level, "", 0, message, (), exc, extra=extra)
+    _LOGGER.handle(record)

@@ -463,11 +463,8 @@ def describe(
     model: type[msgspec.Struct] = Settings, path: tuple[str, ...] = ()
 ) -> Iterator[SettingSpec]:
     """Every leaf setting with its env var, flag and default (the README table)."""
-    import typing
-
-    hints = typing.get_type_hints(model, include_extras=True)
     for f in msgspec.structs.fields(model):
-        hint = hints[f.name]
+        hint = f.type  # resolved with its Annotated metadata (no second get_type_hints)
         if isinstance(hint, type) and issubclass(hint, _Section):
             yield from describe(hint, (*path, f.name))
             continue

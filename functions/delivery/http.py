@@ -17,8 +17,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
-from modelhooks.delivery.admission import PATHS as ADMISSION_PATHS
-from modelhooks.delivery.admission import admission_endpoint, refused
 from modelhooks.delivery.broker import Broker, single
 from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
 from modelhooks.delivery.runtime import Delivery, Outcome, deliver, entered, ingest, run_all, worst
@@ -62,6 +60,8 @@ def function_delivery(name: str, delivery: Delivery) -> Handler:
     def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         fn = delivery.function(name)
         if fn.kind == "admission":  # AdmissionReviews, not events
+            from modelhooks.delivery.admission import admission_endpoint, refused
+
             if len(body) > delivery.max_review_bytes:
                 limit = delivery.max_review_bytes
                 return refused(PayloadTooLarge(f"review over the limit of {limit} bytes"))
@@ -104,6 +104,7 @@ def routes(broker: Broker, only: frozenset[str] = frozenset()) -> Handler:
     delivery = broker.delivery
     hosted = [n for n in delivery.names if not only or n in only]
     functions = {name: function_delivery(name, delivery) for name in hosted}
+    from modelhooks.delivery.admission import PATHS as ADMISSION_PATHS
 
     def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         if path == "/healthz":
@@ -173,7 +174,11 @@ def call_function(name: str, request: flask.Request, delivery: Delivery) -> Resp
     try:
         body = read_body(request, delivery.max_review_bytes if webhook else delivery.max_body_bytes)
     except ModelhooksError as exc:
-        return refused(exc) if webhook else error_response(exc)
+        if webhook:
+            from modelhooks.delivery.admission import refused
+
+            return refused(exc)
+        return error_response(exc)
     handler = function_delivery(name, delivery)
     return handler(request.method, request.path, dict(request.headers), body)
 
