@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,31 @@ def test_minio_to_gcs_signed_once_and_the_refusals(
     status, outcome = post(client, requested(bucket, minio.region, s3_destination))
     assert status == 503, outcome
     assert "MODEL_SYNC_DESTINATION_AWS_ACCESS_KEY_ID" in outcome["error"]["message"]
+
+
+def test_two_concurrent_deliveries_make_one_version_and_one_copy(
+    app: Callable[..., tuple[FlaskClient, ModelRegistry]],
+    bucket: str,
+    minio: Minio,
+    distribution3: OciRegistry,
+) -> None:
+    client, registry = app()
+    repo = f"transfer-fn/{secrets.token_hex(4)}"
+    destination = {"type": "oci", "uri": f"{distribution3.host}/{repo}:1", "base_image": "scratch"}
+    event = requested(bucket, minio.region, destination)
+    deliveries = [event, {**event, "id": f"{event['id']}-twin"}]  # the platform, twice at once
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda e: post(client.application.test_client(), e), deliveries))
+    # each either did it or found it done; a delivery that met the other mid-way may answer
+    # 503 (redelivered), never a 4xx; redelivering then finds it done
+    assert all(status in (200, 503) for status, _ in answers), answers
+    for (status, _), delivered in zip(answers, deliveries, strict=True):
+        if status != 200:
+            assert post(client, delivered)[0] == 200
+    model = registry.get_model(event["data"]["model"]["name"])
+    assert model is not None
+    (version,) = registry.list_versions(model.id)
+    (artifact,) = registry.list_artifacts(version.id)
+    assert artifact.state == ArtifactState.LIVE
+    assert image_files(f"oci://{distribution3.host}/{repo}:1") == FILES
+    assert DistributionRegistry(distribution3.url).resolve(repo, "1") == artifact.uri.split("@")[1]

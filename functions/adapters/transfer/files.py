@@ -7,7 +7,9 @@ import ctypes
 import ctypes.util
 import hashlib
 import json
+import os
 import posixpath
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +203,8 @@ class Journal:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
+        # one temporary file per writer: two concurrent copies of one transfer (two Jobs, two
+        # deliveries in one process) each replace the journal whole, never the other's half
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps({"entries": self._entries}))
         tmp.replace(self.path)
