@@ -84,6 +84,20 @@ def _container(volume: _Volume, policies: Sequence[Policy], image: str) -> dict[
     }
 
 
+def _differ(expected: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
+    """The fields in which `found` is not the container `expected`: every field set exactly,
+    no args or envFrom; more volumeMounts are allowed (the ServiceAccount admission plugin
+    adds its token's), but none under the model's mount."""
+    differ = [k for k, v in expected.items() if k != "volumeMounts" and found.get(k) != v]
+    differ += [k for k in ("args", "envFrom") if found.get(k)]
+    mounts = [m for m in found.get("volumeMounts") or () if isinstance(m, Mapping)]
+    (ours,) = expected["volumeMounts"]
+    others = [m for m in mounts if m != ours]
+    if ours not in mounts or any(str(m.get("mountPath", "")).startswith(MOUNT) for m in others):
+        differ.append("volumeMounts")
+    return differ
+
+
 def _spec(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     node: Any = obj
     for key in POD_SPECS.get(kind, ("",)):
@@ -168,7 +182,7 @@ def missing(
                 f"policy yet); create the {kind} again"
             )
             continue
-        differ = [k for k, v in expected.items() if found.get(k) != v]
+        differ = _differ(expected, found)
         if differ:
             denials.append(
                 f"{what} (verifyOn: node), but its init container {name} is not the one the "

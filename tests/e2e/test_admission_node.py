@@ -5,7 +5,13 @@ registry as images an image volume mounts (one tar layer titled `model.tar`, a r
 
 Admitted Pods really run: a Pod mounting a signed model BY TAG is pinned to its digest,
 admitted, and reads exactly the files of the tar that was signed; an unsigned model is
-refused with the reason."""
+refused with the reason.
+
+`verifyOn: node` (MVO's approach): the mutating webhook adds an init container running
+`modelhooks verify` from our image (the session's `image`, pushed to the node's registry as
+admission.verifier_image) on the mounted model, a directory signed with `modelhooks sign DIR`
+(model.sig in the tar): the Pod starts when it verifies, and stays in Init with the reason
+in its status when a file was changed."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +38,7 @@ from tests.e2e.admission_helpers import (
     start_webhook,
     trusting,
 )
+from tests.servers.containers import Podman
 from tests.servers.node import Node
 from tests.unit.signing_material import KeyPair, make_key
 
@@ -109,10 +117,11 @@ def pod_body(reference: str, probe: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def sign(reference: str, key: KeyPair) -> None:
-    """`modelhooks sign oci://…` as a user runs it (the bundle a referrer of the manifest)."""
+def sign(model: str, key: KeyPair) -> None:
+    """`modelhooks sign` as a user runs it: `oci://…` (the bundle a referrer of the
+    manifest) or a directory (model.sig in it)."""
     signed = subprocess.run(
-        [MODELHOOKS, "sign", f"oci://{reference}", "--key", str(key.private), "--quiet"],
+        [MODELHOOKS, "sign", model, "--key", str(key.private), "--quiet"],
         capture_output=True,
         text=True,
     )
@@ -166,11 +175,12 @@ def test_an_admitted_pod_mounting_a_signed_model_by_tag_runs_and_reads_the_signe
     repository = f"models/{namespace}"
     files = {"config.json": b'{"layers": 2}', "weights/part-0.bin": secrets.token_hex(16).encode()}
     reference = node.push_artifact(repository, files)
-    sign(reference, key)
+    sign(f"oci://{reference}", key)
     host = node.registry.host
     create_policy(node.kube, namespace, "signed", trusting(key, references=[f"oci://{host}/*"]))
     digest = DistributionRegistry(node.registry.url).resolve(repository, "latest")
 
+    started = time.monotonic()
     created = post(
         node.kube, f"/api/v1/namespaces/{namespace}/pods", pod_body(reference, node.probe_image)
     )
@@ -179,6 +189,7 @@ def test_an_admitted_pod_mounting_a_signed_model_by_tag_runs_and_reads_the_signe
     assert volume["image"]["reference"] == f"{host}/{repository}@{digest}"  # pinned
     name = created.body["metadata"]["name"]
     done = pod_phase(node, namespace, name, ("Succeeded", "Failed"))
+    print(f"Pod verified at admission: {time.monotonic() - started:.1f} s to Succeeded")
     printed = pod_log(node, namespace, name)
     assert done.status.phase == "Succeeded", printed
 
@@ -202,3 +213,106 @@ def test_a_pod_mounting_an_unsigned_model_is_refused_with_the_reason(
     assert f"model oci://{host}/{repository}@sha256:" in created.message
     assert "no signature refers to" in created.message
     assert "modelhooks sign" in created.message
+
+
+@pytest.fixture(scope="module")
+def verifier(node: Node, image: str, podman: Podman, verifier_image: str) -> str:
+    """Our image where the init containers the webhook adds pull it from."""
+    podman("push", "--tls-verify=false", image, f"docker://{verifier_image}")
+    return verifier_image
+
+
+def directory_signed(tmp_path: Path, key: KeyPair, files: dict[str, bytes]) -> dict[str, bytes]:
+    """`files` signed as a directory (`modelhooks sign DIR`): they and what sign wrote."""
+    model = tmp_path / "model"
+    for name, content in files.items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_bytes(content)
+    sign(str(model), key)
+    return {
+        p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()
+    }
+
+
+def node_policy(node: Node, namespace: str, key: KeyPair, body: dict[str, Any]) -> None:
+    """A `verifyOn: node` policy, once the mutating webhook answers with its init container
+    (a dry run: the webhook's policies are a watch, a moment behind)."""
+    references = [f"oci://{node.registry.host}/*"]
+    spec = trusting(key, references=references, verifyOn="node")
+    create_policy(node.kube, namespace, "on-node", spec)
+    path = f"/api/v1/namespaces/{namespace}/pods?dryRun=All"
+    answers: list[Any] = []
+
+    def mutated() -> bool:
+        answers.append(post(node.kube, path, body).body)
+        return bool(answers[-1].get("spec", {}).get("initContainers"))
+
+    try:
+        until("the webhook to add the init container", mutated, 30)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {answers[-1]}") from None
+
+
+def test_verify_on_node_a_directory_signed_model_verifies_in_an_init_container_and_runs(
+    node: Node, namespace: str, key: KeyPair, verifier: str, tmp_path: Path
+) -> None:
+    files = {"config.json": b'{"layers": 2}', "weights.bin": secrets.token_hex(16).encode()}
+    signed = directory_signed(tmp_path, key, files)
+    assert "model.sig" in signed
+    reference = node.push_artifact(f"models/{namespace}", signed)
+    body = pod_body(reference, node.probe_image)
+    node_policy(node, namespace, key, body)
+
+    started = time.monotonic()
+    created = post(node.kube, f"/api/v1/namespaces/{namespace}/pods", body)
+    assert created.status == 201, created.body
+    (init,) = created.body["spec"]["initContainers"]
+    assert (init["name"], init["image"]) == ("modelhooks-verify-model", verifier)
+    name = created.body["metadata"]["name"]
+    done = pod_phase(node, namespace, name, ("Succeeded", "Failed"))
+    ran = done.status.init_container_statuses[0].state.terminated
+    print(
+        f"Pod with the init container: {time.monotonic() - started:.1f} s to Succeeded (the "
+        f"image's first pull included; the init container ran {ran.finished_at - ran.started_at})"
+    )
+    verified = pod_log(node, namespace, name, init["name"])
+    assert done.status.phase == "Succeeded", verified + pod_log(node, namespace, name)
+    assert "verdict: OK (2 resources match)" in verified
+    lines = dict(line.split(": ", 1) for line in pod_log(node, namespace, name).splitlines())
+    assert {k: v for k, v in lines.items() if k.endswith((".json", ".bin"))} == {
+        f"/model/{n}": c.decode() for n, c in files.items()
+    }
+
+
+def test_verify_on_node_a_changed_file_keeps_the_pod_in_init_with_the_reason(
+    node: Node, namespace: str, key: KeyPair, verifier: str, tmp_path: Path
+) -> None:
+    files = {"config.json": b'{"layers": 2}', "weights.bin": secrets.token_hex(16).encode()}
+    signed = directory_signed(tmp_path, key, files)
+    signed["weights.bin"] = b"tampered"  # the same model.sig
+    reference = node.push_artifact(f"models/{namespace}", signed)
+    body = pod_body(reference, node.probe_image, restartPolicy="Always")
+    node_policy(node, namespace, key, body)
+
+    created = post(node.kube, f"/api/v1/namespaces/{namespace}/pods", body)
+    assert created.status == 201, created.body
+    name = created.body["metadata"]["name"]
+    from kubernetes import client
+
+    with node.kube.api_client() as api:
+        core = client.CoreV1Api(api)
+
+        def refused() -> Any:
+            pod = core.read_namespaced_pod(name, namespace)
+            for status in pod.status.init_container_statuses or ():
+                for state in (status.state, status.last_state):
+                    if state and state.terminated and state.terminated.exit_code:
+                        return pod, state.terminated
+            return None
+
+        pod, terminated = until(f"Pod {name}'s init container to fail", refused, 120)
+    assert pod.status.phase == "Pending"  # in Init: the model is never read
+    assert (pod.status.container_statuses[0].state.waiting.reason) == "PodInitializing"
+    assert terminated.exit_code == 1
+    assert "verdict: FAILED" in terminated.message
+    assert "the model does not match its signature: weights.bin" in terminated.message

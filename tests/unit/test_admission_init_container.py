@@ -148,6 +148,21 @@ def test_an_init_container_of_that_name_doing_something_else_is_denied() -> None
     denied = run(review(obj), policies, Verifier(TAGS, {}))
     assert not denied.allowed
     assert "modelhooks-verify-m0 is not the one the policy needs (command differ" in denied.message
+    for change, field in (
+        ({"args": ["--help"]}, "args"),
+        ({"envFrom": [{"configMapRef": {"name": "x"}}]}, "envFrom"),
+        ({"volumeMounts": [{"name": "good", "mountPath": "/modelhooks/model/w"}]}, "volumeMounts"),
+    ):
+        obj = mutated(pod("r.io/models/bert:v1"), policies)
+        init = obj["spec"]["initContainers"][0]
+        for key, value in change.items():
+            init[key] = init.get(key, [])[:] + value if key == "volumeMounts" else value
+        assert f"({field} differ" in run(review(obj), policies, Verifier(TAGS, {})).message
+    obj = mutated(pod("r.io/models/bert:v1"), policies)  # what the apiserver adds is fine
+    token = {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/sa"}
+    obj["spec"]["initContainers"][0]["volumeMounts"].append(token)
+    obj["spec"]["initContainers"][0].update(imagePullPolicy="IfNotPresent", resources={})
+    assert run(review(obj), policies, Verifier(TAGS, {})).allowed
     trusting_more = Policies(on_node(), on_node("other"))  # the trust changed since
     obj = mutated(pod("r.io/models/bert:v1"), policies)
     assert "(env differ" in run(review(obj), trusting_more, Verifier(TAGS, {})).message
