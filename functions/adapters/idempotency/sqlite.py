@@ -17,6 +17,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from modelhooks.adapters.sqlite_wal import connect
 from modelhooks.core.errors import Unavailable
 
 __all__ = ["SqliteDeliveryLog"]
@@ -38,9 +39,8 @@ class SqliteDeliveryLog:
         self.size = size
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        # checkpoints off the flush: it holds the lock every delivery's lookup waits on
+        self._db, self._checkpoints = connect(Path(path))
         self._db.executescript(_SCHEMA)
         self._puts = 0
         self._pending: list[tuple[str, str, str, str, bytes]] = []
@@ -71,6 +71,7 @@ class SqliteDeliveryLog:
 
     def close(self) -> None:
         self._closed.set()
+        self._checkpoints.set()
         with self._lock:
             self._flush()
             self._db.close()

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from modelhooks.adapters.sqlite_wal import connect
 from modelhooks.core.errors import Conflict, NotFound, Unavailable
 from modelhooks.core.records import (
     ArtifactState,
@@ -52,16 +53,13 @@ class SqliteModelRegistry:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._depth = 0
-        self._db = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
+        self._db, self._checkpoints = connect(self.path)  # checkpoints off the request path
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
+        self._checkpoints.set()
         self._db.close()
 
     def _cursor(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
