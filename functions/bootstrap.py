@@ -339,7 +339,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
     override given for it."""
 
     def content(deps: Deps) -> ContentResolver:
-        from modelhooks.adapters.signing.binding import binding_key
+        from modelhooks.adapters.signing import binding_key
         from modelhooks.core.content import ContentResolver
 
         # what sign writes into a model's prefix is not the model: its content names it alike

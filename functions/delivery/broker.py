@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from modelhooks.core.function import Function
 from modelhooks.core.logs import log
-from modelhooks.delivery.router import Trigger
 from modelhooks.delivery.runtime import Delivery, Outcome, entered, run
 from modelhooks.events.model import CanonicalEvent
+
+if TYPE_CHECKING:  # a function's own endpoint (functions-framework) routes by no Trigger
+    from modelhooks.delivery.router import Trigger
 
 __all__ = ["Broker", "single"]
 

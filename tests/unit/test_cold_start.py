@@ -23,9 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("google.cloud.storage", "boto3", "botocore", "kubernetes", "sigstore", "model_signing")
 
 # a module, and the dependencies whose building may import it
-BUILT_BY = {
+BUILT_BY: dict[str, set[str]] = {
     "modelhooks.adapters.signing.admission": {"model_verifier"},
     "modelhooks.adapters.signing.config": {"signer", "hash_options"},
+    "modelhooks.adapters.signing.manifest": {"signer", "hash_options", "model_verifier"},
+    "modelhooks.adapters.signing.binding": {"signer", "model_verifier"},
+    "modelhooks.delivery.router": set(),  # serve's broker routes by Triggers, a target does not
     "modelhooks.adapters.oci.clients": {"oci", "model_verifier"},
     "modelhooks.adapters.kubernetes.policies": {"policies"},
     "modelhooks.adapters.kubernetes.cluster": {"cluster"},

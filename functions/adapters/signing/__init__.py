@@ -49,6 +49,16 @@ if TYPE_CHECKING:
     )
     from modelhooks.adapters.signing.streaming import HashOptions, Progress, hash_model
 
+# What sign writes next to a model's signature: the binding statement of its objects
+# (binding.py). Here, not there: the composition root leaves both out of a model's content
+# without loading signing.
+SUFFIX = ".binding"
+
+
+def binding_key(signature_key: str) -> str:
+    return signature_key + SUFFIX
+
+
 # The facade loads a submodule on first use of one of its names (PEP 562): importing one
 # piece (e.g. HashOptions in the composition root) must not load all of signing.
 _WHERE = {
@@ -85,6 +95,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "SUFFIX",
     "CertificateSigner",
     "CertificateVerifier",
     "HashOptions",
@@ -101,6 +112,7 @@ __all__ = [
     "SigstoreTrust",
     "SigstoreVerifier",
     "Verified",
+    "binding_key",
     "hash_model",
     "local_model",
     "sign_model",

@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from modelhooks.adapters.signing import SUFFIX, binding_key
 from modelhooks.adapters.signing.manifest import STATEMENT_TYPE, Manifest, is_ignored
 from modelhooks.core.errors import VerificationFailed
 from modelhooks.core.records import ObjectInfo
@@ -30,11 +31,6 @@ from modelhooks.core.records import ObjectInfo
 __all__ = ["PREDICATE_TYPE", "SUFFIX", "Binding", "binding_key", "changes"]
 
 PREDICATE_TYPE = "https://modelhooks.dev/binding/v1"
-SUFFIX = ".binding"
-
-
-def binding_key(signature_key: str) -> str:
-    return signature_key + SUFFIX
 
 
 @dataclass(frozen=True)
