@@ -120,9 +120,11 @@ class Policy:
     @classmethod
     def from_model_validation(cls, doc: Mapping[str, Any]) -> Policy:
         """An MVO ModelValidation (ml.sigstore.dev/v1alpha1) as a policy for the Pods that
-        carry its label (`validation.ml.sigstore.dev/ml: <its name>`, its namespace): its
+        carry its label (`validation.ml.sigstore.dev/ml: <its name>`, its namespace),
+        verified as MVO does, on the node (`verifyOn: node`: an init container re-hashes the
+        image volume, a directory signed with model.sig inside, as MVO's models are): its
         keyless identity maps; a key or CA given as a file path in MVO's validating
-        container cannot be read here, and says so."""
+        container cannot be read here, and says so (at admission)."""
         meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
         config = spec.get("config") or {}
         sigstore = config.get("sigstoreConfig") or {}
@@ -153,6 +155,7 @@ class Policy:
             resource_version=str(meta.get("resourceVersion", "")),
             identities=identities,
             selector={"matchLabels": {MVO_LABEL: name}},
+            verify_on="node" if identities and not refusal else "admission",
             kind="ModelValidation",
             refusal=refusal or ("" if identities else "it names no verification method"),
         )

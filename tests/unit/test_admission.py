@@ -452,8 +452,15 @@ def test_an_mvo_model_validation_is_a_policy_for_the_pods_with_its_label() -> No
     )
     assert keyless.identities == (Identity(issuer="https://i", subject="ci@example.com"),)
     assert keyless.shown == "ModelValidation ns/bert" and not keyless.refusal
-    verifier = Verifier(TAGS, {D1: {"bert"}})
+    assert keyless.verify_on == "node"  # as MVO verifies: an init container on the node
+    verifier = Verifier(TAGS, {})
     labelled = pod("r.io/models/bert:v1", labels={MVO_LABEL: "bert"})
+    mutating = run(review(labelled, mutate=True), Policies(keyless), verifier)
+    (added,) = [op for op in mutating.patch if op["path"] == "/spec/initContainers"]
+    (init,) = added["value"]
+    assert '"identities":[{"issuer":"https://i","subject":"ci@example.com"}]' in str(init["env"])
+    assert not run(review(labelled), Policies(keyless), verifier).allowed  # without it
+    labelled["spec"]["initContainers"] = [init]
     assert run(review(labelled), Policies(keyless), verifier).allowed
     other = run(
         review(pod("r.io/models/bert:v1", labels={MVO_LABEL: "gpt"})), Policies(keyless), verifier
