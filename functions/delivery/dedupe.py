@@ -8,6 +8,8 @@ import json
 from collections import OrderedDict
 from threading import Lock
 
+import msgspec
+
 from modelhooks.core.errors import Conflict
 from modelhooks.core.ports import DeliveryLog
 from modelhooks.delivery.encoding import structured
@@ -61,7 +63,7 @@ class Dedupe:
             while len(self._seen) > self.size:
                 self._seen.popitem(last=False)
         if self.log is not None:
-            self.log.put(key, digest, json.dumps([structured(r) for r in replies]).encode())
+            self.log.put(key, digest, msgspec.json.encode([structured(r) for r in replies]))
 
 
 def _replies(raw: bytes) -> tuple[CanonicalEvent, ...]:
