@@ -202,7 +202,7 @@ def test_every_identity_the_install_names_exists(
             accounts.add((namespace, doc["spec"]["template"]["spec"]["serviceAccountName"]))
         elif doc["kind"] == "ApiServerSource":
             accounts.add((namespace, doc["spec"]["serviceAccountName"]))
-    assert len(accounts) == 8  # five functions, the ingress, the dead letters, the source
+    assert len(accounts) == 9  # six functions, the ingress, the dead letters, the source
     bindings = [d for d in rendered if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     subjects = {(s["namespace"], s["name"]) for b in bindings for s in b["subjects"]}
     assert {s["kind"] for b in bindings for s in b["subjects"]} == {"ServiceAccount"}
