@@ -2,9 +2,12 @@
 register it per intent in the configured registry and sign it: `modelhooks transfer` as a
 function (modelhooks.adapters.transfer.request says what the event may and may not decide).
 
-Before anything moves: both locations must be allowed for the request's tenant (tenancy:
-403 naming the location; a request naming no namespace gets the one that owns its source),
-and an OCI reference must parse (400). Then the copy (what the destination already has from
+Before anything moves: an OCI reference must parse (400), a host the event names (OCI
+registry, http(s) source) may not be this machine, a private network or the metadata
+service unless `store.allow_local_targets` / `store.allowed_hosts` (403; the connection
+checks again what the name resolves to), and both locations must be allowed for the
+request's tenant (403 naming the location; a request naming no namespace gets the one that
+owns its source). Then the copy (what the destination already has from
 the same source revision is kept), the registration (the artifact PENDING while bytes move,
 LIVE with the URI and digest after, ABANDONED with the reason on a failure) and the
 signature. A redelivery, or two concurrent deliveries, find the same model, version,
@@ -21,6 +24,7 @@ from modelhooks.adapters.transfer.request import Transfers
 from modelhooks.core.errors import Forbidden, NotFound
 from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import CanonicalEvent, ModelRegistered, TransferRequested
 
@@ -31,6 +35,7 @@ def handle(
     event: CanonicalEvent,
     *,
     registry: ModelRegistry,
+    stores: Stores,
     tenancy: Tenancy,
     transfers: Transfers,
 ) -> list[CanonicalEvent]:
@@ -40,6 +45,8 @@ def handle(
     for part in (data.source, data.destination):
         if part.type == "oci":
             parse_uri(part.location)  # BadRequest naming what is wrong with the reference
+        if part.type in ("oci", "uri"):  # a host the event names: not this machine, a
+            stores.check_host(part.location)  # private network or the metadata service
     namespace = tenant(data, tenancy)
     model_id = data.model.id or ""
     if data.intent == "create_version" and not model_id:

@@ -21,6 +21,7 @@ from modelhooks.core.errors import (
     Unavailable,
 )
 from modelhooks.core.records import ArtifactState
+from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events import samples
 from modelhooks.events.model import CanonicalEvent, ModelRegistered, TransferRequested, parse
@@ -41,6 +42,12 @@ def request(**changes: Any) -> TransferRequested:
     (event,) = from_canonical_cloudevent(samples.inbound("canonical-transfer-requested"))
     raw = {**event.data.to_dict(), **changes}
     return parse(TransferRequested, raw)
+
+
+def handle(event: CanonicalEvent, **deps: Any) -> list[CanonicalEvent]:
+    """The handler with `stores` as the process builds it (public addresses only)."""
+    deps.setdefault("stores", Stores({}, local_root=Path("/nonexistent")))
+    return transfer.handle(event, **deps)
 
 
 def event_of(data: TransferRequested) -> CanonicalEvent:
@@ -68,9 +75,7 @@ def local(tmp_path: Path, model_dir: Path) -> Transfers:
 
 def test_the_sample_copies_registers_and_replies_model_registered(local: Transfers) -> None:
     registry = InMemoryModelRegistry()
-    (reply,) = transfer.handle(
-        event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local
-    )
+    (reply,) = handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local)
     data = reply.data
     assert isinstance(data, ModelRegistered) and reply.id == "t-1/registered"
     assert (data.model, data.version, data.namespace, data.created) == (
@@ -95,8 +100,8 @@ def test_the_sample_copies_registers_and_replies_model_registered(local: Transfe
 def test_a_redelivery_finds_the_same_model_version_artifact_and_copy(local: Transfers) -> None:
     registry = InMemoryModelRegistry()
     args = {"registry": registry, "tenancy": Tenancy(), "transfers": local}
-    (first,) = transfer.handle(event_of(request()), **args)
-    (again,) = transfer.handle(event_of(request()), **args)
+    (first,) = handle(event_of(request()), **args)
+    (again,) = handle(event_of(request()), **args)
     assert isinstance(first.data, ModelRegistered) and isinstance(again.data, ModelRegistered)
     assert again.data.created is False and first.data.created is True
     ids = lambda d: (d.registered_model_id, d.model_version_id, d.model_artifact_id, d.digest)  # noqa: E731
@@ -110,7 +115,7 @@ def test_a_failed_copy_leaves_the_artifact_abandoned_with_the_reason(tmp_path: P
         env=ENV, ends=lambda cfg: (LocalEnd(str(tmp_path / "none")), LocalEnd(str(tmp_path / "o")))
     )
     with pytest.raises(NotFound):
-        transfer.handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=gone)
+        handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=gone)
     (artifact,) = registry.artifacts.values()
     assert artifact.state == ArtifactState.ABANDONED
     assert "no such file or directory" in artifact.custom_properties["modelhooks.failure_reason"]
@@ -123,12 +128,10 @@ def test_past_the_timeout_the_copy_stops_abandoned_and_a_redelivery_resumes(
     slow = Transfers(env=local.env, ends=local.ends, timeout=1e-9)
     time.sleep(0.001)
     with pytest.raises(Unavailable, match=r"transfer\.timeout"):
-        transfer.handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=slow)
+        handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=slow)
     (artifact,) = registry.artifacts.values()
     assert artifact.state == ArtifactState.ABANDONED
-    (reply,) = transfer.handle(
-        event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local
-    )
+    (reply,) = handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local)
     (artifact,) = registry.artifacts.values()
     assert artifact.state == ArtifactState.LIVE and isinstance(reply.data, ModelRegistered)
 
@@ -164,25 +167,19 @@ def test_create_version_finds_the_model_by_name_or_answers_404(local: Transfers)
     registry = InMemoryModelRegistry()
     asked = request(intent="create_version", version={"name": "2"})
     with pytest.raises(NotFound, match="sentiment"):
-        transfer.handle(event_of(asked), registry=registry, tenancy=Tenancy(), transfers=local)
+        handle(event_of(asked), registry=registry, tenancy=Tenancy(), transfers=local)
     model = registry.create_model("sentiment", properties={})
-    (reply,) = transfer.handle(
-        event_of(asked), registry=registry, tenancy=Tenancy(), transfers=local
-    )
+    (reply,) = handle(event_of(asked), registry=registry, tenancy=Tenancy(), transfers=local)
     assert isinstance(reply.data, ModelRegistered)
     assert reply.data.registered_model_id == model.id and reply.data.version == "2"
 
 
 def test_update_artifact_updates_the_one_named(local: Transfers) -> None:
     registry = InMemoryModelRegistry()
-    (first,) = transfer.handle(
-        event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local
-    )
+    (first,) = handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local)
     assert isinstance(first.data, ModelRegistered)
     update = request(intent="update_artifact", artifact={"id": first.data.model_artifact_id})
-    (reply,) = transfer.handle(
-        event_of(update), registry=registry, tenancy=Tenancy(), transfers=local
-    )
+    (reply,) = handle(event_of(update), registry=registry, tenancy=Tenancy(), transfers=local)
     assert isinstance(reply.data, ModelRegistered)
     assert reply.data.model_artifact_id == first.data.model_artifact_id
     assert len(registry.artifacts) == 1
@@ -208,15 +205,13 @@ def test_a_location_outside_the_tenant_is_403_naming_it(
 ) -> None:
     registry = InMemoryModelRegistry()
     with pytest.raises(Forbidden) as caught:
-        transfer.handle(
-            event_of(request(**changes)), registry=registry, tenancy=TENANTS, transfers=local
-        )
+        handle(event_of(request(**changes)), registry=registry, tenancy=TENANTS, transfers=local)
     assert location in caught.value.message
     assert not registry.models  # nothing registered, nothing copied
 
 
 def test_a_request_naming_no_tenant_gets_the_owner_of_its_source(local: Transfers) -> None:
-    (reply,) = transfer.handle(
+    (reply,) = handle(
         event_of(request(namespace=None)),
         registry=InMemoryModelRegistry(),
         tenancy=TENANTS,
@@ -224,7 +219,7 @@ def test_a_request_naming_no_tenant_gets_the_owner_of_its_source(local: Transfer
     )
     assert isinstance(reply.data, ModelRegistered) and reply.data.namespace == "ml"
     with pytest.raises(Forbidden, match="s3://nobody"):
-        transfer.handle(
+        handle(
             event_of(
                 request(namespace=None, source={"type": "s3", "bucket": "nobody", "key": "m"})
             ),
@@ -257,6 +252,38 @@ def test_bad_data_is_400_naming_the_field(changes: dict[str, Any], field: str) -
 def test_a_malformed_oci_reference_is_400(local: Transfers) -> None:
     bad = request(destination={"type": "oci", "uri": "Registry.example.com/UPPER case"})
     with pytest.raises(BadRequest):
-        transfer.handle(
-            event_of(bad), registry=InMemoryModelRegistry(), tenancy=Tenancy(), transfers=local
-        )
+        handle(event_of(bad), registry=InMemoryModelRegistry(), tenancy=Tenancy(), transfers=local)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"source": {"type": "uri", "uri": "http://127.0.0.1:8080/model.tar.gz"}},
+        {"source": {"type": "uri", "uri": "http://169.254.169.254/latest/meta-data/"}},
+        {"source": {"type": "uri", "uri": "https://metadata.google.internal/m.zip"}},
+        {"destination": {"type": "oci", "uri": "localhost:5000/ml/m:1"}},
+        {"source": {"type": "oci", "uri": "10.0.0.7/ml/m:1"}},
+    ],
+    ids=["loopback", "link-local", "metadata", "oci-localhost", "oci-private"],
+)
+def test_a_host_the_event_names_is_refused_before_anything_moves(
+    local: Transfers, changes: dict[str, Any]
+) -> None:
+    registry = InMemoryModelRegistry()
+    with pytest.raises(Forbidden, match=r"loopback|non-public|metadata|local") as caught:
+        handle(event_of(request(**changes)), registry=registry, tenancy=Tenancy(), transfers=local)
+    assert "allowed_hosts" in caught.value.as_json()["details"]["hint"]
+    assert not registry.models and not registry.artifacts  # nothing registered
+
+
+def test_store_allow_local_targets_lets_a_local_host_through(local: Transfers) -> None:
+    allowed = Stores({}, local_root=Path("/nonexistent"), allow_local_targets=True)
+    local_oci = request(destination={"type": "oci", "uri": "127.0.0.1:5000/ml/m:1"})
+    (reply,) = handle(
+        event_of(local_oci),
+        registry=InMemoryModelRegistry(),
+        tenancy=Tenancy(),
+        transfers=local,
+        stores=allowed,
+    )
+    assert isinstance(reply.data, ModelRegistered)
