@@ -52,7 +52,9 @@ def handle(
     if data.intent == "create_version" and not model_id:
         found = registry.get_model(data.model.name or "")
         if found is None:
-            raise NotFound(f"model.name: no registered model {data.model.name!r}", field="model")
+            raise NotFound(
+                f"model.name: no registered model {data.model.name!r}", field="model.name"
+            )
         model_id = found.id
     done = transfers.run(data, registry=registry, model_id=model_id)
     result = done.result
