@@ -35,6 +35,14 @@ __all__ = ["MOUNT", "PREFIX", "TRUST_ENV", "container_name", "inject", "missing"
 PREFIX = "modelhooks-verify-"
 MOUNT = "/modelhooks/model"  # where the init container mounts the volume
 TRUST_ENV = "MODELHOOKS_VERIFY_TRUST"  # what `modelhooks verify` trusts (--trust-json)
+# admitted at the `restricted` Pod Security level (not readOnlyRootFilesystem: it writes the
+# trust's PEM files to /tmp)
+_RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,7 @@ def _container(volume: _Volume, policies: Sequence[Policy], image: str) -> dict[
         "env": [{"name": TRUST_ENV, "value": value}],
         "volumeMounts": [{"name": volume.name, "mountPath": MOUNT, "readOnly": True}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": _RESTRICTED,
     }
 
 

@@ -276,7 +276,7 @@ def test_verify_on_node_a_directory_signed_model_verifies_in_an_init_container_a
         f"image's first pull included; the init container ran {ran.finished_at - ran.started_at})"
     )
     verified = pod_log(node, namespace, name, init["name"])
-    assert done.status.phase == "Succeeded", verified + pod_log(node, namespace, name)
+    assert done.status.phase == "Succeeded", f"{verified}\n{done.status}"
     assert "verdict: OK (2 resources match)" in verified
     lines = dict(line.split(": ", 1) for line in pod_log(node, namespace, name).splitlines())
     assert {k: v for k, v in lines.items() if k.endswith((".json", ".bin"))} == {

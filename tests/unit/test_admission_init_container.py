@@ -70,6 +70,12 @@ def test_a_covered_image_volume_gets_one_init_container_verifying_it_with_the_tr
         "env": [{"name": "MODELHOOKS_VERIFY_TRUST", "value": init["env"][0]["value"]}],
         "volumeMounts": [{"name": "m0", "mountPath": "/modelhooks/model", "readOnly": True}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     assert json.loads(init["env"][0]["value"]) == {"keys": [{"name": "n/team", "pem": "PEM"}]}
 
