@@ -237,7 +237,7 @@ class KubeflowModelRegistry:
             with os.fdopen(fd, "w") as out:
                 out.write(ca if ca.endswith("\n") else ca + "\n")
         # per request: it beats the environment's bundle (settled in a session of our own)
-        self._verify: str | bool = self._ca_file or session.verify
+        self._verify: str | bool = self._ca_file or session.verify or True
         self._session = session
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._txn = _Transaction()
