@@ -62,6 +62,12 @@ def handle(
             return _pin(refs, model_verifier, deadline)
         return _exists(review, refs, model_verifier, deadline)
     labels = _labels(review.kind, review.object)
+    # a Pod's volumes and init containers cannot change once it exists: an update is
+    # neither patched (the apiserver would refuse it) nor asked for an init container it
+    # could not add; what it mounts was decided when it was created
+    settled = review.kind == "Pod" and review.operation == "UPDATE"
+    if review.mutate and settled:
+        return Decision.allow()
     if review.mutate:
         return _mutate(review, refs, labels, policies, model_verifier, deadline, verifier_image)
     seen: list[str] | None = None
@@ -74,6 +80,7 @@ def handle(
             break  # the same policies: the same answer
         seen = [p.version for p in found]
         on_node, denials = missing(review.kind, review.object, found, labels, verifier_image)
+        denials = [] if settled else denials
         checks = [Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
         for check in checks:  # a verifyOn: node policy verifies image volumes on the node
             check.covering = [

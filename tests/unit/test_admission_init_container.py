@@ -218,3 +218,19 @@ def test_verify_trusts_what_a_policy_trusts_any_of_it(
     assert "no signer it trusts (key a/k) signed it" in capsys.readouterr().out
     for bad in ("not json", "{}", "[]"):
         assert main(["verify", str(model), "--quiet", "--trust-json", bad]) == 2
+
+
+def test_a_pod_update_is_not_patched_nor_asked_for_an_init_container_it_cannot_add() -> None:
+    """A Pod's volumes and init containers are immutable: a Pod created before the policy is
+    still labelled, annotated, … (a patch would make the apiserver refuse the update)."""
+    policies, verifier = Policies(on_node()), Verifier(TAGS, {})
+    running = pod("r.io/models/bert:v1")
+    updated = run(review(running, mutate=True, operation="UPDATE"), policies, verifier)
+    assert updated.allowed and updated.patch == ()
+    assert run(review(running, operation="UPDATE"), policies, verifier).allowed
+    assert not run(review(running), policies, verifier).allowed  # created so: denied
+    template = {"spec": {"template": running}}  # a Deployment's template can change
+    changed = run(
+        review(template, "Deployment", mutate=True, operation="UPDATE"), policies, verifier
+    )
+    assert any(op["path"] == "/spec/template/spec/initContainers" for op in changed.patch)
