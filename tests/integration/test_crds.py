@@ -256,6 +256,7 @@ def test_verification_policy_needs_a_trust_root(api: Any, namespace: str) -> Non
         )
     )
     assert created["spec"]["failurePolicy"] == "Fail"
+    assert created["spec"]["verifyOn"] == "admission"
     empty = {**body, "metadata": {"name": "empty"}, "spec": {"failurePolicy": "Ignore"}}
     with pytest.raises(client.ApiException) as refused:
         custom.create_namespaced_custom_object(
@@ -288,8 +289,9 @@ _PEM_KEY = "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"
             {"keys": [{"name": "k", "pem": _PEM_KEY}], "failurePolicy": "Sometimes"},
             "Unsupported value",
         ),
+        ({"keys": [{"name": "k", "pem": _PEM_KEY}], "verifyOn": "kubelet"}, "Unsupported value"),
     ],
-    ids=["pem-and-secret", "not-pem", "subject-and-regexp", "failure-policy"],
+    ids=["pem-and-secret", "not-pem", "subject-and-regexp", "failure-policy", "verify-on"],
 )
 def test_verification_policy_trust_roots_are_well_formed(
     api: Any, namespace: str, spec: dict[str, Any], message: str
