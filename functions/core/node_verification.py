@@ -3,11 +3,11 @@
 what it mounted (pure).
 
 The mutating webhook adds ONE init container per image volume a `verifyOn: node` policy covers,
-`modelhooks-verify-<volume>`: the verifier image (admission.verifier_image) running
-`modelhooks verify` on the volume mounted read-only, with what the covering policies trust
-inline (MODELHOOKS_VERIFY_TRUST: their keys, certificate chains and keyless identities; the
-model is accepted when ANY of them verifies). The volume's root is the model, signed as a
-directory (`modelhooks sign DIR`: `model.sig` inside it). A model that does not verify keeps
+`modelhooks-verify-<volume>` (replacing one of that name that is not the one it needs): the
+verifier image (admission.verifier_image) running `modelhooks verify` on the volume mounted
+read-only, with what the covering policies trust inline (MODELHOOKS_VERIFY_TRUST: their
+keys, certificate chains and keyless identities; the model is accepted when ANY of them
+verifies). The volume's root is the model, signed as a directory (`modelhooks sign DIR`: `model.sig` inside it). A model that does not verify keeps
 the Pod in Init, the reason in its status (FallbackToLogsOnError). The validating webhook does
 not check such a reference's signature at admission, but requires exactly that container: the
 mutating webhook is failurePolicy Ignore, and a Pod it did not reach must not run unverified.
@@ -143,23 +143,28 @@ def inject(
     image: str,
 ) -> list[dict[str, Any]]:
     """JSONPatch operations adding the missing init containers, first among the Pod's (the
-    model is verified before anything else reads it); none when each is there already (a
-    reinvocation adds nothing)."""
+    model is verified before anything else reads it), and replacing one of that name that is
+    not what its policies need (their trust changed since a template got it, or it was
+    written by hand); none when each is there as it should be (a reinvocation changes
+    nothing)."""
     spec = _spec(kind, obj)
     if spec is None:
         return []
-    present = _init_containers(spec)
-    add = [
-        _container(volume, node, image)
-        for volume, node in _covered(spec, policies, labels)
-        if container_name(volume.name) not in present
-    ]
-    if not add:
-        return []
     pointer = "/" + "/".join(POD_SPECS[kind]) + "/initContainers"
-    if not spec.get("initContainers"):
+    existing = list(spec.get("initContainers") or ())
+    at = {str(c.get("name")): i for i, c in enumerate(existing) if isinstance(c, Mapping)}
+    patch: list[dict[str, Any]] = []
+    add: list[dict[str, Any]] = []
+    for volume, node in _covered(spec, policies, labels):
+        expected = _container(volume, node, image)
+        index = at.get(expected["name"])
+        if index is None:
+            add.append(expected)
+        elif _differ(expected, existing[index]):
+            patch.append({"op": "replace", "path": f"{pointer}/{index}", "value": expected})
+    if add and not existing:
         return [{"op": "add", "path": pointer, "value": add}]
-    return [{"op": "add", "path": f"{pointer}/{i}", "value": c} for i, c in enumerate(add)]
+    return patch + [{"op": "add", "path": f"{pointer}/{i}", "value": c} for i, c in enumerate(add)]
 
 
 def missing(

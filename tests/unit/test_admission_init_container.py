@@ -234,3 +234,19 @@ def test_a_pod_update_is_not_patched_nor_asked_for_an_init_container_it_cannot_a
         review(template, "Deployment", mutate=True, operation="UPDATE"), policies, verifier
     )
     assert any(op["path"] == "/spec/template/spec/initContainers" for op in changed.patch)
+
+
+def test_one_of_that_name_not_the_one_needed_is_replaced_by_the_mutating_webhook() -> None:
+    """A template that got the container before its policy's trust changed (its new Pods
+    would be denied forever), or a container written by hand: replaced, in place."""
+    before = mutated(pod("r.io/models/bert:v1"), Policies(on_node()))
+    before["spec"]["initContainers"].append({"name": "download", "image": "busybox"})
+    now = Policies(on_node(), on_node("other"))
+    after = mutated(before, now)
+    (verify, download) = after["spec"]["initContainers"]
+    assert download["name"] == "download" and verify["name"] == "modelhooks-verify-m0"
+    assert '"name":"other/team"' in verify["env"][0]["value"]
+    assert run(review(after), now, Verifier(TAGS, {})).allowed
+    forged = copy.deepcopy(after)
+    forged["spec"]["initContainers"][0]["command"] = ["true"]
+    assert mutated(forged, now) == after
