@@ -47,6 +47,15 @@ class ObjectReader(Protocol):
         """`length` bytes from `start` (fewer at the end of the object). NotFound if absent."""
         ...
 
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[bytes | memoryview]:
+        """The same bytes as `read_range`, streamed in order as they arrive (ONE request
+        where the backend can stream), in pieces of at most `chunk_size` bytes. A piece
+        may be a view of a buffer reused for the next one: use it before taking the next.
+        Closing the iterator early ends the request. NotFound if absent."""
+        ...
+
 
 @runtime_checkable
 class ObjectStore(ObjectReader, Protocol):

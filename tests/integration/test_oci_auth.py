@@ -82,6 +82,24 @@ def test_threads_share_one_token(
     assert token_server.fetches(f"repository:{repo}:pull") == before + 1
 
 
+def test_a_streamed_blob_read_answers_the_challenge(
+    distribution3_token_auth: OciRegistry, token_server: TokenServer
+) -> None:
+    repo = _repo("stream")
+    _, writer = _client(distribution3_token_auth, _writer(token_server), repo)
+    data = bytes(range(256)) * 40
+    digest = writer.push_blob(repo, data)
+    reader_auth = ("reader", token_server.users["reader"][0])
+    _, reader = _client(distribution3_token_auth, reader_auth, repo)  # no token yet: a 401
+    pieces = [bytes(p) for p in reader.blob_chunks(repo, digest, 100, 9000, 4096)]
+    assert [len(p) for p in pieces] == [4096, 4096, 808]
+    assert b"".join(pieces) == data[100:9100]
+    assert [r.issued for r in token_server.seen(repo) if r.user == "reader"] == [True]
+    _, anonymous = _client(distribution3_token_auth, None, repo)
+    with pytest.raises(Forbidden):
+        list(anonymous.blob_chunks(repo, digest, 0, 10, 10))
+
+
 def test_anonymous_is_told_to_configure_credentials(
     distribution3_token_auth: OciRegistry, token_server: TokenServer
 ) -> None:

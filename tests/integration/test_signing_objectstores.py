@@ -46,6 +46,12 @@ def test_contract(store: tuple[ObjectStore, str]) -> None:
     assert s.read_range(bucket, "m/a", 8, 100) == b"89"
     with pytest.raises(NotFound):
         s.read_range(bucket, "m/absent", 0, 1)
+    # streamed: one request, pieces of at most chunk_size, fewer bytes at the end
+    assert [bytes(p) for p in s.read_chunks(bucket, "m/a", 1, 8, 3)] == [b"123", b"456", b"78"]
+    assert b"".join(s.read_chunks(bucket, "m/a", 6, 100, 1 << 20)) == b"6789"
+    assert list(s.read_chunks(bucket, "m/a", 10, 5, 4)) == []
+    with pytest.raises(NotFound):
+        list(s.read_chunks(bucket, "m/absent", 0, 1, 1))
     s.delete(bucket, "m/a")
     s.delete(bucket, "m/a")  # deleting what is gone succeeds
     assert s.stat(bucket, "m/a") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def model(tmp_path: Path) -> Path:
     ("options", "config"),
     [
         (HashOptions(), hashing.Config().use_file_serialization()),
-        (HashOptions(chunk_size=4096, readahead=1), hashing.Config().use_file_serialization()),
+        (HashOptions(chunk_size=4096, workers=2), hashing.Config().use_file_serialization()),
         (
             HashOptions(method="shards", shard_size=4096),
             hashing.Config().use_shard_serialization(shard_size=4096),
@@ -124,33 +125,39 @@ def ours_allowing(model: Path) -> Manifest:
 
 
 class CountingStore(LocalObjectStore):
-    """Counts the ranges in flight, to check the memory bound."""
+    """Counts the streams in flight and the largest piece, to check the memory bound."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.lock = threading.Lock()
-        self.inflight = self.peak = 0
+        self.inflight = self.peak = self.largest = self.streams = 0
 
-    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[memoryview]:
         with self.lock:
             self.inflight += 1
+            self.streams += 1
             self.peak = max(self.peak, self.inflight)
         try:
-            return super().read_range(bucket, key, start, length)
+            for piece in super().read_chunks(bucket, key, start, length, chunk_size):
+                self.largest = max(self.largest, len(piece))
+                yield piece
         finally:
             with self.lock:
                 self.inflight -= 1
 
 
-def test_inflight_ranges_are_bounded(tmp_path: Path) -> None:
+def test_memory_is_bounded_one_stream_per_unit(tmp_path: Path) -> None:
     for i in range(4):
         (tmp_path / "m" / f"f{i}").parent.mkdir(exist_ok=True)
         (tmp_path / "m" / f"f{i}").write_bytes(bytes([i]) * 200_000)
     store = CountingStore(tmp_path)
-    opts = HashOptions(chunk_size=1024, workers=2, readahead=3)
+    opts = HashOptions(chunk_size=1024, workers=2)
     hash_model(store, "m", "", opts.serialization(), options=opts)
-    assert 0 < store.peak <= 2 * 3
-    assert opts.max_buffered(store) == 2 * 4 * 1024
+    assert store.streams == 4  # one request per file, not one per chunk
+    assert 0 < store.peak <= 2 and store.largest == 1024
+    assert opts.max_buffered(store) == 2 * 1024
 
 
 class ShrinkingStore(LocalObjectStore):
@@ -166,23 +173,26 @@ def test_object_changing_while_hashed_is_a_conflict(model: Path) -> None:
 
 
 class FailingStore(LocalObjectStore):
-    """Fails reading one object; counts the reads of the others."""
+    """Fails reading one object; counts the pieces read of the others."""
 
     reads = 0
 
-    def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[memoryview]:
         if key == "f0":
             raise Unavailable("backend down")
-        FailingStore.reads += 1
-        time.sleep(0.0005)
-        return super().read_range(bucket, key, start, length)
+        for piece in super().read_chunks(bucket, key, start, length, chunk_size):
+            FailingStore.reads += 1
+            time.sleep(0.0005)
+            yield piece
 
 
 def test_a_failing_read_stops_the_other_units(tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     for i in range(3):
         (tmp_path / "m" / f"f{i}").write_bytes(b"x" * 1_000_000)
-    opts = HashOptions(chunk_size=1000, workers=3, readahead=0)
+    opts = HashOptions(chunk_size=1000, workers=3)
     with pytest.raises(Unavailable):
         hash_model(FailingStore(tmp_path), "m", "", opts.serialization(), options=opts)
     assert FailingStore.reads < 2 * 1000

@@ -93,6 +93,21 @@ class LocalObjectStore:
             f.seek(start)
             return f.read(length)
 
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[memoryview]:
+        """The range read into one reused buffer: no allocation (and no page faults) per
+        piece, which is what the page-cache copy of a local disk costs most."""
+        buffer = memoryview(bytearray(max(1, min(chunk_size, length))))
+        with self.open(bucket, key) as f:
+            f.seek(start)
+            while length > 0:
+                n = f.readinto(buffer[: min(len(buffer), length)])
+                if not n:
+                    return
+                length -= n
+                yield buffer[:n]
+
     def open(self, bucket: str, key: str) -> io.FileIO:
         """The object's file, unbuffered, once it is known to be a regular file (opened
         without blocking, so a FIFO cannot hang the caller, and without following a link)."""

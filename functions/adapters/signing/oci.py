@@ -75,6 +75,15 @@ class OciModelStore:
             raise NotFound(f"no layer titled {key!r} in {bucket}")
         return self._client.blob_range(bucket.partition("@")[0], info.generation, start, length)
 
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[bytes]:
+        info = self.stat(bucket, key)
+        if info is None:
+            raise NotFound(f"no layer titled {key!r} in {bucket}")
+        repo = bucket.partition("@")[0]
+        yield from self._client.blob_chunks(repo, info.generation, start, length, chunk_size)
+
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
         raise BadRequest("an OCI model is immutable: signatures are pushed as referrers")
 

@@ -1,10 +1,12 @@
-"""Hash a model where it lies, through the ObjectReader port: parallel ranged reads, bounded
-memory, nothing written to disk.
+"""Hash a model where it lies, through the ObjectReader port: one streamed read per unit,
+bounded memory, nothing written to disk.
 
-Each unit (a file, or a shard in shard mode) is hashed in order by one worker, which keeps
-`readahead` ranges of `chunk_size` bytes in flight on a shared reader pool (or, for a local
-disk, reads synchronously). Memory is therefore bounded by
-`workers * (readahead + 1) * chunk_size` whatever the model size.
+Each unit (a file, or a shard in shard mode) is read by ONE request (`read_chunks`: a
+ranged GET streamed a piece at a time, or a local file read into a reused buffer) and
+hashed piece by piece by the worker that reads it: hashlib and blake3 release the GIL, and
+the socket's buffer keeps the link busy while a piece is hashed. `workers` units are in
+flight at once, as they are listed (a small file is one short GET); memory is therefore
+bounded by `workers * chunk_size` whatever the model size.
 
 >>> manifest = hash_model(store, "models", "bert/1/", HashOptions().serialization())  # doctest: +SKIP
 """
@@ -14,9 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -69,12 +70,11 @@ class HashOptions:
     signature_name: str = "model.sig"
     ready_marker: str = "_SUCCESS"
     ignore_paths: tuple[str, ...] = ()
-    # Tuning; None = auto. A local disk is read synchronously by each worker (page-cache
-    # copies gain nothing from prefetching); a remote store keeps `readahead` ranged GETs
-    # in flight per worker to hide latency.
-    chunk_size: int | None = None  # auto: 1 MiB local (stays in cache), 8 MiB remote
-    workers: int | None = None  # auto: CPUs + 4 (more units than cores balances the tail)
-    readahead: int | None = None  # auto: 0 local, 1 remote
+    # Tuning; None = auto. Each worker streams one unit (one request) and holds at most
+    # one piece of `chunk_size` bytes; a remote store gets more workers than cores so that
+    # small files (one short GET each) keep many requests in flight.
+    chunk_size: int | None = None  # auto: 1 MiB (stays in cache between read and hash)
+    workers: int | None = None  # auto: CPUs locally (cache-hot reads), 4 * CPUs + 4 remote
 
     def serialization(self) -> Serialization:
         # the binding statement next to the signature (modelhooks.adapters.signing.binding)
@@ -96,18 +96,18 @@ class HashOptions:
 
     def tuned(self, store: ObjectReader) -> HashOptions:
         """These options with every `None` tuning knob decided for `store`."""
+        cpus = os.cpu_count() or 2
         local = isinstance(store, LocalObjectStore)
         return replace(
             self,
-            chunk_size=self.chunk_size or (MiB if local else 8 * MiB),
-            workers=self.workers or min(32, (os.cpu_count() or 2) + 4),
-            readahead=self.readahead if self.readahead is not None else (0 if local else 1),
+            chunk_size=self.chunk_size or MiB,
+            workers=self.workers or min(32, cpus if local else 4 * cpus + 4),
         )
 
     def max_buffered(self, store: ObjectReader) -> int:
         """Upper bound of the bytes one `hash_model` call holds in memory for `store`."""
         t = self.tuned(store)
-        return (t.workers or 1) * ((t.readahead or 0) + 1) * (t.chunk_size or 1)
+        return (t.workers or 1) * (t.chunk_size or 1)
 
 
 def _new_hasher(hash_type: HashType) -> _Hasher:
@@ -132,14 +132,18 @@ def list_model(
     store: ObjectReader, bucket: str, prefix: str, ignored: tuple[str, ...]
 ) -> list[tuple[str, ObjectInfo]]:
     """(model-relative name, info) of every object of the model that is not ignored."""
+    return list(_listed(store, bucket, prefix, ignored))
+
+
+def _listed(
+    store: ObjectReader, bucket: str, prefix: str, ignored: tuple[str, ...]
+) -> Iterator[tuple[str, ObjectInfo]]:
     root = _prefix(prefix)
-    found = []
-    for info in store.list(bucket, root):
+    for info in store.list(bucket, root):  # page by page: hashing starts with the first
         name = info.key[len(root) :]
         if not name or name.endswith("/") or is_ignored(name, ignored):
             continue  # directory placeholders and ignored paths
-        found.append((name, info))
-    return found
+        yield name, info
 
 
 def read_object(store: ObjectReader, bucket: str, key: str, *, limit: int = 16 * MiB) -> bytes:
@@ -156,7 +160,7 @@ def read_object(store: ObjectReader, bucket: str, key: str, *, limit: int = 16 *
 
 
 def _units(
-    files: list[tuple[str, ObjectInfo]], serialization: Serialization
+    files: Iterable[tuple[str, ObjectInfo]], serialization: Serialization
 ) -> Iterator[tuple[str, str, int, int]]:
     """(resource name, key, start, end) for every unit to hash."""
     for name, info in files:
@@ -167,34 +171,6 @@ def _units(
         for start in range(0, info.size, step):  # empty files have no shard, as upstream
             end = min(start + step, info.size)
             yield f"{name}:{start}:{end}", info.key, start, end
-
-
-def _plain_reads(store: LocalObjectStore) -> bool:
-    """True when reads are the local store's own (a subclass may wrap them)."""
-    return type(store).read_range is LocalObjectStore.read_range
-
-
-def _local_chunks(
-    store: LocalObjectStore, bucket: str, key: str, start: int, end: int, chunk: int
-) -> Iterator[memoryview]:
-    """A local file read into one reused buffer: no allocation (and no page faults) per
-    chunk, which is what the page-cache copy of a local disk costs most. Each view is
-    valid until the next one is taken."""
-    buffer = memoryview(bytearray(chunk))
-    with store.open(bucket, key) as f:
-        f.seek(start)
-        offset = start
-        while offset < end:
-            n = f.readinto(buffer[: min(chunk, end - offset)])
-            if not n:
-                raise Conflict(
-                    f"{key} changed while it was being hashed",
-                    bucket=bucket,
-                    key=key,
-                    offset=offset,
-                )
-            offset += n
-            yield buffer[:n]
 
 
 def hash_model(
@@ -213,71 +189,49 @@ def hash_model(
     Conflict when an object shrinks while it is read.
     """
     opts = (options or HashOptions()).tuned(store)
-    chunk, readahead = opts.chunk_size or MiB, opts.readahead or 0
+    chunk = opts.chunk_size or MiB
     ignored = (*serialization.ignore_paths, *DEFAULT_IGNORED, *ignore)
-    files = list_model(store, bucket, prefix, ignored)
-    units = list(_units(files, serialization))
-    workers = max(1, min(opts.workers or 1, len(units)))
-    if progress is not None:
+    units: Iterable[tuple[str, str, int, int]]
+    units = _units(_listed(store, bucket, prefix, ignored), serialization)
+    if progress is not None:  # told the total first: the listing is read whole
+        units = list(units)
         progress.start(sum(end - start for _, _, start, end in units))
 
     failed = threading.Event()
-    with ThreadPoolExecutor(workers * readahead or 1, "mh-read") as readers:
 
-        def read(key: str, start: int, length: int) -> bytes:
-            data = store.read_range(bucket, key, start, length)
-            if len(data) != length:
+    def hash_unit(unit: tuple[str, str, int, int]) -> Resource:
+        name, key, start, end = unit
+        hasher = _new_hasher(serialization.hash_type)
+        done = 0
+        try:
+            pieces = store.read_chunks(bucket, key, start, end - start, chunk)
+            try:
+                for data in pieces:
+                    if failed.is_set():  # another unit failed: the result is lost anyway
+                        break
+                    hasher.update(data)
+                    done += len(data)
+                    if progress is not None:
+                        progress.advance(len(data))
+            finally:
+                getattr(pieces, "close", lambda: None)()  # ends the request
+            if done != end - start and not failed.is_set():
                 raise Conflict(
                     f"{key} changed while it was being hashed",
                     bucket=bucket,
                     key=key,
-                    offset=start,
+                    offset=start + done,
                 )
-            return data
+        except BaseException:
+            failed.set()
+            raise
+        return Resource(name, serialization.algorithm, hasher.hexdigest())
 
-        def chunks(key: str, start: int, end: int) -> Iterator[bytes | memoryview]:
-            offsets = range(start, end, chunk)
-            if isinstance(store, LocalObjectStore) and _plain_reads(store):
-                yield from _local_chunks(store, bucket, key, start, end, chunk)
-                return
-            if readahead == 0:  # synchronous reads in the hashing thread
-                for offset in offsets:
-                    yield read(key, offset, min(chunk, end - offset))
-                return
-            pending, window = iter(offsets), deque[Future[bytes]]()
-
-            def submit() -> None:
-                offset = next(pending, None)
-                if offset is not None:
-                    window.append(readers.submit(read, key, offset, min(chunk, end - offset)))
-
-            for _ in range(readahead):
-                submit()
-            while window:
-                data = window.popleft().result()
-                submit()
-                yield data
-
-        def hash_unit(unit: tuple[str, str, int, int]) -> Resource:
-            name, key, start, end = unit
-            hasher = _new_hasher(serialization.hash_type)
-            try:
-                for data in chunks(key, start, end):
-                    if failed.is_set():  # another unit failed: the result is lost anyway
-                        break
-                    hasher.update(data)
-                    if progress is not None:
-                        progress.advance(len(data))
-            except BaseException:
-                failed.set()
-                raise
-            return Resource(name, serialization.algorithm, hasher.hexdigest())
-
-        with ThreadPoolExecutor(workers, "mh-hash") as hashers:
-            try:
-                resources = tuple(hashers.map(hash_unit, units))
-            except BaseException:  # e.g. Ctrl-C in this thread: the workers stop at their
-                failed.set()  # next chunk instead of hashing the rest before the pool joins
-                raise
+    with ThreadPoolExecutor(opts.workers or 1, "mh-hash") as hashers:
+        try:  # units are submitted as they are listed
+            resources = tuple(hashers.map(hash_unit, units))
+        except BaseException:  # e.g. Ctrl-C in this thread: the workers stop at their
+            failed.set()  # next piece instead of hashing the rest before the pool joins
+            raise
 
     return Manifest(model_name(bucket, prefix), serialization, resources)
