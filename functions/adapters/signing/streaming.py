@@ -74,7 +74,8 @@ class HashOptions:
     # one piece of `chunk_size` bytes; a remote store gets more workers than cores so that
     # small files (one short GET each) keep many requests in flight.
     chunk_size: int | None = None  # auto: 1 MiB (stays in cache between read and hash)
-    workers: int | None = None  # auto: CPUs locally (cache-hot reads), 4 * CPUs + 4 remote
+    workers: int | None = None  # auto: CPUs + 4 locally (more units than cores balances the
+    # tail), 4 * CPUs + 4 remote (latency: one request per small file)
 
     def serialization(self) -> Serialization:
         # the binding statement next to the signature (modelhooks.adapters.signing.binding)
@@ -101,7 +102,7 @@ class HashOptions:
         return replace(
             self,
             chunk_size=self.chunk_size or MiB,
-            workers=self.workers or min(32, cpus if local else 4 * cpus + 4),
+            workers=self.workers or min(32, cpus + 4 if local else 4 * cpus + 4),
         )
 
     def max_buffered(self, store: ObjectReader) -> int:
