@@ -49,3 +49,38 @@ def test_the_delivery_log_checkpoints_off_its_flush(tmp_path: Path) -> None:
         assert log.get(("register", "/bench", "7")) == ("d", b"[]" * 100)
     finally:
         log.close()
+
+
+def test_a_forked_process_checkpoints_too_and_exits_cleanly(tmp_path: Path) -> None:
+    """gunicorn forks its worker after functions-framework built the function (and its
+    delivery log): the worker must checkpoint on its own, then stop its thread at exit."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from modelhooks.adapters.idempotency.sqlite import SqliteDeliveryLog
+        path = Path({str(tmp_path / "forked.db")!r})
+        log = SqliteDeliveryLog(path, size=1000)
+        pid = os.fork()
+        if pid == 0:  # the worker: writes, and its own checkpointer copies the log back
+            size = path.stat().st_size
+            for n in range(300):
+                log.put(("register", "/fork", str(n)), "d", b"[]" * 100)
+            log.flush()
+            deadline = time.monotonic() + 5
+            while path.stat().st_size <= size and time.monotonic() < deadline:
+                time.sleep(0.02)
+            sys.exit(0 if path.stat().st_size > size else 3)
+        log._checkpoints.set()  # the parent's checkpointer stops: only the worker's is left
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr.decode()[-2000:])
+    assert os.path.getsize(tmp_path / "forked.db") > 0
