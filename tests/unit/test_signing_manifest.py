@@ -160,6 +160,35 @@ def test_memory_is_bounded_one_stream_per_unit(tmp_path: Path) -> None:
     assert opts.max_buffered(store) == 2 * 1024
 
 
+class PagedStore(LocalObjectStore):
+    """Lists its first object, then waits until some object is being read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.reading = threading.Event()
+
+    def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        listed = super().list(bucket, prefix)
+        yield next(listed)
+        assert self.reading.wait(10), "nothing was hashed before the listing ended"
+        yield from listed
+
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[memoryview]:
+        self.reading.set()
+        yield from super().read_chunks(bucket, key, start, length, chunk_size)
+
+
+def test_hashing_starts_while_the_listing_goes_on(model: Path) -> None:
+    store = PagedStore(model.parent)
+    opts = HashOptions()
+    manifest = hash_model(store, model.name, "", opts.serialization(), options=opts)
+    assert {r.name: r.digest for r in manifest.resources} == upstream(
+        model, hashing.Config().use_file_serialization()
+    )
+
+
 class ShrinkingStore(LocalObjectStore):
     def list(self, bucket: str, prefix: str = "") -> object:  # type: ignore[override]
         for info in super().list(bucket, prefix):
