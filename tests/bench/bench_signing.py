@@ -153,7 +153,7 @@ def _child(args: argparse.Namespace) -> None:
         run: Callable[[], int] = {
             "minio-stream": lambda: _minio_stream(client, args.bucket, key, "bench"),
             "minio-stream-many": lambda: _minio_stream(client, args.bucket, key, "many"),
-            # the ceiling, read as our streaming reads: 8 MiB ranges, CPUs + 4 in flight
+            # the anchor (the issue's): raw ranged GETs, 8 MiB each, CPUs + 4 in flight
             "minio-raw-get": lambda: _minio_raw_get(
                 client, args.bucket, 8 * MiB, (os.cpu_count() or 1) + 4
             ),

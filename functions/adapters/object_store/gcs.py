@@ -177,7 +177,7 @@ class GcsObjectStore:
             if response.status_code == 416:  # start at or past the end
                 return
             if response.status_code >= 300:
-                error = from_http_response(response)
+                error = from_http_response(response)  # type: ignore[no-untyped-call]
                 raise gcs_error(error, bucket, key) from error
             skip = start if response.status_code == 200 else 0  # the Range was ignored
             try:
