@@ -225,3 +225,38 @@ def test_a_failing_read_stops_the_other_units(tmp_path: Path) -> None:
     with pytest.raises(Unavailable):
         hash_model(FailingStore(tmp_path), "m", "", opts.serialization(), options=opts)
     assert FailingStore.reads < 2 * 1000
+
+
+class BreakingStore(LocalObjectStore):
+    """Each stream breaks (Unavailable) after `pieces` pieces, `breaks` times in all."""
+
+    def __init__(self, root: Path, pieces: int, breaks: int) -> None:
+        super().__init__(root)
+        self.pieces, self.breaks = pieces, breaks
+        self.starts: list[int] = []
+
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[memoryview]:
+        self.starts.append(start)
+        for n, piece in enumerate(super().read_chunks(bucket, key, start, length, chunk_size)):
+            if n == self.pieces and self.breaks:
+                self.breaks -= 1
+                raise Unavailable("connection reset mid-body")
+            yield piece
+
+
+def test_a_stream_broken_midway_goes_on_from_where_it_stopped(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "weights").write_bytes(bytes(range(256)) * 4000)
+    opts = HashOptions(chunk_size=1000, workers=1)
+    whole = hash_model(LocalObjectStore(tmp_path), "m", "", opts.serialization(), options=opts)
+    store = BreakingStore(tmp_path, pieces=300, breaks=2)
+    resumed = hash_model(store, "m", "", opts.serialization(), options=opts)
+    assert resumed.resources == whole.resources
+    assert store.starts == [0, 300_000, 600_000]  # never from the start again
+
+    endless = BreakingStore(tmp_path, pieces=100, breaks=100)
+    with pytest.raises(Unavailable):  # bounded: it gives up, and the platform redelivers
+        hash_model(endless, "m", "", opts.serialization(), options=opts)
+    assert len(endless.starts) == 6

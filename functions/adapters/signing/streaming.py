@@ -31,13 +31,14 @@ from modelhooks.adapters.signing.manifest import (
     Serialization,
     is_ignored,
 )
-from modelhooks.core.errors import Conflict, PayloadTooLarge
+from modelhooks.core.errors import Conflict, PayloadTooLarge, Transient
 from modelhooks.core.ports import ObjectReader
 from modelhooks.core.records import ObjectInfo
 
 __all__ = ["HashOptions", "Progress", "hash_model", "list_model", "model_name", "read_object"]
 
 MiB = 1 << 20
+_RESUMES = 5  # how many times one unit's broken stream is resumed
 
 
 class Progress(Protocol):
@@ -203,19 +204,29 @@ def hash_model(
     def hash_unit(unit: tuple[str, str, int, int]) -> Resource:
         name, key, start, end = unit
         hasher = _new_hasher(serialization.hash_type)
-        done = 0
+        done = resumed = 0
         try:
-            pieces = store.read_chunks(bucket, key, start, end - start, chunk)
-            try:
-                for data in pieces:
-                    if failed.is_set():  # another unit failed: the result is lost anyway
-                        break
-                    hasher.update(data)
-                    done += len(data)
-                    if progress is not None:
-                        progress.advance(len(data))
-            finally:
-                getattr(pieces, "close", lambda: None)()  # ends the request
+            while True:
+                before = done
+                pieces = store.read_chunks(bucket, key, start + done, end - start - done, chunk)
+                try:
+                    for data in pieces:
+                        if failed.is_set():  # another unit failed: the result is lost anyway
+                            break
+                        hasher.update(data)
+                        done += len(data)
+                        if progress is not None:
+                            progress.advance(len(data))
+                    break
+                except Transient:
+                    # a stream that broke after it made progress goes on from where it
+                    # stopped (a big file is not hashed again from its start by the
+                    # redelivery); a request that fails outright is the caller's to retry
+                    if done == before or resumed >= _RESUMES or failed.is_set():
+                        raise
+                    resumed += 1
+                finally:
+                    getattr(pieces, "close", lambda: None)()  # ends the request
             if done != end - start and not failed.is_set():
                 raise Conflict(
                     f"{key} changed while it was being hashed",
