@@ -22,38 +22,45 @@ from typing import Any
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.ingress import decode
 
-__all__ = ["body", "inbound", "load", "names"]
+__all__ = ["Folder", "body", "inbound", "load", "names"]
 
 _SUFFIX = ".json"
 
 
-def names() -> list[str]:
-    """Every sample's name (its file name without `.json`), sorted."""
-    return sorted(
-        entry.name.removesuffix(_SUFFIX)
-        for entry in files(__package__).iterdir()
-        if entry.name.endswith(_SUFFIX)
-    )
+class Folder:
+    """The JSON documents of one package folder, by name."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+
+    def names(self) -> list[str]:
+        """Every document's name (its file name without `.json`), sorted."""
+        return sorted(
+            entry.name.removesuffix(_SUFFIX)
+            for entry in files(self.package).iterdir()
+            if entry.name.endswith(_SUFFIX)
+        )
+
+    def body(self, name: str) -> bytes:
+        """A document's bytes, exactly as they would arrive over HTTP."""
+        entry = files(self.package).joinpath(name + _SUFFIX)
+        if not entry.is_file():
+            raise KeyError(f"no sample named {name!r}; known: {', '.join(self.names())}")
+        return entry.read_bytes()
+
+    def load(self, name: str) -> Any:
+        """A document, parsed."""
+        return json.loads(self.body(name))
+
+    def inbound(self, name: str) -> Inbound:
+        """The one `Inbound` ingress decodes a document to (structured CloudEvents are sent
+        as `application/cloudevents+json`, everything else as `application/json`)."""
+        raw = self.body(name)
+        structured = isinstance(doc := json.loads(raw), dict) and "specversion" in doc
+        ctype = "application/cloudevents+json" if structured else "application/json"
+        (unit,) = decode({"content-type": ctype}, raw)
+        return unit
 
 
-def body(name: str) -> bytes:
-    """A sample's bytes, exactly as they would arrive over HTTP."""
-    entry = files(__package__).joinpath(name + _SUFFIX)
-    if not entry.is_file():
-        raise KeyError(f"no sample named {name!r}; known: {', '.join(names())}")
-    return entry.read_bytes()
-
-
-def load(name: str) -> Any:
-    """A sample, parsed."""
-    return json.loads(body(name))
-
-
-def inbound(name: str) -> Inbound:
-    """The one `Inbound` ingress decodes a sample to (structured CloudEvents are sent
-    as `application/cloudevents+json`, everything else as `application/json`)."""
-    raw = body(name)
-    structured = isinstance(doc := json.loads(raw), dict) and "specversion" in doc
-    ctype = "application/cloudevents+json" if structured else "application/json"
-    (unit,) = decode({"content-type": ctype}, raw)
-    return unit
+_samples = Folder(__package__)
+names, body, load, inbound = _samples.names, _samples.body, _samples.load, _samples.inbound

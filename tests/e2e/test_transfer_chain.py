@@ -17,7 +17,7 @@ import model_signing
 import pytest
 import requests
 
-from modelhooks.events import samples
+from modelhooks.events import requests as examples
 from tests.e2e.conftest import Served
 from tests.integration.transfer_helpers import pull
 from tests.servers._proc import free_port
@@ -54,7 +54,7 @@ def test_a_transfer_request_through_serve_copies_signs_and_registers(
             "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state"),
         },
     )  # fmt: skip
-    event: dict[str, Any] = copy.deepcopy(samples.load("canonical-transfer-requested"))
+    event: dict[str, Any] = copy.deepcopy(examples.load("transfer-requested"))
     event["id"] = f"transfer-{secrets.token_hex(6)}"
     event["data"].update(
         source={"type": "s3", "bucket": bucket, "key": "models/bert/3/", "region": minio.region},

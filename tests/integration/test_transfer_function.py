@@ -29,7 +29,7 @@ from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import ArtifactState
 from modelhooks.core.settings import load_settings
 from modelhooks.delivery.http import create_app
-from modelhooks.events import samples
+from modelhooks.events import requests as examples
 from tests.integration.transfer_helpers import image_files
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 from tests.servers.objectstores import FakeGcs, Minio
@@ -83,7 +83,7 @@ def app(
 
 def requested(bucket: str, region: str, destination: dict[str, Any], **data: Any) -> dict[str, Any]:
     """The recorded transfer.requested, from `bucket` to `destination`, a model of its own."""
-    event = copy.deepcopy(samples.load("canonical-transfer-requested"))
+    event = copy.deepcopy(examples.load("transfer-requested"))
     event["id"] = f"transfer-{secrets.token_hex(6)}"
     event["data"]["source"] = {
         "type": "s3",

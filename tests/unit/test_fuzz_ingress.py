@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from modelhooks.bootstrap import build
 from modelhooks.delivery.http import create_app
+from modelhooks.events import requests as examples
 from modelhooks.events import samples
 
 FUZZ = settings(
@@ -152,8 +153,8 @@ def test_mutated_samples_in_every_mode(client: FlaskClient, data: st.DataObject)
 def test_mutated_transfer_requests(client: FlaskClient, data: st.DataObject) -> None:
     """A transfer request's data mutated anywhere: 400 naming the field, or 503 (this
     process has no MODEL_SYNC_* credentials); never a 500, never a copy."""
-    doc = mutate(samples.load("canonical-transfer-requested")["data"], data)
-    event = {**samples.load("canonical-transfer-requested"), "data": doc}
+    doc = mutate(examples.load("transfer-requested")["data"], data)
+    event = {**examples.load("transfer-requested"), "data": doc}
     body = json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass")
     answer = client.post("/", data=body, headers={"Content-Type": "application/cloudevents+json"})
     check(client, answer)

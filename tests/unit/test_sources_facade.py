@@ -31,7 +31,6 @@ TRANSFER = "dev.modelhooks.transfer.requested"
 EXPECTED: dict[str, list[str]] = {
     "canonical-artifact-pushed": [PUSHED],
     "canonical-pubsub-artifact-pushed": [PUSHED],
-    "canonical-transfer-requested": [TRANSFER],
     "gar-delete": [DELETED],
     "gar-delete-tag": [DELETED],
     "gar-eventarc-insert": [PUSHED],

@@ -23,7 +23,7 @@ from modelhooks.core.errors import (
 from modelhooks.core.records import ArtifactState
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
-from modelhooks.events import samples
+from modelhooks.events import requests as examples
 from modelhooks.events.model import CanonicalEvent, ModelRegistered, TransferRequested, parse
 from modelhooks.events.sources.canonical import from_canonical_cloudevent
 from modelhooks.handlers import transfer
@@ -39,7 +39,7 @@ ENV = {
 
 
 def request(**changes: Any) -> TransferRequested:
-    (event,) = from_canonical_cloudevent(samples.inbound("canonical-transfer-requested"))
+    (event,) = from_canonical_cloudevent(examples.inbound("transfer-requested"))
     raw = {**event.data.to_dict(), **changes}
     return parse(TransferRequested, raw)
 
