@@ -22,11 +22,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["connect"]
+__all__ = ["Checkpointer", "connect"]
 
 
 @dataclass(eq=False)
-class _Checkpointer:
+class Checkpointer:
+    """The thread checkpointing one database; `close()` stops it and waits for it (its
+    connection closes, and with it the log's files go: nothing writes after that)."""
+
     path: Path
     every: float
     stop: threading.Event = field(default_factory=threading.Event)
@@ -41,23 +44,29 @@ class _Checkpointer:
         )
         self.thread.start()
 
+    def close(self) -> None:
+        self.stop.set()
+        thread = self.thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=5)
 
-_live: set[_Checkpointer] = set()
+
+_live: set[Checkpointer] = set()
 _lock = threading.Lock()
 
 
-def connect(path: Path, every: float = 0.5) -> tuple[sqlite3.Connection, threading.Event]:
+def connect(path: Path, every: float = 0.5) -> tuple[sqlite3.Connection, Checkpointer]:
     """A connection to `path` (WAL, synchronous=NORMAL, no checkpoints of its own, usable
-    from any thread under the caller's lock) and the event that stops its checkpointer."""
+    from any thread under the caller's lock) and its checkpointer (close it first)."""
     db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA wal_autocheckpoint=0")
-    checkpointer = _Checkpointer(path, every)
+    checkpointer = Checkpointer(path, every)
     with _lock:
         _live.add(checkpointer)
     checkpointer.start()
-    return db, checkpointer.stop
+    return db, checkpointer
 
 
 def _checkpoints(path: Path, every: float, stop: threading.Event) -> None:
@@ -72,7 +81,7 @@ def _checkpoints(path: Path, every: float, stop: threading.Event) -> None:
         db.close()
 
 
-def _running() -> list[_Checkpointer]:
+def _running() -> list[Checkpointer]:
     """The checkpointers whose connection is open (forgetting the stopped ones)."""
     with _lock:
         _live.difference_update([c for c in _live if c.stop.is_set()])
@@ -91,8 +100,7 @@ def _stop_all() -> None:
     for checkpointer in running:
         checkpointer.stop.set()
     for checkpointer in running:
-        if checkpointer.thread is not None and checkpointer.thread.is_alive():
-            checkpointer.thread.join(timeout=5)
+        checkpointer.close()
 
 
 os.register_at_fork(after_in_child=_restart_in_child)

@@ -76,7 +76,7 @@ def test_a_forked_process_checkpoints_too_and_exits_cleanly(tmp_path: Path) -> N
             while path.stat().st_size <= size and time.monotonic() < deadline:
                 time.sleep(0.02)
             sys.exit(0 if path.stat().st_size > size else 3)
-        log._checkpoints.set()  # the parent's checkpointer stops: only the worker's is left
+        log._checkpoints.close()  # the parent's checkpointer stops: only the worker's is left
         _, status = os.waitpid(pid, 0)
         sys.exit(os.waitstatus_to_exitcode(status))
         """

@@ -71,7 +71,7 @@ class SqliteDeliveryLog:
 
     def close(self) -> None:
         self._closed.set()
-        self._checkpoints.set()
+        self._checkpoints.close()
         with self._lock:
             self._flush()
             self._db.close()

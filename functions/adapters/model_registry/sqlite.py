@@ -59,7 +59,7 @@ class SqliteModelRegistry:
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:
-        self._checkpoints.set()
+        self._checkpoints.close()
         self._db.close()
 
     def _cursor(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
