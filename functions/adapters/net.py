@@ -208,8 +208,11 @@ def _kept_alive(
         reused = conn is not None
         if conn is None:
             conn = cls(req.host, timeout=req.timeout, **kw)
-        elif conn.sock is not None:
-            conn.sock.settimeout(req.timeout)
+        elif conn.sock is not None:  # this request's timeout (none given: the default)
+            wanted = req.timeout
+            conn.sock.settimeout(
+                wanted if wanted is None or isinstance(wanted, int | float) else None
+            )
         try:
             conn.request(
                 method,

@@ -87,6 +87,14 @@ def test_requests_to_one_host_reuse_one_connection(server: Server) -> None:
     assert len(server.connections) == 1
 
 
+def test_a_request_without_a_timeout_reuses_the_connection_too(server: Server) -> None:
+    opener = guarded_opener(allow_local=True)
+    for n in range(3):
+        with opener.open(f"{server.url}/plain/{n}") as resp:  # urllib's default timeout
+            assert resp.read() == f"/plain/{n}".encode()
+    assert len(server.connections) == 1
+
+
 def test_an_answer_left_unread_is_not_followed_on_its_connection(server: Server) -> None:
     opener = guarded_opener(allow_local=True)
     with opener.open(f"{server.url}/big/200000", timeout=5) as resp:
