@@ -8,8 +8,8 @@ key), models in cue-labs' registry (a signed OCI referrer) and fake-gcs-server (
 its binding statement). AdmissionReviews of a Pod mounting the model are POSTed by `hey` (a
 Go load generator, rate-limited: --rate per second for --seconds) to /admission/validate:
 
-- cached: the same digest again and again (the verdict cache answers; the policies are
-  still listed from the apiserver for every review);
+- cached: the same digest again and again (the verdict cache answers; the policies come
+  from memory, kept by a list + watch of the apiserver);
 - uncached OCI / uncached GCS: the cache off (admission.cache_size=0): every review resolves,
   fetches the manifest or lists the prefix, reads the signature (and binding) and verifies.
 
