@@ -233,13 +233,18 @@ def _fulcio_error(error: Exception, url: str, subject: str, issuer: str) -> Mode
 
 
 class SigstoreVerifier:
-    """Accepts bundles whose Fulcio certificate names `identity`, issued via `issuer`."""
+    """Accepts bundles whose Fulcio certificate names `identity`, issued via `issuer`; or,
+    given `accepts` (a sigstore VerificationPolicy: e.g. a policy's identity by regular
+    expression), whatever it accepts, `identity` and `issuer` then only naming it."""
 
-    def __init__(self, trust: SigstoreTrust, identity: str, issuer: str) -> None:
+    def __init__(
+        self, trust: SigstoreTrust, identity: str, issuer: str, *, accepts: Any = None
+    ) -> None:
         require("signing", "verifying signatures")
         self._trust = trust
         self._identity = identity
         self._issuer = issuer
+        self._accepts = accepts
         self._verifier: Any = None
 
     def identity(self) -> str:
@@ -253,9 +258,8 @@ class SigstoreVerifier:
             self._verifier = Verifier(trusted_root=self._trust.verifying_root())
         try:
             parsed = Bundle.from_json(bundle)
-            payload_type, payload = self._verifier.verify_dsse(
-                parsed, policy.Identity(identity=self._identity, issuer=self._issuer)
-            )
+            accepts = self._accepts or policy.Identity(identity=self._identity, issuer=self._issuer)
+            payload_type, payload = self._verifier.verify_dsse(parsed, accepts)
         except Exception as e:
             raise VerificationFailed("Sigstore verification failed", reason=str(e)) from e
         if payload_type != "application/vnd.in-toto+json":

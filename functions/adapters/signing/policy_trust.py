@@ -6,7 +6,7 @@ expression). Built by admission once per policy version, and by `modelhooks veri
 signature ANY of them verifies.
 
 >>> verifiers_for(policy, trust_config="")  # doctest: +SKIP
-[<KeyVerifier …>, <_KeylessVerifier …>]
+[<KeyVerifier …>, <SigstoreVerifier …>]
 >>> trusted({"keys": [{"name": "team", "pem": PEM}]}, trust_config="")  # doctest: +SKIP
 <AnyOf key team>
 """
@@ -86,39 +86,21 @@ class AnyOf:
 
 
 def _identities(policy: Policy, trust_config: str) -> list[Verifier]:
-    from modelhooks.adapters.signing.keyless import SigstoreTrust
+    from modelhooks.adapters.signing.keyless import SigstoreTrust, SigstoreVerifier
 
     trust = SigstoreTrust.from_env(trust_config=Path(trust_config) if trust_config else None)
-    return [_KeylessVerifier(trust, identity) for identity in policy.identities]
+    return [
+        SigstoreVerifier(trust, *_named(identity), accepts=_Accepts(identity))
+        for identity in policy.identities
+    ]
 
 
-class _KeylessVerifier:
-    """A Sigstore bundle whose Fulcio certificate names an identity the policy accepts:
-    subject and issuer each exact or matched in full by a regular expression
-    (modelhooks.core.verification.Identity), over the verified certificate."""
-
-    def __init__(self, trust: Any, identity: Identity) -> None:
-        self._trust, self._identity = trust, identity
-        self._verifier: Any = None
-
-    def identity(self) -> str:
-        return f"sigstore {self._identity}"
-
-    def verify(self, bundle: bytes) -> bytes:
-        from sigstore.models import Bundle
-
-        if self._verifier is None:
-            from sigstore.verify import Verifier as SigstoreVerifier
-
-            self._verifier = SigstoreVerifier(trusted_root=self._trust.verifying_root())
-        try:
-            parsed = Bundle.from_json(bundle)
-            payload_type, payload = self._verifier.verify_dsse(parsed, _Accepts(self._identity))
-        except Exception as e:
-            raise VerificationFailed("Sigstore verification failed", reason=str(e)) from e
-        if payload_type != "application/vnd.in-toto+json":
-            raise VerificationFailed("unexpected DSSE payload type", payload_type=payload_type)
-        return bytes(payload)
+def _named(identity: Identity) -> tuple[str, str]:
+    """(subject, issuer) as shown: exact, or `~regexp`."""
+    return (
+        identity.subject or f"~{identity.subject_regexp}",
+        identity.issuer or f"~{identity.issuer_regexp}",
+    )
 
 
 class _Accepts:
