@@ -203,7 +203,9 @@ def _kept_alive(
     headers.update({k: v for k, v in req.headers.items() if k not in headers})
     headers = {name.title(): value for name, value in headers.items()}
     method = req.get_method()
-    conn = pool.take(key)
+    # a request that must not be sent twice goes on a new connection: a kept-alive one the
+    # server closed while idle fails it, and it could not be sent again
+    conn = pool.take(key) if method in _IDEMPOTENT else None
     while True:
         reused = conn is not None
         if conn is None:
