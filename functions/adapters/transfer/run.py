@@ -92,6 +92,15 @@ def build_destination(cfg: TransferConfig) -> Any:
     return _store_end(cfg, "destination", cfg.destination.kind, cfg.destination)
 
 
+def _journal(cfg: TransferConfig, side: str, where: str) -> Path | None:
+    """The resume journal of a destination `where` (`kind:bucket/key`) in
+    MODEL_SYNC_STORAGE_PATH; a source has none."""
+    if side != "destination":
+        return None
+    kind = where.partition(":")[0]
+    return cfg.storage_path / f"{kind}-{hashlib.sha256(where.encode()).hexdigest()[:16]}.json"
+
+
 def _store_end(cfg: TransferConfig, side: str, kind: str, ep: Any) -> Any:
     from modelhooks.adapters.transfer import oci, stores
 
@@ -106,15 +115,14 @@ def _store_end(cfg: TransferConfig, side: str, kind: str, ep: Any) -> Any:
                 "aws_secret_access_key": ep.get("aws_secret_access_key"),
             },
         )
-        journal = None
-        if side == "destination":
-            name = hashlib.sha256(f"s3:{ep.get('aws_bucket')}/{ep.get('aws_key')}".encode())
-            journal = cfg.storage_path / f"s3-{name.hexdigest()[:16]}.json"
-        return stores.S3End(store, ep.get("aws_bucket"), ep.get("aws_key"), journal)
+        bucket, key = ep.get("aws_bucket"), ep.get("aws_key")
+        return stores.S3End(store, bucket, key, _journal(cfg, side, f"s3:{bucket}/{key}"))
     if kind == "gcs":
         from modelhooks.adapters.object_store.gcs import GcsObjectStore
 
-        return stores.GcsEnd(GcsObjectStore(), ep.get("gcs_bucket"), ep.get("gcs_key"))
+        bucket, key = ep.get("gcs_bucket"), ep.get("gcs_key")
+        journal = _journal(cfg, side, f"gcs:{bucket}/{key}")
+        return stores.GcsEnd(GcsObjectStore(), bucket, key, journal)
     if kind == "local":
         return stores.LocalEnd(ep.get("path"))
     uri = ep.get("oci_uri")

@@ -5,7 +5,8 @@ Resume: every written object carries its sha256 and the source revision it came 
 (S3 user metadata, or an object tag once a multipart upload completes; GCS metadata), so a re-run skips files already copied from the same
 source revision; S3 files larger than one part go up as multipart uploads, and a re-run
 continues the open upload (listing its parts), sending only the parts whose MD5 (their
-ETag) differs from the source's bytes.
+ETag) differs from the source's bytes. GCS files go up as resumable uploads, and a re-run
+continues the session the journal recorded, from what GCS says it committed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from modelhooks.adapters.transfer.files import (
     Progress,
     safe_path,
 )
-from modelhooks.core.errors import NotFound
+from modelhooks.core.errors import Conflict, NotFound, Unavailable
 
 __all__ = ["GcsEnd", "LocalEnd", "S3End"]
 
@@ -248,10 +249,18 @@ class S3End:
 
 
 class GcsEnd:
-    """`gs://bucket/key`, as S3End (GCS metadata carries the sha256 and source revision)."""
+    """`gs://bucket/key`, as S3End (GCS metadata carries the sha256 and source revision).
 
-    def __init__(self, store: Any, bucket: str, key: str) -> None:
+    A file goes up as one resumable upload (the GCS JSON API's), a `CHUNK` per PUT; after
+    each piece the server confirms, the journal keeps the session URI, the bytes committed
+    and the sha256 state there. A re-run asks the session how much it committed (a PUT
+    with `Content-Range: bytes */*`: 308 and `Range`) and goes on from there, without
+    reading again what was sent; a session that expired, is unknown or was finalized
+    (404/410, or any other answer) starts the file over."""
+
+    def __init__(self, store: Any, bucket: str, key: str, journal: Path | None = None) -> None:
         self.store, self.bucket, self.prefix = store, bucket, key.strip("/")
+        self.journal = Journal(journal)
 
     @property
     def uri(self) -> str:
@@ -291,24 +300,114 @@ class GcsEnd:
         return int(blob.size), meta.get(_SHA, ""), meta.get(_FROM, "")
 
     def write(self, entry: FileEntry, reader: HashingReader, progress: Progress) -> str:
-        blob = self.store.client.bucket(self.bucket).blob(
-            _key(self.prefix, entry.path), chunk_size=CHUNK
-        )
-        blob.metadata = {_FROM: entry.fingerprint}
-
-        class _Feed:
-            def read(self, n: int = CHUNK) -> bytes:
-                data = reader.read(min(n, CHUNK) if n and n > 0 else CHUNK)
-                progress.advance(len(data))
-                return data
-
-        with blob.open("wb", chunk_size=CHUNK, ignore_flush=True) as out:
-            while data := _Feed().read(CHUNK):
-                out.write(data)
+        key = _key(self.prefix, entry.path)
+        blob = self.store.client.bucket(self.bucket).blob(key)
+        session = self._journaled(entry, key, reader)
+        if session:
+            progress.advance(reader.count)  # committed before: neither read nor sent again
+        else:
+            blob.metadata = {_FROM: entry.fingerprint}
+            try:
+                session = blob.create_resumable_upload_session(
+                    client=self.store.client, checksum=None
+                )
+            except Exception as exc:
+                raise self._err(exc, key) from None
+        while True:
+            start = reader.count
+            data = reader.read_exact(CHUNK)
+            last = len(data) < CHUNK or 0 <= entry.size <= reader.count
+            self._put(session, key, start, data, last)
+            progress.advance(len(data))
+            if last:
+                break
+            state = reader.hash.state()
+            if state and entry.fingerprint and entry.seekable:
+                self.journal.put(
+                    f"upload:{key}",
+                    {"source": entry.fingerprint, "session": session,
+                     "offset": reader.count, "file_state": state},
+                )  # fmt: skip
+        self.journal.drop(f"upload:{key}")
         sha = reader.hash.hexdigest()
         blob.metadata = {_FROM: entry.fingerprint, _SHA: sha}
-        blob.patch()
+        try:
+            blob.patch()  # the sha256 is known only now
+        except Exception as exc:
+            raise self._err(exc, key) from None
         return sha
+
+    def _journaled(self, entry: FileEntry, key: str, reader: HashingReader) -> str:
+        """The session the journal recorded for this file from the same source revision,
+        when it still holds what the journal says it committed: its URI, the reader moved
+        past those bytes (those committed since the last entry are read to hash them)."""
+        saved = self.journal.get(f"upload:{key}")
+        if not saved or saved.get("source") != entry.fingerprint or not entry.seekable:
+            return ""
+        status, committed = self._request(saved["session"], key, b"", "bytes */*")
+        if status != 308 or committed < saved["offset"]:  # expired, unknown, finalized
+            self.journal.drop(f"upload:{key}")
+            return ""
+        reader.resume(saved["offset"], saved["file_state"])
+        while reader.count < committed:
+            if not reader.read_exact(min(CHUNK, committed - reader.count)):
+                raise Conflict(f"{self.uri}/{entry.path}: the session holds more than the file")
+        return str(saved["session"])
+
+    def _put(self, session: str, key: str, start: int, data: bytes, last: bool) -> None:
+        """`data` at `start` of the upload (the last piece: the upload's end), sent again
+        from where the server stopped when it committed only part of it."""
+        end = start + len(data)
+        sent = start
+        while True:
+            if sent < end:
+                span = f"bytes {sent}-{end - 1}/{end if last else '*'}"
+            else:
+                span = f"bytes */{end}"  # an empty last piece: the total ends the upload
+            status, committed = self._request(session, key, data[sent - start :], span)
+            if status in (200, 201):
+                if not last:
+                    raise Conflict(f"gs://{self.bucket}/{key}: upload finalized before its end")
+                return
+            if status != 308:
+                raise Unavailable(
+                    f"gs://{self.bucket}/{key}: the resumable upload session is gone "
+                    f"({status}); a re-run starts the file over",
+                    bucket=self.bucket,
+                    key=key,
+                )
+            if committed <= sent or committed > end:  # no progress, or more than sent
+                raise Unavailable(
+                    f"gs://{self.bucket}/{key}: the resumable upload committed {committed} "
+                    f"bytes after sending {sent}..{end}",
+                    bucket=self.bucket,
+                    key=key,
+                )
+            sent = committed
+            if sent == end and not last:
+                return
+
+    def _request(self, session: str, key: str, body: bytes, span: str) -> tuple[int, int]:
+        """PUT `body` to the session with `Content-Range: span`: (status, bytes committed);
+        200/201 (finalized), 308 (incomplete) and 404/410 (expired, unknown) are answers,
+        any other status an error."""
+        from google.api_core.exceptions import from_http_response
+
+        try:
+            response = self.store.client._http.put(
+                session, data=body, headers={"Content-Range": span}, timeout=(10, 300)
+            )
+        except Exception as exc:
+            raise self._err(exc, key) from None
+        if response.status_code not in (200, 201, 308, 404, 410):
+            raise self._err(from_http_response(response), key)  # type: ignore[no-untyped-call]
+        ranged = response.headers.get("Range", "").rpartition("-")[2]
+        return response.status_code, int(ranged) + 1 if ranged.isdigit() else 0
+
+    def _err(self, exc: Exception, key: str) -> Exception:
+        from modelhooks.adapters.object_store.gcs import gcs_error
+
+        return gcs_error(exc, self.bucket, key)
 
 
 class LocalEnd:
