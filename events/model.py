@@ -251,7 +251,9 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
 # What a transfer request may carry: never credentials (those are the function's own
 # configuration, the MODEL_SYNC_* settings and credential files `modelhooks transfer` reads).
 _REF = Annotated[str, Meta(min_length=1, max_length=1024)]
-Properties = dict[str, str | int | float | bool]
+# custom properties keep their JSON type where the registry can (Kubeflow: int, double, bool,
+# struct for an object or array)
+Properties = dict[str, str | int | float | bool | dict[str, Any] | list[Any]]
 
 
 class _Part(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -87,7 +87,11 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def _plain(record: Any) -> dict[str, Any]:
+    """A record as JSON: typed custom properties as their JSON values (0.95, not "0.95")."""
+    from modelhooks.core.records import json_values
+
     doc = dataclasses.asdict(record)
+    doc["custom_properties"] = json_values(record.custom_properties)
     return {k: (v.value if hasattr(v, "value") else v) for k, v in doc.items()}
 
 

@@ -5,11 +5,12 @@ The natural identity of a registration is (model name, version name, artifact di
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from modelhooks.events.model import CanonicalEvent
@@ -24,9 +25,13 @@ __all__ = [
     "ModelState",
     "ModelVersion",
     "ObjectInfo",
+    "Properties",
     "RegisteredModel",
     "Tag",
+    "Typed",
+    "json_values",
     "stamp",
+    "typed",
 ]
 
 # The facts that make the registry's state independent of delivery order: when a version
@@ -60,7 +65,49 @@ class ArtifactState(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
-Properties = Mapping[str, str]
+Properties = Mapping[str, str]  # values are text; a `Typed` one keeps its JSON value too
+
+
+class Typed(str):
+    """A custom property value of a JSON type other than string (int, float, bool, object,
+    array): a `str`, its JSON text, for every reader of properties as text, holding the
+    value, so a backend that keeps types (Kubeflow's MetadataDoubleValue…, SQLite's JSON)
+    writes it typed and reads it back as a `Typed`. Backends that keep text only (the
+    Kubernetes CRDs' string map) keep its text. Handler-written properties stay `str`.
+
+    >>> accuracy = Typed(0.95)
+    >>> accuracy, accuracy.value, accuracy == "0.95"
+    ('0.95', 0.95, True)
+    """
+
+    value: Any
+
+    def __new__(cls, value: Any) -> Typed:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        self = super().__new__(cls, text)
+        self.value = value
+        return self
+
+    def __getnewargs__(self) -> tuple[Any]:  # copy and pickle make it again from its value
+        return (self.value,)
+
+
+def typed(value: Any) -> str:
+    """A JSON value as a property value: a string as itself, null as "", anything else
+    `Typed` (ValueError for what JSON cannot hold: NaN, infinities, other objects)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    try:
+        return Typed(value)
+    except TypeError as exc:
+        raise ValueError(f"not a JSON value: {exc}") from None
+
+
+def json_values(properties: Properties) -> dict[str, Any]:
+    """Properties as JSON values: a `Typed`'s value, text as text."""
+    return {k: v.value if isinstance(v, Typed) else v for k, v in properties.items()}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ version), created when absent and updated only when they differ, so a second imp
 changes nothing and an interrupted one is finished by running it again. The source's ids
 are kept as the custom property `modelhooks.id.<source backend>` on each record, so after a
 move (sqlite → kubeflow → kubernetes) every id the record ever had is still findable.
+Typed custom properties (`Typed`: 0.95, true, an object) are exported as JSON values and
+imported typed; a backend that keeps text only keeps their text.
 
 >>> doc = export_registry(sqlite)  # doctest: +SKIP
 >>> import_registry(kubernetes, doc).summary()  # doctest: +SKIP
@@ -30,6 +32,8 @@ from modelhooks.core.records import (
     ModelState,
     ModelVersion,
     RegisteredModel,
+    json_values,
+    typed,
 )
 
 __all__ = [
@@ -245,14 +249,24 @@ def _version_like(v: Json, key: str) -> Callable[[ModelVersion], ModelVersion]:
 def _props(record: Json, key: str) -> dict[str, str]:
     """The exported properties, plus the record's id in its source (kept from earlier moves
     too: those live in the properties already)."""
-    props = {str(k): str(v) for k, v in (record.get("custom_properties") or {}).items()}
+    props = {str(k): _typed(v) for k, v in (record.get("custom_properties") or {}).items()}
     if record.get("id"):
         props[key] = str(record["id"])
     return props
 
 
+def _typed(value: Any) -> str:
+    """An exported property value: text, or a JSON value kept typed (older exports: text)."""
+    try:
+        return typed(value)
+    except ValueError:
+        return str(value)
+
+
 def _plain(record: Any) -> Json:
+    """A record as JSON: its enums as their values, its typed properties as JSON values."""
     doc = dataclasses.asdict(record)
+    doc["custom_properties"] = json_values(record.custom_properties)
     return {k: (v.value if hasattr(v, "value") else v) for k, v in doc.items()}
 
 

@@ -12,7 +12,17 @@ import pytest
 
 from modelhooks.core.errors import Conflict, NotFound
 from modelhooks.core.ports import ModelRegistry
-from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState, Typed
+
+# JSON-typed custom properties (a transfer's metadata) next to a handler's text
+TYPED = {
+    "accuracy": Typed(0.95),
+    "epochs": Typed(3),
+    "tuned": Typed(True),
+    "layers": Typed({"sizes": [768, 12], "kind": "bert"}),
+    "stage": "dev",
+    "pi": "3.14",  # text that looks like a number stays text
+}
 
 
 def unique(prefix: str) -> str:
@@ -20,6 +30,8 @@ def unique(prefix: str) -> str:
 
 
 class ModelRegistryContract:
+    keeps_types = True  # False: a backend of text only (Kubernetes' string map) keeps the text
+
     def test_is_a_model_registry(self, registry: ModelRegistry) -> None:
         assert isinstance(registry, ModelRegistry)
 
@@ -118,3 +130,29 @@ class ModelRegistryContract:
                 registry.create_version(model.id, "1", properties={})
         found = registry.get_model(name)
         assert found is not None and registry.get_version(found.id, "1") is not None
+
+    def test_typed_properties_round_trip(self, registry: ModelRegistry) -> None:
+        model = registry.create_model(unique("m"), properties=TYPED)
+        version = registry.create_version(model.id, "1", properties=TYPED)
+        artifact = registry.upsert_artifact(
+            ModelArtifact("", version.id, "model", "s3://b/m/1/", "d", custom_properties=TYPED)
+        )
+        registry.update_version(  # an update keeps what it does not change
+            dataclasses.replace(version, custom_properties={**TYPED, "stage": "prod"})
+        )
+        got_version = registry.get_version(model.id, "1")
+        got_model = registry.get_model(model.name)
+        got_artifact = registry.get_artifact(artifact.id)
+        assert got_model is not None and got_version is not None and got_artifact is not None
+        want = {**TYPED, "stage": "prod"}
+        for props, expected in (
+            (got_model.custom_properties, TYPED),
+            (got_version.custom_properties, want),
+            (got_artifact.custom_properties, TYPED),
+        ):
+            seen = {k: props[k] for k in expected}
+            assert seen == expected  # the same text everywhere
+            if self.keeps_types:
+                values = {k: (type(v), getattr(v, "value", v)) for k, v in seen.items()}
+                assert values == {k: (type(v), getattr(v, "value", v)) for k, v in expected.items()}
+                assert type(props["epochs"].value) is int  # type: ignore[attr-defined]

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import uuid
 import warnings
 from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry, external_id
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
@@ -25,6 +31,8 @@ from modelhooks.handlers.register import register_model
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
 
 
 def _run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -163,3 +171,76 @@ def test_modelhooks_reads_and_updates_what_upstream_writes(
         "stage": "dev",
         "signature.signer": "key abc",
     }
+
+
+def test_transfer_metadata_lands_typed_and_registry_show_prints_the_types(
+    upstream: Any, model_registry: ModelRegistryServer, tmp_path: Path
+) -> None:
+    """The drop-in's ConfigMap JSON (`{"accuracy": 0.95, …}`) written as upstream's job
+    writes it: a double, an int, a bool, a struct; upstream's client reads them so."""
+    name = f"typed-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "weights.bin").write_bytes(b"w" * 100)
+    meta = tmp_path / "metadata"
+    meta.mkdir()
+    custom = {"accuracy": 0.95, "epochs": 3, "tuned": True, "layers": {"n": [12]}, "team": "nlp"}
+    for key, value in {
+        "RegisteredModel.name": name,
+        "RegisteredModel.custom_properties": json.dumps({"project": "sentiment"}),
+        "ModelVersion.name": "v1",
+        "ModelVersion.custom_properties": json.dumps(custom),
+        "ModelArtifact.custom_properties": json.dumps({"f1_score": 0.93}),
+    }.items():
+        (meta / key).write_text(value)
+    host, port = model_registry.url.removeprefix("http://").rstrip("/").split(":")
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "MODEL_SYNC_SOURCE_TYPE": "local",
+        "MODEL_SYNC_SOURCE_PATH": str(tmp_path / "model"),
+        "MODEL_SYNC_DESTINATION_TYPE": "local",
+        "MODEL_SYNC_DESTINATION_PATH": str(tmp_path / "out"),
+        "MODEL_SYNC_MODEL_UPLOAD_INTENT": "create_model",
+        "MODEL_SYNC_METADATA_CONFIGMAP_PATH": str(meta),
+        "MODEL_SYNC_REGISTRY_SERVER_ADDRESS": host,
+        "MODEL_SYNC_REGISTRY_PORT": port,
+        "MODEL_SYNC_REGISTRY_IS_SECURE": "false",
+        "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state"),
+        "MODEL_SYNC_TERMINATION_MESSAGE_PATH": str(tmp_path / "termination-log"),
+    }
+    done = subprocess.run(
+        [str(BIN / "modelhooks"), "transfer"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    ids = json.loads(done.stdout)
+
+    mv = _run(upstream._api.get_model_version_by_id(ids["model_version_id"]))
+    got = {k: v for k, v in mv.custom_properties.items() if k in custom}
+    # upstream's client has no struct type: it reads what v0.3.0 answers, the JSON text
+    assert got == {**custom, "layers": '{"n":[12]}'}
+    assert [type(got[k]) for k in ("accuracy", "epochs", "tuned")] == [float, int, bool]
+    raw = requests.get(
+        f"{model_registry.api_url}/model_versions/{ids['model_version_id']}", timeout=10
+    ).json()["customProperties"]
+    assert raw["layers"]["metadataType"] == "MetadataStructValue"
+    ma = _run(upstream._api.get_model_artifact_by_id(ids["model_artifact_id"]))
+    assert ma.custom_properties["f1_score"] == 0.93
+
+    shown = subprocess.run(
+        [str(BIN / "modelhooks"), "registry", "show", f"{name}/v1"],
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
+            "MODELHOOKS_REGISTRY_BACKEND": "kubeflow",
+            "MODELHOOKS_REGISTRY_URL": model_registry.url,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["custom_properties"]["project"] == "sentiment"
+    (version,) = doc["versions"]
+    assert {k: version["custom_properties"][k] for k in custom} == custom  # the struct too
+    assert version["artifacts"][0]["custom_properties"]["f1_score"] == 0.93

@@ -97,6 +97,8 @@ def kube(cluster: tuple[Any, str], kubeconfig: Path) -> Iterator[KubernetesModel
 
 
 class TestKubernetes(ModelRegistryContract):
+    keeps_types = False  # spec.customProperties is a map of strings
+
     @pytest.fixture
     def registry(self, kube: KubernetesModelRegistry) -> KubernetesModelRegistry:
         return kube

@@ -15,7 +15,7 @@ from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.cli import main
 from modelhooks.core.errors import BadRequest
 from modelhooks.core.ports import ModelRegistry
-from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState, Typed, json_values
 from modelhooks.core.registry_copy import export_registry, import_registry, source_id_key
 from tests.fakes.memory_registry import InMemoryModelRegistry
 
@@ -90,6 +90,34 @@ def test_importing_twice_changes_nothing(tmp_path: Path) -> None:
     again = import_registry(target, exported)
     assert (again.created, again.updated, again.refused) == (0, 0, [])
     assert export_registry(target) == before
+
+
+def test_typed_properties_move_as_json_values_and_stay_typed(tmp_path: Path) -> None:
+    source = SqliteModelRegistry(tmp_path / "a.db")
+    props = {"accuracy": Typed(0.95), "epochs": Typed(3), "layers": Typed([12]), "pi": "3.14"}
+    model = source.create_model("typed", properties=props)
+    source.create_version(model.id, "1", properties=props)
+    exported = json.loads(json.dumps(export_registry(source)))  # through a file
+    (doc,) = exported["models"]
+    assert {k: doc["custom_properties"][k] for k in props} == {
+        "accuracy": 0.95,
+        "epochs": 3,
+        "layers": [12],
+        "pi": "3.14",
+    }
+    target = SqliteModelRegistry(tmp_path / "b.db")
+    import_registry(target, exported)
+    found = target.get_model("typed")
+    assert found is not None
+    version = target.get_version(found.id, "1")
+    assert version is not None
+    for got in (found.custom_properties, version.custom_properties):
+        assert {k: getattr(got[k], "value", got[k]) for k in props} == json_values(props)
+        assert type(got["pi"]) is str and type(got["epochs"].value) is int  # type: ignore[attr-defined]
+    assert (
+        import_registry(target, exported).summary()
+        == "0 created, 0 updated, 2 unchanged, 0 refused"
+    )
 
 
 def test_the_same_artifact_with_another_digest_is_refused_and_reported(tmp_path: Path) -> None:

@@ -8,10 +8,13 @@ properties under `kubeflow.` in the domain (`FIELDS`: a model's owner, a version
 artifact's description, model format name/version, storage key/path), written back as the
 fields, so `registry show` prints them and an export keeps them on any backend.
 
-Typed custom properties, both ways: int, double, bool, string and struct (JSON text) values
-are read as their text; a write sends every value with the type the server holds for that
-key (an unchanged value verbatim), new keys as strings. A failed upload is an artifact in
-state ABANDONED with the reason in `FAILURE_REASON` (upstream's job leaves it PENDING).
+Typed custom properties, both ways: string values are read as text, int, double, bool and
+struct (a JSON object or array) values as `Typed` (a str of their JSON text that keeps the
+value); a write sends a `Typed` as its type (as upstream's client writes 0.95: a double),
+text with the type the server holds for that key (an unchanged value verbatim), new text as
+a string. v0.3.0 answers a struct it was sent base64-encoded as the JSON text. A failed
+upload is an artifact in state ABANDONED with the reason in `FAILURE_REASON` (upstream's
+job leaves it PENDING).
 
 Flat in registry size: every read and write of register and sign is exact, by name or by
 id, never a listing. A version is created with externalId `modelhooks:<model id>:<name>`
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import tempfile
 import threading
@@ -76,6 +80,7 @@ from modelhooks.core.records import (
     ModelState,
     ModelVersion,
     RegisteredModel,
+    Typed,
 )
 
 if TYPE_CHECKING:
@@ -649,18 +654,50 @@ def _essence(item: Json) -> Json:
 
 
 def _text(value: Json) -> str | None:
-    """A typed custom property value as the domain's text (None: a type it cannot hold)."""
-    for kind in ("string_value", "int_value", "double_value", "bool_value", "struct_value"):
-        if kind in value:
-            raw = value[kind]
-            return str(raw).lower() if isinstance(raw, bool) else str(raw)
+    """A typed custom property value as the domain's: a string as text, an int, double,
+    bool or struct (base64 of JSON) as `Typed` (None: a type it cannot hold)."""
+    if "string_value" in value:
+        return str(value["string_value"])
+    try:
+        if "int_value" in value:
+            return Typed(int(value["int_value"]))
+        if "double_value" in value:
+            return Typed(float(value["double_value"]))
+        if "bool_value" in value:
+            return Typed(bool(value["bool_value"]))
+        if "struct_value" in value:
+            return _struct(str(value["struct_value"]))
+    except (TypeError, ValueError):  # a value that is not of its type: its text
+        return str(next(v for k, v in value.items() if k.endswith("_value")))
     return None
 
 
+def _struct(raw: str) -> str:
+    """A struct value: written base64 (the API's), answered by v0.3.0 as the JSON text it
+    decoded, so either; text that is neither stays text."""
+    try:
+        decoded = base64.b64decode(raw, validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        decoded = ""
+    for text in (raw, decoded):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, dict | list):
+            return Typed(value)
+    return raw
+
+
 def _typed(key: str, text: str, current: Json) -> Json:
-    """`text` as the value of `key`, of the type the server holds for it (verbatim when
+    """`text` as the value of `key`: a `Typed` of its JSON type (int, double, bool, struct
+    for an object or array); text of the type the server holds for it (verbatim when
     unchanged; a string when the key is new or the text does not fit the type)."""
+    if isinstance(text, Typed):
+        return _metadata(text.value, str(text))
     old = current.get(key)
+    if isinstance(old, dict) and _text(old) == text:
+        return old
     kind = old.get("metadataType") if isinstance(old, dict) else None
     try:
         if kind == "MetadataIntValue":
@@ -674,6 +711,20 @@ def _typed(key: str, text: str, current: Json) -> Json:
             return {"metadataType": kind, "struct_value": encoded}
     except ValueError:
         pass
+    return {"metadataType": "MetadataStringValue", "string_value": text}
+
+
+def _metadata(value: Any, text: str) -> Json:
+    """A JSON value as a MetadataValue of its type (what upstream's client writes)."""
+    if isinstance(value, bool):
+        return {"metadataType": "MetadataBoolValue", "bool_value": value}
+    if isinstance(value, int):
+        return {"metadataType": "MetadataIntValue", "int_value": str(value)}
+    if isinstance(value, float):
+        return {"metadataType": "MetadataDoubleValue", "double_value": value}
+    if isinstance(value, dict | list):
+        encoded = base64.b64encode(text.encode()).decode()
+        return {"metadataType": "MetadataStructValue", "struct_value": encoded}
     return {"metadataType": "MetadataStringValue", "string_value": text}
 
 

@@ -4,7 +4,8 @@ Same vocabulary and uniqueness rules as the Kubeflow Model Registry: model names
 unique, version names are unique per model, artifact names per version. One connection
 per process behind a lock: statements take microseconds, and a lock never sleeps the way
 SQLite's busy handler does when several connections of one process contend. WAL, so other
-processes (`modelhooks registry list`) read without blocking the functions.
+processes (`modelhooks registry list`) read without blocking the functions. Custom
+properties are a JSON object per row: a `Typed` value keeps its JSON type there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from modelhooks.core.records import (
     ModelState,
     ModelVersion,
     RegisteredModel,
+    Typed,
+    json_values,
 )
 
 __all__ = ["SqliteModelRegistry"]
@@ -106,7 +109,7 @@ class SqliteModelRegistry:
     def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
         id = self._insert(
             "INSERT INTO registered_models(name, state, properties) VALUES (?,?,?)",
-            (name, ModelState.LIVE, json.dumps(dict(properties))),
+            (name, ModelState.LIVE, _json(properties)),
         )
         return RegisteredModel(id=id, name=name, custom_properties=properties)
 
@@ -116,7 +119,7 @@ class SqliteModelRegistry:
             model.id,
             state=model.state,
             description=model.description,
-            properties=json.dumps(dict(model.custom_properties)),
+            properties=_json(model.custom_properties),
         )
         return model
 
@@ -135,7 +138,7 @@ class SqliteModelRegistry:
     ) -> ModelVersion:
         id = self._insert(
             "INSERT INTO model_versions(model_id, name, state, properties) VALUES (?,?,?,?)",
-            (int(model_id), name, ModelState.LIVE, json.dumps(dict(properties))),
+            (int(model_id), name, ModelState.LIVE, _json(properties)),
         )
         return ModelVersion(id=id, model_id=model_id, name=name, custom_properties=properties)
 
@@ -145,7 +148,7 @@ class SqliteModelRegistry:
             version.id,
             state=version.state,
             description=version.description,
-            properties=json.dumps(dict(version.custom_properties)),
+            properties=_json(version.custom_properties),
         )
         return version
 
@@ -169,7 +172,7 @@ class SqliteModelRegistry:
         return _artifact(rows[0]) if rows else None
 
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
-        props = json.dumps(dict(artifact.custom_properties))
+        props = _json(artifact.custom_properties)
         if artifact.id:
             self._update(
                 "model_artifacts",
@@ -202,8 +205,13 @@ class SqliteModelRegistry:
             raise NotFound(f"registry: no row {id} in {table}")
 
 
+def _json(properties: Mapping[str, str]) -> str:
+    return json.dumps(json_values(properties))
+
+
 def _props(row: sqlite3.Row) -> dict[str, str]:
-    return dict(json.loads(row["properties"]))
+    stored = json.loads(row["properties"])
+    return {k: v if isinstance(v, str) else Typed(v) for k, v in stored.items()}
 
 
 def _model(row: sqlite3.Row) -> RegisteredModel:

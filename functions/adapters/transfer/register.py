@@ -11,14 +11,19 @@ concurrent runs end with one of each.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from modelhooks.adapters.transfer.config import TransferConfig
-from modelhooks.core.errors import Conflict, NotFound
-from modelhooks.core.records import ArtifactState, ModelArtifact, ModelVersion, RegisteredModel
+from modelhooks.core.errors import BadRequest, Conflict, NotFound
+from modelhooks.core.records import (
+    ArtifactState,
+    ModelArtifact,
+    ModelVersion,
+    RegisteredModel,
+    typed,
+)
 
 __all__ = ["FAILURE_REASON", "Target", "begin", "fail", "finish"]
 
@@ -40,12 +45,15 @@ class Target:
         }
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def _props(custom: Mapping[str, Any], **fields: str) -> dict[str, str]:
-    props = {k: _text(v) for k, v in custom.items()}
+    """The metadata's JSON custom properties, each keeping its type (`typed`: Kubeflow
+    writes 0.95 as a double, as upstream's job does), and Kubeflow's fields."""
+    props = {}
+    for key, value in custom.items():
+        try:
+            props[key] = typed(value)
+        except ValueError as exc:
+            raise BadRequest(f"custom_properties: {key}: {exc}", field=key) from None
     props.update({f"kubeflow.{k}": v for k, v in fields.items() if v})
     return props
 
