@@ -112,7 +112,7 @@ def _register(
     )
     deleted_at = model.custom_properties.get(DELETED_AT, "")
     props = {"digest": pushed.digest, "uri": pushed.uri, "store": pushed.store, PUSHED_AT: at}
-    version, new_version = _find_or_create(
+    version, new_version = _create_or_find(  # a push is mostly of a new version
         lambda: registry.create_version(model.id, pushed.version, properties=props),
         lambda: registry.get_version(model.id, pushed.version),
     )
@@ -313,6 +313,12 @@ def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tu
     found = find()
     if found is not None:
         return found, False
+    return _create_or_find(create, find)
+
+
+def _create_or_find(create: Callable[[], T], find: Callable[[], T | None]) -> tuple[T, bool]:
+    """(the thing, created by this call): created first (what is usually new: one write
+    instead of a lookup and a write), found when it exists already."""
     try:
         return create(), True
     except Conflict:

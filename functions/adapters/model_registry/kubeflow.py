@@ -176,6 +176,7 @@ class _Transaction(threading.local):
     def __init__(self) -> None:
         self.depth = 0
         self.model: str | None = None
+        self.conflict: tuple[str, str] | None = None  # the version whose creation conflicted
         self.read: dict[tuple[str, str], Json] = {}
         self.written: dict[tuple[str, str], Json] = {}
 
@@ -275,6 +276,7 @@ class KubeflowModelRegistry:
             if txn.depth == 0:
                 txn.read.clear()
                 txn.written.clear()
+                txn.conflict = None
                 if txn.model is not None:
                     self._locks.release(txn.model)
                     txn.model = None
@@ -322,6 +324,9 @@ class KubeflowModelRegistry:
             found = self._scoped_query(
                 "/model_version", {"name": name, "parentResourceId": model_id}
             )
+        conflicted, self._txn.conflict = self._txn.conflict, None
+        if not found and self._scoped is False and conflicted == (model_id, name):
+            found = self._adopt(model_id, name)  # taken, yet not ours: another client's
         return _version(self._remember(VERSIONS, found)) if found else None
 
     def create_version(
@@ -336,9 +341,8 @@ class KubeflowModelRegistry:
         }
         try:
             created = self._call("POST", VERSIONS, json=body)
-        except Conflict:
-            if self._scoped is False:  # another client's version: findable from now on
-                self._adopt(model_id, name)
+        except Conflict:  # the name or our externalId is taken (v0.3.0 says "name" for both)
+            self._txn.conflict = (model_id, name)  # get_version adopts it if not ours
             raise
         return _version(self._remember(VERSIONS, created))
 
@@ -355,15 +359,17 @@ class KubeflowModelRegistry:
         )
         return [_version(item) for item in items]
 
-    def _adopt(self, model_id: str, name: str) -> None:
-        """Give the version `name` of `model_id` that another client created its externalId
-        (one scan of the version listing, once per such version)."""
+    def _adopt(self, model_id: str, name: str) -> Json:
+        """The version `name` of `model_id` that another client created without an
+        externalId, given ours (one scan of the version listing, once per such version);
+        {} when there is none (or it has an externalId of its own: not ours to change)."""
         for item in self._items(VERSIONS, None):
             if item.get("registeredModelId") == model_id and item.get("name") == name:
-                if not item.get("externalId"):
-                    ext = {"externalId": external_id(model_id, name)}
-                    self._call("PATCH", f"{VERSIONS}/{item['id']}", json=ext)
-                return
+                if item.get("externalId"):
+                    return {}
+                ext = {"externalId": external_id(model_id, name)}
+                return self._call("PATCH", f"{VERSIONS}/{item['id']}", json=ext)
+        return {}
 
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
