@@ -7,7 +7,10 @@ Service (port 80 → 8080). What Knative did is done by modelhooks itself:
 
 - the Broker and its Triggers → `modelhooks-broker`, a `modelhooks serve` whose
   `router.subscribers` name every function's Service (it routes by the same Triggers and
-  routes their replies on; it runs no function itself);
+  routes their replies on; it runs no function itself), waiting for each as long as the
+  longest `timeoutSeconds` of the Knative Services (`router.timeout`: transfer's 3,600 s,
+  so a long copy answers for itself, 503 when it stops at MODELHOOKS_TRANSFER_TIMEOUT,
+  instead of the broker giving up while it goes on);
 - the ApiServerSource → `modelhooks-watch-models`, `modelhooks watch-models --raw` as the
   source's ServiceAccount, POSTing to the broker;
 - the SinkBinding → K_SINK on the ingress, naming the broker.
@@ -32,6 +35,7 @@ NAMESPACE = "modelhooks"
 PORT = 8080
 LABELS = {"app.kubernetes.io/part-of": "modelhooks"}
 _KNATIVE_ONLY = ("timeoutSeconds", "containerConcurrency", "responseStartTimeoutSeconds")
+_KNATIVE_TIMEOUT = 300  # a Service's timeoutSeconds when it names none (Knative's default)
 
 HEADER = f"""\
 # GENERATED from infra/knative/services.yaml by `make docs` (tests/tools/plain_kubernetes.py):
@@ -42,7 +46,9 @@ HEADER = f"""\
 #   {PORT}), with the same pod spec: ServiceAccount, settings, Secrets, projected tokens;
 # - modelhooks-broker (`modelhooks serve`, router.subscribers) is the Broker: it routes by the
 #   Triggers of infra/knative/triggers.yaml, POSTs each event to the function's Service and
-#   routes the replies on, as Knative's Broker does; it runs no function itself;
+#   routes the replies on, as Knative's Broker does; it runs no function itself; it waits
+#   for a function as long as the longest timeoutSeconds of the Knative Services
+#   (MODELHOOKS_ROUTER_TIMEOUT), which nothing else enforces here;
 # - modelhooks-watch-models (`modelhooks watch-models --raw`) is the ApiServerSource, as its
 #   ServiceAccount, and the ingress's K_SINK (the SinkBinding) is the broker.
 #
@@ -120,6 +126,7 @@ def generate(knative_text: str) -> str:
     sinks = {d["spec"]["subject"]["name"] for d in docs if d["kind"] == "SinkBinding"}
     broker = "modelhooks-broker"
     template: dict[str, Any] = {}
+    timeouts: list[int] = []
     for doc in docs:
         if doc["apiVersion"] == "v1":
             out.append(doc)  # the settings ConfigMap, as it is
@@ -132,6 +139,8 @@ def generate(knative_text: str) -> str:
         out += [_deployment(name, labels, pod), _service(name, labels)]
         if "modelhooks.dev/function" in labels:
             functions.append(labels["modelhooks.dev/function"])
+            spec = doc["spec"]["template"]["spec"]
+            timeouts.append(int(spec.get("timeoutSeconds", _KNATIVE_TIMEOUT)))
             template = template or pod
     subscribers = ";".join(f"{fn}={_url(f'modelhooks-{fn}')}/" for fn in functions)
     broker_labels = {"modelhooks.dev/component": "broker"}
@@ -144,6 +153,7 @@ def generate(knative_text: str) -> str:
             {"name": "MODELHOOKS_SERVE_WATCH_INTERVAL", "value": "0"},
             {"name": "MODELHOOKS_INGRESS_AUTH", "value": "none"},
             {"name": "MODELHOOKS_ROUTER_SUBSCRIBERS", "value": subscribers},
+            {"name": "MODELHOOKS_ROUTER_TIMEOUT", "value": str(max(timeouts))},
         ],
     )
     broker_pod["containers"][0]["ports"] = [{"name": "http", "containerPort": PORT}]

@@ -942,6 +942,35 @@ def test_the_install_puts_every_namespaced_object_in_one_namespace() -> None:
     assert namespace["metadata"]["name"] == INSTALL_NAMESPACE
 
 
+def test_the_broker_without_knative_waits_for_a_function_as_long_as_knative_would(
+    knative: list[dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    """Without Knative nothing bounds a function's request but the broker's router.timeout:
+    it allows each function Service's timeoutSeconds, and transfer stops its copy
+    (MODELHOOKS_TRANSFER_TIMEOUT) before that, answering 503 itself, instead of the broker
+    answering 503 while the copy goes on."""
+    plain = _docs(PLAIN)
+    broker = _kind(plain, "Deployment")["modelhooks-broker"]
+    env = {k: v for k, v in _env(broker, _kind(plain, "ConfigMap")) if v is not None}
+    waits = load_settings(env=env).router.timeout
+    configmaps = _kind(knative, "ConfigMap")
+    routed = {
+        name: service
+        for name, service in services.items()
+        if FUNCTION_LABEL in service["spec"]["template"]["metadata"].get("labels", {})
+    }
+    assert "modelhooks-transfer" in routed
+    for name, service in routed.items():
+        allowed = service["spec"]["template"]["spec"].get("timeoutSeconds", 300)
+        assert allowed <= waits, f"the broker gives up on {name} after {waits:g} s < {allowed} s"
+    transfer = routed["modelhooks-transfer"]
+    own = {k: v for k, v in _env(transfer, configmaps) if v is not None}
+    assert (
+        load_settings(env=own).transfer.timeout
+        < transfer["spec"]["template"]["spec"]["timeoutSeconds"]
+    )
+
+
 _BROKER_URL = re.compile(
     r"(?:broker-ingress\.knative-eventing\.svc\.cluster\.local|127\.0\.0\.1:8080)"
     r"/([\w-]+)/([\w-]+)"
