@@ -135,8 +135,15 @@ def _rows(walked: Iterator[Any]) -> Iterator[dict[str, str]]:
         }
         if not artifacts:
             yield vrow
-        for a in artifacts:
-            yield {**vrow, "uri": a.uri, "digest": a.digest, "artifact_state": a.state.value}
+        for a in artifacts:  # a transfer that knew no version signed the artifact
+            signer = vrow["signed_by"] or a.custom_properties.get("signature.signer", "")
+            yield {
+                **vrow,
+                "uri": a.uri,
+                "digest": a.digest,
+                "artifact_state": a.state.value,
+                "signed_by": signer,
+            }
 
 
 def run_export(args: argparse.Namespace) -> int:

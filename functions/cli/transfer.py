@@ -8,8 +8,15 @@ defaults); `modelhooks transfer --help` lists them all.
         --destination-type oci --destination-oci-uri quay.io/org/bert:v1 \\
         --model-upload-intent create_model --metadata-configmap-path /etc/model-metadata
 
+Where it registers: with MODEL_SYNC_REGISTRY_SERVER_ADDRESS (arg or env), that Kubeflow
+Model Registry (MODEL_SYNC_REGISTRY_*, the drop-in's); without it, the modelhooks registry
+every other command uses (--registry-backend sqlite|kubeflow|kubernetes and the other
+--registry-* settings, MODELHOOKS_REGISTRY_*, the config file; default: the embedded SQLite
+registry in --home / MODELHOOKS_HOME), said on stderr.
+
 Progress: a bar in a terminal, JSON lines on stderr otherwise (a Job's log). The result
-(ids, URI, digest) is one JSON line on stdout and the termination message.
+(ids, URI, digest, the registry's backend) is one JSON line on stdout and the termination
+message.
 
 Exit status: 0 done, 2 a missing or bad setting or bad input (nothing registered LIVE),
 3 a store, registry or Sigstore service did not answer (run it again: it resumes),
@@ -29,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.cli import common, progress
+from modelhooks.core.settings import Settings, load_settings
 
 __all__ = ["SETTINGS", "add_parser"]
 
-SETTINGS: frozenset[str] = frozenset()  # its own table, MODEL_SYNC_* (the upstream job's)
+# its own table is MODEL_SYNC_* (the upstream job's); these choose the registry without one
+SETTINGS: frozenset[str] = frozenset({"home", "registry"})
 
 
 def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
@@ -40,6 +49,7 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
 
     p = subparsers.add_parser(
         "transfer",
+        parents=[parent],
         help="copy a model between stores, streaming; sign and register it (async-upload job)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -52,12 +62,13 @@ def run(args: argparse.Namespace) -> int:
     from modelhooks.adapters.transfer import resolve, transfer, write_termination_message
     from modelhooks.adapters.transfer.config import OPTIONS
 
-    cfg = resolve({o.name: getattr(args, o.name, None) for o in OPTIONS}, os.environ)
+    given = {o.name: getattr(args, o.name, None) for o in OPTIONS}
+    cfg = resolve(given, os.environ)
     if cfg.get("registry_log_level"):
         logging.getLogger("modelhooks").setLevel(cfg.get("registry_log_level").upper())
     if cfg.sign_warning:
         print(f"warning: {cfg.sign_warning}", file=sys.stderr)
-    registry = _registry(cfg)
+    registry = _registry(cfg, common.settings(args))
     signal.signal(signal.SIGTERM, _terminated)  # a deleted Job or evicted Pod: ABANDONED
     progress = Bar() if sys.stderr.isatty() else JsonProgress()
     with common.interruptible(
@@ -67,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             result = transfer(cfg, progress, registry=registry)
         finally:
             progress.close()
+    result["registry"] = registry.name
     write_termination_message(
         cfg.get("termination_message_path"),
         result,
@@ -80,7 +92,31 @@ def _terminated(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt("terminated (SIGTERM)")
 
 
-def _registry(cfg: Any) -> Any:
+def _registry(cfg: Any, settings: Settings | None = None) -> Any:
+    """The registry to register in: the Kubeflow Model Registry of MODEL_SYNC_REGISTRY_*
+    when a server address is given (the drop-in), else the one `settings` name (the
+    composition root's, as every command's), said on stderr."""
+    if cfg.get("registry_server_address"):
+        return _kubeflow(cfg)
+    from modelhooks.bootstrap import model_registry
+
+    settings = settings or load_settings()
+    backend = settings.registry.backend
+    where = {
+        "sqlite": f"at {settings.home / 'registry.db'}",
+        "kubeflow": f"at {settings.registry.url}",
+        "kubernetes": f"(shared namespace {settings.registry.namespace})",
+    }[backend]
+    print(
+        f"transfer: registering in the {backend} registry {where} (no "
+        "MODEL_SYNC_REGISTRY_SERVER_ADDRESS; --registry-backend or MODELHOOKS_REGISTRY_BACKEND "
+        "chooses the registry)",
+        file=sys.stderr,
+    )
+    return model_registry(settings)
+
+
+def _kubeflow(cfg: Any) -> Any:
     """The Kubeflow Model Registry of MODEL_SYNC_REGISTRY_* (as upstream's client builds
     it: https when secure, the port appended unless the address has one)."""
     from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry

@@ -288,6 +288,11 @@ def test_signed_with_a_key_verifies_with_upstream_model_signing(
     done = transfer(env)
     assert done.returncode == 0, done.stderr
     assert (out / "model.sig").is_file()
+    # no version named (update_artifact by the artifact's id): the artifact keeps the signature
+    signed = kubeflow.get_artifact(artifact.id)
+    assert signed is not None
+    assert signed.custom_properties["signature.signer"] == json.loads(done.stdout)["signed_by"]
+    assert signed.custom_properties["signature.uri"] == f"{out}/model.sig"
     model_signing.verifying.Config().use_elliptic_key_verifier(public_key=keys.public).verify(
         out, out / "model.sig"
     )
@@ -344,8 +349,10 @@ def test_keyless_with_the_jobs_token_on_the_sigstore_urls_into_an_oci_image(
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["signed_by"].startswith("sigstore " + Sigstore.identity(NS, SA))
-    found = kubeflow.list_artifacts(result["model_version_id"])[0]
-    assert found.custom_properties["modelhooks.signed_by"] == result["signed_by"]
+    version = kubeflow.get_version(result["model_id"], "v1")  # as `sign` records it
+    assert version is not None
+    assert version.custom_properties["signature.signer"] == result["signed_by"]
+    assert version.custom_properties["signature.uri"] == result["uri"]  # model.sig inside
 
     pulled = pull(result["uri"], tmp_path / "pulled")  # what a Pod sees under /models
     assert {p.name for p in pulled.iterdir()} == {*files, "model.sig"}

@@ -233,9 +233,9 @@ def test_missing_settings_are_one_error_naming_each_and_where(tmp_path: Path) ->
         "destination_oci_uri",
         "model_id",
         "ModelVersion.name",
-        "registry_server_address",
     ):
         assert needed in text
+    assert "registry_server_address" not in text  # without one: the modelhooks registry
     assert "AWS_ACCESS_KEY_ID in MODEL_SYNC_SOURCE_S3_CREDENTIALS_PATH" in text
     assert "--model-id, MODEL_SYNC_MODEL_ID" in text
     assert "RegisteredModel.name" not in text  # create_version names an existing model
@@ -374,3 +374,30 @@ def test_the_registry_is_reached_as_upstreams_client_reaches_it(
     assert registry._headers == {"Authorization": "Bearer t0ken"}
     assert registry._ca_file and Path(registry._ca_file).read_text().startswith("-----BEGIN")
     registry.close()
+
+
+def test_the_drop_ins_registry_first_else_the_modelhooks_registry_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+    from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+    from modelhooks.cli.transfer import _registry
+    from modelhooks.core.settings import load_settings
+
+    env = {"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": "http://x:1"}
+    ours = load_settings(env=env)
+    drop_in = _registry(resolve([], BASE), ours)  # MODEL_SYNC_REGISTRY_SERVER_ADDRESS wins
+    assert isinstance(drop_in, KubeflowModelRegistry)
+    assert drop_in.api_url.startswith("https://mr.example:443/")
+    drop_in.close()
+    assert capsys.readouterr().err == ""
+
+    without = {k: v for k, v in BASE.items() if k != "MODEL_SYNC_REGISTRY_SERVER_ADDRESS"}
+    chosen = _registry(resolve([], without), ours)
+    assert isinstance(chosen, KubeflowModelRegistry) and chosen.api_url.startswith("http://x:1/")
+    chosen.close()
+    assert "registering in the kubeflow registry at http://x:1" in capsys.readouterr().err
+    default = _registry(resolve([], without), load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}))
+    assert isinstance(default, SqliteModelRegistry) and default.path == tmp_path / "registry.db"
+    default.close()
+    assert f"sqlite registry at {tmp_path / 'registry.db'}" in capsys.readouterr().err

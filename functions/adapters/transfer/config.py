@@ -218,12 +218,11 @@ def resolve(
     env: Mapping[str, str],
     *,
     metadata: Metadata | None = None,
-    registry: bool = True,
 ) -> TransferConfig:
     """The configuration from args (a list, or the parsed {name: value}), `env` and the
     credential files they name. ConfigError listing every missing setting at once.
-    `metadata` instead of the metadata directory; `registry=False`: the caller registers
-    in a registry of its own (no MODEL_SYNC_REGISTRY_SERVER_ADDRESS needed)."""
+    `metadata` instead of the metadata directory. No registry setting is required: without
+    MODEL_SYNC_REGISTRY_SERVER_ADDRESS the caller registers in the modelhooks registry."""
     if isinstance(argv, Mapping):
         args = {k: v for k, v in argv.items() if v is not None and k in _BY_NAME}
     else:
@@ -252,7 +251,7 @@ def resolve(
         _bool(name, values[name])
     if metadata is None:
         metadata = _metadata(values.get("metadata_configmap_path", ""))
-    missing = _missing(values, source, destination, intent, metadata, registry)
+    missing = _missing(values, source, destination, intent, metadata)
     if missing:
         raise ConfigError(
             f"transfer is missing {len(missing)} setting(s):\n  " + "\n  ".join(missing)
@@ -410,7 +409,6 @@ def _missing(
     destination: str,
     intent: str,
     metadata: Metadata,
-    registry: bool = True,
 ) -> list[str]:
     need: list[str] = []
     for side, kind in (("source", source), ("destination", destination)):
@@ -434,8 +432,6 @@ def _missing(
                     f"or {_BY_NAME[named[kind]].flag}, {_BY_NAME[named[kind]].env} "
                     f"(intent {intent})"
                 )
-    if registry and not values.get("registry_server_address"):
-        missing.append(_where("registry_server_address") + " (to register the model)")
     return missing
 
 

@@ -25,7 +25,7 @@ from modelhooks.core.records import (
     typed,
 )
 
-__all__ = ["FAILURE_REASON", "Target", "begin", "fail", "finish"]
+__all__ = ["FAILURE_REASON", "Target", "begin", "fail", "finish", "record_signature"]
 
 FAILURE_REASON = "modelhooks.failure_reason"
 ARTIFACT = "model"
@@ -36,6 +36,7 @@ class Target:
     model_id: str
     version_id: str
     artifact: ModelArtifact
+    version_name: str = ""  # known for create_model and create_version
 
     def ids(self) -> dict[str, str]:
         return {
@@ -115,7 +116,7 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
         except Conflict:  # a concurrent run created it first: the same artifact
             found = next(x for x in registry.list_artifacts(version.id) if x.name == name)
             artifact = found
-    return Target(model_id, version.id, artifact)
+    return Target(model_id, version.id, artifact, version.name)
 
 
 def _ensure(
@@ -151,6 +152,26 @@ def finish(
         custom_properties={**props, **extra},
     )
     return registry.upsert_artifact(done)  # type: ignore[no-any-return]
+
+
+def record_signature(registry: Any, target: Target, signature: Mapping[str, str]) -> bool:
+    """The signature's `signature.*` properties on the version, as `sign` writes them (so
+    `registry list` names the signer, and `sign` does not sign the same digest again), onto
+    the version as it is now. False when the version is not known (update_artifact naming
+    no MODEL_SYNC_MODEL_ID and MODEL_SYNC_MODEL_VERSION_ID): the caller keeps them on the
+    artifact."""
+    with registry.transaction():
+        version: ModelVersion | None = None
+        if target.version_name:
+            version = registry.get_version(target.model_id, target.version_name)
+        elif target.model_id and target.version_id:
+            listed = registry.list_versions(target.model_id)
+            version = next((v for v in listed if v.id == target.version_id), None)
+        if version is None:
+            return False
+        props = {**version.custom_properties, **signature}
+        registry.update_version(replace(version, custom_properties=props))
+    return True
 
 
 def fail(registry: Any, target: Target, reason: str) -> ModelArtifact:

@@ -54,10 +54,7 @@ class Transfers:
         signer asked for) is a deployment gap: Unavailable (503, redelivered once fixed)."""
         try:
             cfg = resolve(
-                arguments(request, model_id=model_id),
-                self.env,
-                metadata=metadata(request),
-                registry=False,
+                arguments(request, model_id=model_id), self.env, metadata=metadata(request)
             )
         except ConfigError as exc:
             raise Unavailable(

@@ -20,11 +20,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelhooks.adapters.transfer.config import TransferConfig
 from modelhooks.adapters.transfer.files import FileEntry, HashingReader, Progress
 from modelhooks.core.errors import ConfigError, ModelhooksError
+
+if TYPE_CHECKING:
+    from modelhooks.adapters.signing.manifest import Manifest
 
 __all__ = [
     "Copied",
@@ -48,6 +51,7 @@ class Copied:
     skipped: list[str] = field(default_factory=list)
     order: list[str] = field(default_factory=list)  # the files in the source's order
     signed_by: str = ""
+    root_digest: str = ""  # of the signed manifest
 
     @property
     def digest(self) -> str:
@@ -223,6 +227,10 @@ def sign_bundle(copied: Copied, signer: Any, model_name: str) -> bytes:
 
 
 def _statement(copied: Copied, model_name: str) -> bytes:
+    return _manifest(copied, model_name).statement()
+
+
+def _manifest(copied: Copied, model_name: str) -> Manifest:
     from modelhooks.adapters.signing.manifest import Manifest, Resource
     from modelhooks.adapters.signing.streaming import HashOptions
 
@@ -231,7 +239,7 @@ def _statement(copied: Copied, model_name: str) -> bytes:
         for path, (_, sha) in sorted(copied.files.items())
         if path != SIGNATURE
     )
-    return Manifest(model_name, HashOptions().serialization(), resources).statement()
+    return Manifest(model_name, HashOptions().serialization(), resources)
 
 
 def _sign(copied: Copied, destination: Any, signer: Any, model_name: str) -> None:
@@ -239,7 +247,8 @@ def _sign(copied: Copied, destination: Any, signer: Any, model_name: str) -> Non
     already has one written over the same statement by the same signer (a re-run, a
     redelivery): signing again would change nothing the signature says, yet make another
     Rekor entry (keyless) and, on OCI, another manifest for the tag."""
-    statement, identity = _statement(copied, model_name), signer.identity()
+    manifest, identity = _manifest(copied, model_name), signer.identity()
+    statement = manifest.statement()
     mark = "signed:" + hashlib.sha256(statement + b"\0" + identity.encode()).hexdigest()
     had = destination.existing(SIGNATURE)
     if had and had[1] and had[2] == mark:
@@ -252,7 +261,7 @@ def _sign(copied: Copied, destination: Any, signer: Any, model_name: str) -> Non
         with HashingReader(io.BytesIO(bundle)) as reader:
             copied.files[SIGNATURE] = (len(bundle), destination.write(entry, reader, _Quiet()))
     copied.order.append(SIGNATURE)
-    copied.signed_by = identity
+    copied.signed_by, copied.root_digest = identity, manifest.root_digest
 
 
 def build_signer(cfg: TransferConfig) -> Any:
@@ -323,12 +332,28 @@ def transfer(
         "signed_by": copied.signed_by,
     }
     if target is not None:
-        extra = {"modelhooks.signed_by": copied.signed_by} if copied.signed_by else {}
+        extra: dict[str, str] = {}
+        if copied.signed_by:  # on the version, as `sign` writes it (else on the artifact)
+            signature = _signature(copied)
+            if not register.record_signature(registry, target, signature):
+                extra = signature
         artifact = register.finish(registry, target, copied.uri, copied.digest, extra)
         result.update(
             {**target.ids(), "model_artifact_id": artifact.id, "state": str(artifact.state)}
         )
     return result
+
+
+def _signature(copied: Copied) -> dict[str, str]:
+    """The properties `sign` writes for a signature: where it is (model.sig next to the
+    model; in an OCI image, a file of the image the URI names), what it signed, who."""
+    oci = copied.uri.startswith("oci://")
+    return {
+        "signature.uri": copied.uri if oci else f"{copied.uri.rstrip('/')}/{SIGNATURE}",
+        "signature.root_digest": f"sha256:{copied.root_digest}",
+        "signature.signer": copied.signed_by,
+        "signature.artifact_digest": copied.digest,
+    }
 
 
 class _Quiet:
