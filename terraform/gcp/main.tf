@@ -25,6 +25,18 @@ locals {
     for name, fn in var.functions : name => fn if var.registry_token_secret != ""
   }
 
+  # the settings each function reads from Secret Manager (latest version), by variable: the
+  # registry's token for every function, transfer's MODEL_SYNC_* credentials for transfer only
+  secret_env = {
+    for name, fn in var.functions : name => merge(
+      { for key, secret in { MODELHOOKS_REGISTRY_TOKEN = var.registry_token_secret } : key => secret if secret != "" },
+      name == "transfer" ? var.transfer_secrets : {},
+    )
+  }
+  transfer_secret_readers = toset([
+    for secret in values(var.transfer_secrets) : secret if contains(keys(var.functions), "transfer")
+  ])
+
   # sign's key: the secret mounted as a file (MODELHOOKS_SIGNING_KEY is a path), sign only
   signing_key_dir = "/etc/modelhooks/signing"
   signing_env = {
@@ -168,9 +180,9 @@ resource "google_cloudfunctions2_function" "function" {
     environment_variables          = merge(var.settings, local.registry_env, lookup(local.signing_env, each.key, {}), each.value.env)
 
     dynamic "secret_environment_variables" {
-      for_each = var.registry_token_secret == "" ? [] : [var.registry_token_secret]
+      for_each = local.secret_env[each.key]
       content {
-        key        = "MODELHOOKS_REGISTRY_TOKEN"
+        key        = secret_environment_variables.key
         project_id = var.project_id
         secret     = secret_environment_variables.value
         version    = "latest"
@@ -196,6 +208,7 @@ resource "google_cloudfunctions2_function" "function" {
     google_project_service.apis,
     google_secret_manager_secret_iam_member.registry_token,
     google_secret_manager_secret_iam_member.signing_key,
+    google_secret_manager_secret_iam_member.transfer_secret,
   ]
 }
 
@@ -368,6 +381,15 @@ resource "google_secret_manager_secret_iam_member" "signing_key" {
   secret_id = var.signing_key_secret
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
+}
+
+# transfer's MODEL_SYNC_* credentials: readable by transfer's account only.
+resource "google_secret_manager_secret_iam_member" "transfer_secret" {
+  for_each  = local.transfer_secret_readers
+  project   = var.project_id
+  secret_id = each.key
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function["transfer"].member
 }
 
 # ---------------------------------------------------------------------------------------

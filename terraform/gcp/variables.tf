@@ -96,7 +96,8 @@ variable "functions" {
     # Artifact Registry it reads and pushes (artifactregistry.writer, no delete). Long: the
     # copy stops at MODELHOOKS_TRANSFER_TIMEOUT, before Cloud Run's timeout cuts the request
     # (then 503: Pub/Sub redelivers and the copy resumes). Other stores' credentials are its
-    # MODEL_SYNC_* settings (env).
+    # MODEL_SYNC_* settings: secrets from var.transfer_secrets, the rest (endpoints, regions)
+    # in env.
     transfer = {
       memory              = "1G"
       timeout_seconds     = 3600
@@ -160,6 +161,20 @@ variable "signing_key_secret" {
   description = "Secret Manager secret id holding sign's EC private key PEM (latest version), mounted as a file for MODELHOOKS_SIGNING_KEY; only sign's account may read it. Empty = no key mounted: sign then follows its env in var.functions (by the enabling rule, off unless something turns it on)."
   type        = string
   default     = ""
+}
+
+variable "transfer_secrets" {
+  description = "transfer's store credentials from Secret Manager (latest version), as secret environment variables of the transfer function only: MODEL_SYNC_* variable => secret id, e.g. { MODEL_SYNC_SOURCE_AWS_ACCESS_KEY_ID = \"minio-key-id\", MODEL_SYNC_SOURCE_AWS_SECRET_ACCESS_KEY = \"minio-secret\" }; only transfer's account may read them. What is not secret (MODEL_SYNC_*_AWS_ENDPOINT, _AWS_REGION) goes in var.functions.transfer.env; GCS and Artifact Registry need none (the function's account). Empty = none."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition = alltrue([
+      for name in keys(var.transfer_secrets) :
+      can(regex("^MODEL_SYNC_(SOURCE|DESTINATION)_(AWS_ACCESS_KEY_ID|AWS_SECRET_ACCESS_KEY|OCI_USERNAME|OCI_PASSWORD)$", name))
+    ])
+    error_message = "transfer_secrets: the keys are MODEL_SYNC_{SOURCE,DESTINATION}_{AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY,OCI_USERNAME,OCI_PASSWORD}."
+  }
 }
 
 variable "ingress_settings" {

@@ -605,8 +605,54 @@ def test_terraform_settings_are_real_settings_and_valid(terraform: dict[str, Any
     pairs = dict(re.findall(r'(MODELHOOKS_\w+) = "?([^",}]+)"?', registry_env))
     assert pairs["MODELHOOKS_REGISTRY_URL"] == "var.registry_url"
     load_settings(env={**settings, **pairs, "MODELHOOKS_REGISTRY_URL": "https://mr.example"})
-    dynamic = {kind: block for d in service["dynamic"] for kind, block in d.items()}
-    assert dynamic["secret_environment_variables"]["content"][0]["key"] in SETTINGS_ENV
+    secret_settings = re.findall(r"\b(MODELHOOKS_\w+) = var\.", terraform["locals"]["secret_env"])
+    assert secret_settings and set(secret_settings) <= SETTINGS_ENV
+
+
+def test_terraform_gives_transfer_its_model_sync_secrets_and_only_transfer(
+    terraform: dict[str, Any],
+) -> None:
+    """transfer's store credentials: Secret Manager secrets as its MODEL_SYNC_* variables
+    (as the registry token is wired), readable by transfer's account only."""
+    variable = terraform["variable"]["transfer_secrets"]
+    assert variable["default"] == {}
+    (validation,) = variable["validation"]
+    (pattern,) = re.findall(r'regex\("([^"]+)"', validation["condition"])
+    allowed = {o.env for o in TRANSFER_OPTIONS if re.fullmatch(pattern, o.env)}
+    assert allowed == {
+        f"MODEL_SYNC_{side}_{name}"
+        for side in ("SOURCE", "DESTINATION")
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "OCI_USERNAME", "OCI_PASSWORD")
+    }, "transfer_secrets accepts names that are not transfer's credential settings"
+    # one mechanism: every function's secret variables, transfer's credentials among them
+    secret_env = terraform["locals"]["secret_env"]
+    assert 'name == "transfer" ? var.transfer_secrets : {}' in secret_env
+    function = _resource(terraform, "google_cloudfunctions2_function", "function")
+    (service,) = function["service_config"]
+    (block,) = [
+        d["secret_environment_variables"]
+        for d in service["dynamic"]
+        if "secret_environment_variables" in d
+    ]
+    assert block["for_each"] == "${local.secret_env[each.key]}"
+    (content,) = block["content"]
+    assert (content["key"], content["secret"], content["version"]) == (
+        "${secret_environment_variables.key}",
+        "${secret_environment_variables.value}",
+        "latest",
+    )
+    reader = _resource(terraform, "google_secret_manager_secret_iam_member", "transfer_secret")
+    readers = terraform["locals"]["transfer_secret_readers"]
+    assert reader["for_each"] == "${local.transfer_secret_readers}"
+    assert "values(var.transfer_secrets)" in readers and "var.functions" in readers
+    assert reader["secret_id"] == "${each.key}"
+    assert reader["role"] == "roles/secretmanager.secretAccessor"
+    assert reader["member"] == '${google_service_account.function["transfer"].member}'
+    assert "google_secret_manager_secret_iam_member.transfer_secret" in " ".join(
+        function["depends_on"]
+    )
+    readme = (TERRAFORM / "README.md").read_text()
+    assert "| `transfer_secrets` |" in readme
 
 
 def test_terraform_mounts_the_signing_key_for_sign_only(terraform: dict[str, Any]) -> None:
