@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("modelhooks").setLevel(cfg.get("registry_log_level").upper())
     if cfg.sign_warning:
         print(f"warning: {cfg.sign_warning}", file=sys.stderr)
-    registry = _registry(cfg, common.settings(args))
+    # the modelhooks settings only when they choose the registry: a drop-in run never reads them
+    registry = _registry(cfg, None if cfg.get("registry_server_address") else common.settings(args))
     signal.signal(signal.SIGTERM, _terminated)  # a deleted Job or evicted Pod: ABANDONED
     progress = Bar() if sys.stderr.isatty() else JsonProgress()
     with common.interruptible(

@@ -401,3 +401,18 @@ def test_the_drop_ins_registry_first_else_the_modelhooks_registry_settings(
     assert isinstance(default, SqliteModelRegistry) and default.path == tmp_path / "registry.db"
     default.close()
     assert f"sqlite registry at {tmp_path / 'registry.db'}" in capsys.readouterr().err
+
+
+def test_a_drop_in_run_does_not_read_the_modelhooks_registry_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(b"w")
+    monkeypatch.setenv("MODELHOOKS_REGISTRY_BACKEND", "nonsense")  # not ours to choose here
+    args = ["--source-type", "local", "--source-path", str(tmp_path / "m")]
+    args += ["--destination-type", "local", "--destination-path", str(tmp_path / "out")]
+    args += ["--model-artifact-id", "1", "--storage-path", str(tmp_path / "state")]
+    args += ["--registry-server-address", "http://127.0.0.1:9", "--registry-port", "9"]
+    assert main(["transfer", *args]) == 3  # the drop-in's registry did not answer
+    err = capsys.readouterr().err
+    assert "127.0.0.1:9" in err and "MODELHOOKS_REGISTRY_BACKEND" not in err
