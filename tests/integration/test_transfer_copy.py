@@ -25,7 +25,7 @@ from modelhooks.adapters.object_store.gcs import GcsObjectStore
 from modelhooks.adapters.object_store.s3 import S3ObjectStore
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import OCI_MANIFEST, DistributionRegistry
-from modelhooks.adapters.transfer.files import CHUNK, FileEntry
+from modelhooks.adapters.transfer.files import CHUNK, FileEntry, Sha256
 from modelhooks.adapters.transfer.oci import LAYER_TAR, OciEnd
 from modelhooks.adapters.transfer.run import copy
 from modelhooks.adapters.transfer.stores import GcsEnd, LocalEnd, S3End
@@ -471,20 +471,31 @@ def test_oci_resume_inside_a_file_continues_the_registrys_upload(
     assert store.client.get_object(Bucket=name, Key="m/weights.bin")["Body"].read() == data
 
 
+GCS_SERVERS = {"fake_gcs": "fake-gcs-server", "gcs_emulator": "gcp-storage-emulator"}
+
+
+@pytest.fixture(params=sorted(GCS_SERVERS))
+def gcs_server(request: pytest.FixtureRequest) -> tuple[str, FakeGcs]:
+    """Each GCS server of the harness: (its name, it)."""
+    server: FakeGcs = request.getfixturevalue(request.param)
+    return GCS_SERVERS[request.param], server
+
+
 @pytest.fixture
-def gcs_bucket(fake_gcs: FakeGcs) -> tuple[GcsObjectStore, str]:
-    client = fake_gcs.storage_client()
+def gcs_bucket(gcs_server: tuple[str, FakeGcs]) -> tuple[GcsObjectStore, str]:
+    client = gcs_server[1].storage_client()
     name = f"transfer-{secrets.token_hex(5)}"
     client.create_bucket(name)
     return GcsObjectStore(client), name
 
 
-@pytest.fixture(scope="module")
-def gcs_status_query(fake_gcs: FakeGcs) -> str:
+@pytest.fixture
+def gcs_status_query(gcs_server: tuple[str, FakeGcs]) -> str:
     """ "" where the server answers a resumable upload's status query as GCS does (PUT with
     `Content-Range: bytes */*` → 308 with the `Range` committed, the session still open),
     else exactly what it did instead."""
-    client = fake_gcs.storage_client()
+    server_name, server = gcs_server
+    client = server.storage_client()
     bucket = client.create_bucket(f"probe-{secrets.token_hex(5)}")
     session = bucket.blob("k").create_resumable_upload_session(client=client, checksum=None)
     piece = 256 * 1024
@@ -496,18 +507,13 @@ def gcs_status_query(fake_gcs: FakeGcs) -> str:
     if answers == [(308, f"bytes=0-{piece - 1}")] * 3:
         return ""
     blob = bucket.get_blob("k")
+    made = f"finalized the object from the bytes so far ({blob.size} bytes)" if blob else ""
     return (
-        "fake-gcs-server does not answer a resumable upload's status query as GCS does: "
+        f"{server_name} does not answer a resumable upload's status query as GCS does: "
         f"after a first {piece}-byte piece (answered {answers[0]}), PUT `Content-Range: "
-        f"bytes */*` answered {answers[1]} and "
-        + (
-            f"finalized the object from the bytes so far ({blob.size} bytes)"
-            if blob
-            else "made no object"
-        )
-        + f", the session then answering {answers[2][0]}, instead of 308 with the Range "
-        "committed and the session kept: resuming inside a file cannot be exercised here "
-        "(a session that is gone starts the file over: tested)"
+        f"bytes */*` answered {answers[1]} and {made or 'made no object'}, the session then "
+        f"answering {answers[2][0]}, instead of 308 with the Range committed and the session "
+        "kept: resuming inside a file is exercised on the other GCS server only"
     )
 
 
@@ -569,3 +575,42 @@ def test_gcs_resume_with_a_session_gone_starts_the_file_over(
     assert json.loads(journal.read_text())["entries"] == {}
     done = copy(LocalEnd(str(src)), GcsEnd(store, name, "m", journal), Counter())
     assert done.skipped == ["weights.bin"]
+
+
+def test_gcs_resume_hashes_what_the_session_committed_after_the_journal(
+    tmp_path: Path, gcs_bucket: tuple[GcsObjectStore, str], gcs_status_query: str
+) -> None:
+    """Killed after GCS committed a piece but before the journal recorded it: the session
+    says how much it holds; that piece is read to hash it, not sent again."""
+    if gcs_status_query:
+        pytest.skip(gcs_status_query)
+    store, name = gcs_bucket
+    src = tmp_path / "src"
+    data = one_file(src, 3 * CHUNK + 777)
+    journal = tmp_path / "state" / "gcs.json"
+    with pytest.raises(Interrupted):
+        copy(
+            StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10),
+            GcsEnd(store, name, "m", journal),
+            Counter(),
+        )
+    state = json.loads(journal.read_text())
+    saved = state["entries"]["upload:m/weights.bin"]
+    first = Sha256()
+    first.update(data[:CHUNK])
+    saved["offset"], saved["file_state"] = CHUNK, first.state()  # one piece behind GCS
+    journal.write_text(json.dumps(state))
+    again = StopAfter(LocalEnd(str(src)), len(data) * 2)
+    sent: list[int] = []
+    session_put = store.client._http.put
+
+    def counting(url: str, data: bytes = b"", **kw: Any) -> Any:
+        sent.append(len(data))
+        return session_put(url, data=data, **kw)
+
+    store.client._http.put = counting
+    copied = copy(again, GcsEnd(store, name, "m", journal), Counter())
+    assert again.read == len(data) - CHUNK  # the second piece read to hash it …
+    assert sum(sent) == len(data) - 2 * CHUNK  # … but not sent again
+    assert copied.files["weights.bin"][1] == hashlib.sha256(data).hexdigest()
+    assert store.client.bucket(name).get_blob("m/weights.bin").download_as_bytes() == data

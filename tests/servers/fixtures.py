@@ -14,6 +14,7 @@ kube_apiserver     kube.KubeApiServer (url, ca_file, admin_token, ca, write_kube
 own_kube_apiserver (KubeApiServer, its processes) private to one test (per test, not session)
 minio              objectstores.Minio (endpoint_url, keys, notify_port/url/token/arn, s3_client)
 fake_gcs           objectstores.FakeGcs (url, project, env, storage_client)
+gcs_emulator       objectstores.FakeGcs (the same fields; gcp-storage-emulator: resumable status queries)
 docker_registry    registries.OciRegistry (url, host, notify_port/url/token)
 distribution3      registries.OciRegistry (same fields; distribution v3, tag DELETE)
 token_server       token_auth.TokenServer (a token realm: users, requests, issuing())
@@ -51,7 +52,13 @@ from tests.servers.kube import KubeApiServer, start_kube
 from tests.servers.model_registry import ModelRegistry, start_model_registry
 from tests.servers.node import NEEDS as NODE_NEEDS
 from tests.servers.node import Node, start_node
-from tests.servers.objectstores import FakeGcs, Minio, start_fake_gcs, start_minio
+from tests.servers.objectstores import (
+    FakeGcs,
+    Minio,
+    start_fake_gcs,
+    start_gcs_emulator,
+    start_minio,
+)
 from tests.servers.recipes import RECIPES, declared_unavailable
 from tests.servers.registries import (
     OciRegistry,
@@ -153,6 +160,14 @@ def fake_gcs(
 ) -> Iterator[FakeGcs]:
     """fake-gcs-server, memory backend; set ``fake_gcs.env`` for STORAGE_EMULATOR_HOST."""
     yield from _serve(request, tmp_path_factory, ("fake-gcs-server",), start_fake_gcs)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FakeGcs]:
+    """gcp-storage-emulator, in memory: a second GCS server, for what fake-gcs-server lacks."""
+    yield from _serve(request, tmp_path_factory, ("gcp-storage-emulator",), start_gcs_emulator)
 
 
 @pytest.fixture(scope="session")

