@@ -11,6 +11,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -129,14 +130,15 @@ class _Recorder:
         self.calls: list[tuple[str, str]] = []
         self.statuses: list[int] = []
         base = len(registry.api_url)
-        session = registry._session
+        send = registry._http.urlopen
 
-        def record(response: requests.Response, *args: object, **kwargs: object) -> None:
-            path = response.request.url[base:].partition("?")[0] if response.request.url else ""
-            self.calls.append((str(response.request.method), path))
-            self.statuses.append(response.status_code)
+        def record(method: str, url: str, **kwargs: Any) -> Any:
+            response = send(method, url, **kwargs)
+            self.calls.append((method, url[base:].partition("?")[0]))
+            self.statuses.append(response.status)
+            return response
 
-        session.hooks["response"].append(record)
+        registry._http.urlopen = record  # type: ignore[method-assign]
 
     def listings(self) -> list[tuple[str, str]]:
         """GETs that are neither a lookup by id nor an exact find, and that the server ran

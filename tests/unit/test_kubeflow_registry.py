@@ -253,22 +253,44 @@ def test_a_broken_scoped_listing_falls_back_to_the_global_one(
 def test_requests_is_not_imported_with_the_module() -> None:
     code = (
         "import sys, modelhooks.bootstrap, modelhooks.adapters.model_registry.kubeflow; "
-        "assert 'requests' not in sys.modules, 'requests imported'"
+        "assert 'requests' not in sys.modules, 'requests imported'; "
+        "assert 'urllib3' not in sys.modules, 'urllib3 imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_a_given_session_is_used_and_left_open(stub: Stub) -> None:
-    import requests
-
+def test_the_proxy_of_the_environment_is_used(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY (with its credentials) carries the requests to a registry NO_PROXY does
+    not name, as requests would send them."""
     stub.answer = lambda seen: (200, {"id": "1", "name": "m"}, {})
-    with requests.Session() as session:
-        session.headers["X-Test"] = "yes"
-        registry = KubeflowModelRegistry(stub.url, session=session)
-        assert registry.get_model("m") == RegisteredModel("1", "m")
-        registry.close()
-        assert registry.get_model("m") is not None  # still usable: not ours to close
-    assert stub.seen[0].headers["X-Test"] == "yes"
+    proxied = stub.url.replace("http://", "http://user:pw@")
+    monkeypatch.setenv("HTTP_PROXY", proxied)
+    monkeypatch.setenv("NO_PROXY", "elsewhere.example")
+    registry = KubeflowModelRegistry("http://model-registry.example:8080", token="t")
+    assert registry.get_model("m") == RegisteredModel("1", "m")
+    registry.close()
+    (seen,) = stub.seen
+    headers = {k.lower(): v for k, v in seen.headers.items()}
+    assert headers["host"] == "model-registry.example:8080"
+    assert headers["proxy-authorization"] == "Basic dXNlcjpwdw=="  # user:pw
+    assert headers["authorization"] == "Bearer t"
+    assert seen.path == "/registered_model" and seen.query == {"name": "m"}
+
+
+def test_no_proxy_goes_direct(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as sock:  # a proxy that is not there
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    stub.answer = lambda seen: (200, {"id": "1", "name": "m"}, {})
+    registry = KubeflowModelRegistry(stub.url)
+    assert registry.get_model("m") == RegisteredModel("1", "m")
+    registry.close()
+    monkeypatch.delenv("NO_PROXY")
+    through_the_proxy = KubeflowModelRegistry(stub.url, timeout=2)
+    with pytest.raises(Unavailable):
+        through_the_proxy.get_model("m")
+    through_the_proxy.close()
 
 
 def test_a_broken_next_page_falls_back_to_the_servers_own_pages(

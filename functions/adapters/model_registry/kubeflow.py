@@ -1,5 +1,5 @@
-"""`KubeflowModelRegistry`: the Kubeflow Model Registry REST API (v1alpha3) through
-requests (imported when the adapter is built).
+"""`KubeflowModelRegistry`: the Kubeflow Model Registry REST API (v1alpha3) through a
+urllib3 pool (`net.endpoint_pool`, imported when the adapter is built).
 
 Mapping: RegisteredModel, ModelVersion and ModelArtifact (artifactType "model-artifact")
 map one to one; ids are the server's string ids; an artifact's digest is its custom
@@ -54,14 +54,12 @@ broker's partition key) closes it.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from modelhooks.core.errors import (
     BadRequest,
@@ -84,7 +82,7 @@ from modelhooks.core.records import (
 )
 
 if TYPE_CHECKING:
-    import requests
+    import urllib3
 
 __all__ = [
     "ARTIFACT",
@@ -127,6 +125,7 @@ _TYPES = {
     "MetadataStructValue": "struct_value",
 }
 Json = dict[str, Any]
+_dumps, _loads = json.dumps, json.loads  # `json` is also _call's parameter
 
 
 class _BrokenQuery(Unavailable):
@@ -206,7 +205,8 @@ class _Locks:
 
 class KubeflowModelRegistry:
     """A Kubeflow Model Registry, by its server URL (the REST base is appended); `token` a
-    bearer token, `ca` the PEM certificate(s) its TLS is verified with (else the system's).
+    bearer token, `ca` the PEM certificate(s) its TLS is verified with (else the bundle of
+    REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, else certifi's); the proxy of the environment.
 
     >>> registry = KubeflowModelRegistry("https://model-registry:8443", token="...")  # doctest: +SKIP
     >>> registry.get_model("bert")  # doctest: +SKIP
@@ -222,42 +222,24 @@ class KubeflowModelRegistry:
         token: str | None = None,
         ca: str | None = None,
         timeout: float = 30,
-        session: requests.Session | None = None,
     ) -> None:
+        from modelhooks.adapters.net import endpoint_pool  # urllib3: not at import
+
         base = base_url.rstrip("/")
         self.api_url = base if base.endswith(API_PATH) else base + API_PATH
         self._timeout = timeout
-        self._owns_session = session is None
-        if session is None:
-            import requests  # here, not at import: bootstrap imports this module on demand
-
-            from modelhooks.adapters.net import read_environment_once
-
-            session = read_environment_once(requests.Session(), self.api_url)
-            adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-        self._ca_file: str | None = None
-        if ca:  # requests verifies against a file: a private copy, removed on close()
-            fd, self._ca_file = tempfile.mkstemp(prefix="modelhooks-registry-ca-", suffix=".pem")
-            with os.fdopen(fd, "w") as out:
-                out.write(ca if ca.endswith("\n") else ca + "\n")
-        # per request: it beats the environment's bundle (settled in a session of our own)
-        self._verify: str | bool = self._ca_file or session.verify or True
-        self._session = session
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http: urllib3.PoolManager = endpoint_pool(self.api_url, ca=ca)
+        self._headers = {"Accept": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
         self._txn = _Transaction()
         self._locks = _Locks()
         self._scoped: bool | None = None  # can the server answer parent-scoped queries?
         self._paged: bool | None = None  # can it follow a nextPageToken?
 
     def close(self) -> None:
-        """Close the HTTP session (unless it was given to us)."""
-        if self._owns_session:
-            self._session.close()
-        if self._ca_file:
-            with contextlib.suppress(OSError):
-                os.unlink(self._ca_file)
+        """Close the kept-alive connections."""
+        self._http.clear()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -543,39 +525,57 @@ class KubeflowModelRegistry:
         return found
 
     # HTTP
-    def _call(self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any) -> Json:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        missing_ok: bool = False,
+        params: Mapping[str, str] | None = None,
+        json: Json | None = None,
+    ) -> Json:
         """One request; its JSON object answer ({} for a 404 when `missing_ok`)."""
-        import requests
+        import urllib3
 
         where = f"{method} {path}"
+        url = self.api_url + path + (f"?{urlencode(params)}" if params else "")
+        headers, body = self._headers, None
+        if json is not None:
+            headers = {**headers, "Content-Type": "application/json"}
+            body = _dumps(json).encode()
         try:
-            response = self._session.request(
+            response = self._http.urlopen(  # no retry (the platform redelivers), as requests
                 method,
-                self.api_url + path,
-                headers=self._headers,
+                url,
+                body=body,
+                headers=headers,
                 timeout=self._timeout,
-                verify=self._verify,
-                **kwargs,
+                retries=False,
+                redirect=False,
             )
-        except requests.exceptions.SSLError as exc:  # our CA does not trust it: the operator's
-            raise CredentialsRefused(
-                f"model registry: {where}: TLS verification failed ({exc}); is "
-                "MODELHOOKS_REGISTRY_CA the CA that signed its certificate?",
-                url=self.api_url,
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or exc  # a MaxRetryError's, a ProxyError's
+            if isinstance(reason, urllib3.exceptions.SSLError):  # our CA does not trust it
+                raise CredentialsRefused(
+                    f"model registry: {where}: TLS verification failed ({reason}); is "
+                    "MODELHOOKS_REGISTRY_CA the CA that signed its certificate?",
+                    url=self.api_url,
+                ) from None
+            # refused, reset, timed out
+            raise Unavailable(
+                f"model registry: {where} failed: {reason}", url=self.api_url
             ) from None
-        except requests.RequestException as exc:  # refused, reset, timed out
-            raise Unavailable(f"model registry: {where} failed: {exc}", url=self.api_url) from None
-        if response.status_code == 404 and missing_ok:
+        if response.status == 404 and missing_ok:
             return {}
-        if response.status_code >= 400:
+        if response.status >= 400:
             details = {"url": self.api_url, "retry_after": response.headers.get("Retry-After")}
             details = {k: v for k, v in details.items() if v}
-            raise registry_error(response.status_code, _message(response), where, **details)
+            raise registry_error(response.status, _message(response), where, **details)
         try:
-            body = response.json()
+            answer = _loads(response.data)
         except ValueError:
             raise Unavailable(f"model registry: {where} answered with no JSON") from None
-        return body if isinstance(body, dict) else {}
+        return answer if isinstance(answer, dict) else {}
 
     def _items(self, path: str, page_size: int | None, **params: str) -> Iterator[Json]:
         """Every item of a listing, page after page (`page_size` None: one page)."""
@@ -635,13 +635,14 @@ class KubeflowModelRegistry:
         return [item for page in self.pages(fallback) for item in page if keep(item)]
 
 
-def _message(response: requests.Response) -> str:
+def _message(response: urllib3.BaseHTTPResponse) -> str:
+    text = response.data.decode(errors="replace").strip()[:300]
     try:
-        body = response.json()
+        body = _loads(response.data)
     except ValueError:
-        return response.text.strip()[:300] or response.reason
+        return text or response.reason or ""
     message = body.get("message") if isinstance(body, dict) else None
-    return str(message) if message else response.text.strip()[:300]
+    return str(message) if message else text
 
 
 def _artifact_names(version: Json) -> list[str]:
