@@ -416,3 +416,35 @@ def test_a_drop_in_run_does_not_read_the_modelhooks_registry_settings(
     assert main(["transfer", *args]) == 3  # the drop-in's registry did not answer
     err = capsys.readouterr().err
     assert "127.0.0.1:9" in err and "MODELHOOKS_REGISTRY_BACKEND" not in err
+
+
+def test_metadata_custom_properties_keep_their_json_types(tmp_path: Path) -> None:
+    from modelhooks.adapters.transfer.register import begin
+    from modelhooks.core.errors import BadRequest
+    from modelhooks.core.records import Typed
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    (meta / "RegisteredModel.name").write_text("typed")
+    (meta / "ModelVersion.name").write_text("v1")
+    custom = '{"accuracy": 0.95, "epochs": 3, "tuned": false, "tags": ["a"], "gone": null}'
+    (meta / "ModelVersion.custom_properties").write_text(custom)
+    cfg = resolve(
+        ["--model-upload-intent", "create_model", "--metadata-configmap-path", str(meta)], BASE
+    )
+    registry = InMemoryModelRegistry()
+    target = begin(registry, cfg, "s3://b/typed/v1")
+    version = registry.get_version(target.model_id, "v1")
+    assert version is not None
+    props = {k: v for k, v in version.custom_properties.items() if not k.startswith("kubeflow.")}
+    assert props == {"accuracy": "0.95", "epochs": "3", "tuned": "false", "tags": '["a"]'}
+    assert all(isinstance(v, Typed) for v in props.values())  # "gone" (null): left out
+    assert [type(v.value) for v in props.values()] == [float, int, bool, list]  # type: ignore[attr-defined]
+
+    (meta / "ModelVersion.custom_properties").write_text('{"loss": NaN}')
+    cfg = resolve(
+        ["--model-upload-intent", "create_model", "--metadata-configmap-path", str(meta)], BASE
+    )
+    with pytest.raises(BadRequest, match="loss"):
+        begin(InMemoryModelRegistry(), cfg, "s3://b/typed/v1")

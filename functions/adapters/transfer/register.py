@@ -48,9 +48,12 @@ class Target:
 
 def _props(custom: Mapping[str, Any], **fields: str) -> dict[str, str]:
     """The metadata's JSON custom properties, each keeping its type (`typed`: Kubeflow
-    writes 0.95 as a double, as upstream's job does), and Kubeflow's fields."""
+    writes 0.95 as a double, as upstream's job does), and Kubeflow's fields; a null is
+    left out, as upstream's client leaves it."""
     props = {}
     for key, value in custom.items():
+        if value is None:
+            continue
         try:
             props[key] = typed(value)
         except ValueError as exc:
