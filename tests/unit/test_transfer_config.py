@@ -371,7 +371,7 @@ def test_the_registry_is_reached_as_upstreams_client_reaches_it(
         ["--registry-user-token-envvar", "MY_TOKEN", "--registry-custom-ca", str(ca)], BASE
     )
     registry = _registry(cfg)
-    assert registry._headers == {"Authorization": "Bearer t0ken"}
+    assert registry._headers["Authorization"] == "Bearer t0ken"
     assert registry._ca_file and Path(registry._ca_file).read_text().startswith("-----BEGIN")
     registry.close()
 
