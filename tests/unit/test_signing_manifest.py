@@ -260,3 +260,51 @@ def test_a_stream_broken_midway_goes_on_from_where_it_stopped(tmp_path: Path) ->
     with pytest.raises(Unavailable):  # bounded: it gives up, and the platform redelivers
         hash_model(endless, "m", "", opts.serialization(), options=opts)
     assert len(endless.starts) == 6
+
+
+class RecordingStore(LocalObjectStore):
+    """Records the listings asked for and the threads that read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.listings: list[str] = []
+        self.readers: set[str] = set()
+
+    def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        self.listings.append(prefix)
+        return super().list(bucket, prefix)
+
+    def read_chunks(
+        self, bucket: str, key: str, start: int, length: int, chunk_size: int
+    ) -> Iterator[memoryview]:
+        self.readers.add(threading.current_thread().name)
+        return super().read_chunks(bucket, key, start, length, chunk_size)
+
+
+def test_a_model_of_one_small_file_is_hashed_without_a_thread(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "weights").write_bytes(b"w" * 1000)
+    store = RecordingStore(tmp_path)
+    opts = HashOptions(chunk_size=1000)
+    manifest = hash_model(store, "m", "", opts.serialization(), options=opts)
+    assert store.readers == {threading.current_thread().name}
+    assert [r.name for r in manifest.resources] == ["weights"]
+
+    (tmp_path / "m" / "more").write_bytes(b"m" * 1001)  # a second unit: the pool, as listed
+    store = RecordingStore(tmp_path)
+    manifest = hash_model(store, "m", "", opts.serialization(), options=opts)
+    assert [r.name for r in manifest.resources] == ["more", "weights"]
+    assert store.readers and threading.current_thread().name not in store.readers
+
+
+def test_sign_hashes_the_listing_it_compares(model: Path, tmp_path: Path) -> None:
+    """Two listings, one before hashing (what is hashed) and one after (nothing changed)."""
+    from modelhooks.adapters.signing import KeySigner, sign_model
+    from tests.unit.signing_material import make_key
+
+    expected = upstream(model, hashing.Config().use_file_serialization())
+    store = RecordingStore(model.parent)
+    signer = KeySigner.from_file(make_key(tmp_path).private)
+    signed = sign_model(store, model.name, "", signer)
+    assert store.listings == ["", ""]
+    assert {r.name: r.digest for r in signed.manifest.resources} == expected

@@ -117,8 +117,11 @@ def sign_model(
     out = at or Location(store, bucket, signature_key(prefix, opts.signature_name))
     serialization = opts.serialization()
     ignored = (*serialization.ignore_paths, *DEFAULT_IGNORED)
-    before = _identities(list_model(store, bucket, prefix, ignored))
-    manifest = hash_model(store, bucket, prefix, serialization, options=opts, progress=progress)
+    listed = list_model(store, bucket, prefix, ignored)
+    before = _identities(listed)
+    manifest = hash_model(
+        store, bucket, prefix, serialization, options=opts, progress=progress, files=listed
+    )
     files = list_model(store, bucket, prefix, ignored)
     if _identities(files) != before:  # a binding must name what was hashed
         raise Unavailable(

@@ -13,7 +13,9 @@ bounded by `workers * chunk_size` whatever the model size.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -98,7 +100,7 @@ class HashOptions:
 
     def tuned(self, store: ObjectReader) -> HashOptions:
         """These options with every `None` tuning knob decided for `store`."""
-        cpus = os.cpu_count() or 2
+        cpus = _cpus()
         local = isinstance(store, LocalObjectStore)
         return replace(
             self,
@@ -110,6 +112,12 @@ class HashOptions:
         """Upper bound of the bytes one `hash_model` call holds in memory for `store`."""
         t = self.tuned(store)
         return (t.workers or 1) * (t.chunk_size or 1)
+
+
+@functools.cache
+def _cpus() -> int:
+    """The machine's CPUs, read once (os.cpu_count reads a file each time)."""
+    return os.cpu_count() or 2
 
 
 def _new_hasher(hash_type: HashType) -> _Hasher:
@@ -184,17 +192,20 @@ def hash_model(
     options: HashOptions | None = None,
     ignore: tuple[str, ...] = (),
     progress: Progress | None = None,
+    files: Iterable[tuple[str, ObjectInfo]] | None = None,
 ) -> Manifest:
     """The manifest of the model under `bucket/prefix`, hashed as `serialization` says.
 
     Ignores `serialization.ignore_paths`, git metadata and the extra `ignore` names.
-    Conflict when an object shrinks while it is read.
+    Conflict when an object shrinks while it is read. `files`: the model's listing when
+    the caller has it (list_model, with the same ignored names), not listed again.
     """
     opts = (options or HashOptions()).tuned(store)
     chunk = opts.chunk_size or MiB
     ignored = (*serialization.ignore_paths, *DEFAULT_IGNORED, *ignore)
+    listed = _listed(store, bucket, prefix, ignored) if files is None else files
     units: Iterable[tuple[str, str, int, int]]
-    units = _units(_listed(store, bucket, prefix, ignored), serialization)
+    units = _units(listed, serialization)
     if progress is not None:  # told the total first: the listing is read whole
         units = list(units)
         progress.start(sum(end - start for _, _, start, end in units))
@@ -239,9 +250,19 @@ def hash_model(
             raise
         return Resource(name, serialization.algorithm, hasher.hexdigest())
 
+    # A first unit of one piece is hashed by this thread: a model of one small file costs
+    # a read, not a thread started and two hand-overs (each a wait for the GIL when the
+    # process is busy); a big first unit goes to the pool, where the rest joins it.
+    pending = iter(units)
+    resources: tuple[Resource, ...] = ()
+    first = next(pending, None)
+    if first is not None and first[3] - first[2] <= chunk:
+        resources, first = (hash_unit(first),), next(pending, None)
+    if first is None:
+        return Manifest(model_name(bucket, prefix), serialization, resources)
     with ThreadPoolExecutor(opts.workers or 1, "mh-hash") as hashers:
         try:  # units are submitted as they are listed
-            resources = tuple(hashers.map(hash_unit, units))
+            resources += tuple(hashers.map(hash_unit, itertools.chain([first], pending)))
         except BaseException:  # e.g. Ctrl-C in this thread: the workers stop at their
             failed.set()  # next piece instead of hashing the rest before the pool joins
             raise
