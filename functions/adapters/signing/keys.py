@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,18 +93,28 @@ class KeySigner:
         return cls(_load_private(Path(path), password))
 
     def identity(self) -> str:
-        return f"key sha256:{key_fingerprint(self._key.public_key())}"
+        return f"key sha256:{self._hint}"
+
+    @cached_property
+    def _hint(self) -> str:
+        return key_fingerprint(self._key.public_key())
+
+    @cached_property
+    def _made(self) -> tuple[Any, ec.ECDSA]:
+        """What every bundle of this signer repeats, made once (the key's hint is a PEM
+        encoding and a hash; the material a model): its verification material and hash."""
+        return self._material(), _hash_for(self._key.public_key())
 
     def _material(self) -> Any:
         from sigstore_models.bundle.v1 import VerificationMaterial
         from sigstore_models.common.v1 import PublicKeyIdentifier
 
-        hint = key_fingerprint(self._key.public_key())
-        return VerificationMaterial(public_key=PublicKeyIdentifier(hint=hint), tlog_entries=[])
+        hint = PublicKeyIdentifier(hint=self._hint)
+        return VerificationMaterial(public_key=hint, tlog_entries=[])
 
     def sign(self, statement: bytes) -> bytes:
-        signature = self._key.sign(pae(statement), _hash_for(self._key.public_key()))
-        return dsse_bundle(statement, signature, self._material())
+        material, algorithm = self._made
+        return dsse_bundle(statement, self._key.sign(pae(statement), algorithm), material)
 
     def signed(self, bundle: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
