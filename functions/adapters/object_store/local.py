@@ -57,9 +57,11 @@ class LocalObjectStore:
         return self.root.joinpath(bucket, *parts)
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
-        p = self.path(bucket, key)
+        return self._stat(self.path(bucket, key), bucket, key)
+
+    def _stat(self, p: Path | str, bucket: str, key: str) -> ObjectInfo | None:
         try:
-            st = p.stat() if self.allow_symlinks else p.lstat()
+            st = os.stat(p) if self.allow_symlinks else os.lstat(p)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:  # a name too long, a loop
@@ -77,14 +79,16 @@ class LocalObjectStore:
             return
         base = self.root / bucket
         found = []
+        # the walk enters no link (unless allowed): what it finds has none on the way, and
+        # each file is checked on its own (lstat) by _stat, as stat() would
         for dirpath, dirs, files in os.walk(start, followlinks=self.allow_symlinks):
             rel = Path(dirpath).relative_to(base).as_posix()
             for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(dirpath, d)))]:
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix):
-                    found.append(key)
-        for key in sorted(found):
-            info = self.stat(bucket, key)
+                    found.append((key, os.path.join(dirpath, name)))
+        for key, path in sorted(found):
+            info = self._stat(path, bucket, key)
             if info is not None:
                 yield info
 
@@ -128,9 +132,12 @@ class LocalObjectStore:
 
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
         p = self.path(bucket, key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        self.path(bucket, key)  # nothing on the way became a link meanwhile
-        fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        except FileNotFoundError:  # a new prefix: its directories are made first
+            p.parent.mkdir(parents=True, exist_ok=True)
+            self.path(bucket, key)  # nothing on the way became a link meanwhile
+            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         tmp = Path(name)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
