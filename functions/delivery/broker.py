@@ -26,13 +26,15 @@ class Broker:
         self.max_depth = max_depth
 
     def functions_for(self, event: CanonicalEvent) -> list[Function]:
-        names = dict.fromkeys(t.function for t in self.triggers if t.accepts(event))
+        attrs = event.attributes()  # made once, matched by every Trigger
+        names = dict.fromkeys(t.function for t in self.triggers if t.matches(attrs))
         return [self.delivery.function(name) for name in names]
 
     def publish(self, event: CanonicalEvent) -> list[Outcome]:
         """Route an event from outside (an HTTP delivery, the store watcher, a replay) and
         the replies it leads to."""
-        if not any(t.accepts(event) for t in self.triggers):
+        attrs = event.attributes()
+        if not any(t.matches(attrs) for t in self.triggers):
             return []
         named = entered(event, self.delivery)
         return [named] if isinstance(named, Outcome) else self._route(named, 0)
