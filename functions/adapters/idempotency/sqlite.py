@@ -9,10 +9,16 @@ at most `FLUSH_SECONDS` after they were handled (or at once past `FLUSH_COUNT`).
 can lose that last fraction of a second of records; then those deliveries, redelivered,
 run again, which every effect's idempotency makes harmless. (Recent deliveries are in the
 process's own memory as well: see modelhooks.delivery.dedupe.)
+
+A lookup holds no lock across SQLite: it looks at the records not written yet (under the
+lock, briefly), then reads with its thread's own connection (WAL readers wait for nobody).
+Records stay where lookups see them until their transaction committed, so a record is
+always either in memory or readable.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -37,73 +43,109 @@ CREATE TABLE IF NOT EXISTS deliveries (
 class SqliteDeliveryLog:
     def __init__(self, path: Path, size: int) -> None:
         self.size = size
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        # checkpoints off the flush: it holds the lock every delivery's lookup waits on
-        self._db, self._checkpoints = connect(Path(path))
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()  # the records not written yet
+        self._writing = threading.Lock()  # one flush at a time
+        # checkpoints off the flush: a commit never copies the write-ahead log back
+        self._db, self._checkpoints = connect(self.path)
         self._db.executescript(_SCHEMA)
         self._puts = 0
         self._pending: list[tuple[str, str, str, str, bytes]] = []
+        self._flushing: list[tuple[str, str, str, str, bytes]] = []  # until they commit
+        self._readers = threading.local()
+        self._opened: list[sqlite3.Connection] = []
         self._closed = threading.Event()
         threading.Thread(target=self._flush_every, name="delivery-log", daemon=True).start()
 
     def get(self, key: tuple[str, str, str]) -> tuple[str, bytes] | None:
         with self._lock:
-            for pending in reversed(self._pending):
+            for pending in (*reversed(self._pending), *self._flushing):
                 if pending[:3] == key:
                     return pending[3], pending[4]
-            row = self._run(
-                "SELECT digest, replies FROM deliveries WHERE function=? AND source=? AND id=?",
-                key,
-            ).fetchone()
+        try:
+            row = (
+                self._reader()
+                .execute(
+                    "SELECT digest, replies FROM deliveries WHERE function=? AND source=? AND id=?",
+                    key,
+                )
+                .fetchone()
+            )
+        except sqlite3.Error as exc:
+            raise Unavailable(f"delivery log: {exc}") from None
         return (str(row[0]), bytes(row[1])) if row else None
 
     def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
         with self._lock:
             self._pending.append((*key, digest, replies))
-            if len(self._pending) >= FLUSH_COUNT:
-                self._flush()
+            full = len(self._pending) >= FLUSH_COUNT
+        if full:
+            self.flush()
 
     def flush(self) -> None:
         """Write what is pending now (tests; shutdown)."""
-        with self._lock:
+        with self._writing:
             self._flush()
 
     def close(self) -> None:
         self._closed.set()
         self._checkpoints.close()
-        with self._lock:
+        with self._writing:
             self._flush()
             self._db.close()
+            with self._lock:
+                for reader in self._opened:
+                    reader.close()
+                self._opened.clear()
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read-only connection (a process forked since opens its own)."""
+        pid, db = getattr(self._readers, "db", (None, None))
+        if db is None or pid != os.getpid():
+            db = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )  # closed by close(), from another thread
+            db.execute("PRAGMA query_only=ON")
+            self._readers.db = (os.getpid(), db)
+            with self._lock:
+                self._opened.append(db)
+        return db
 
     def _flush_every(self) -> None:
         while not self._closed.wait(FLUSH_SECONDS):
-            with self._lock:
-                if self._pending and not self._closed.is_set():
+            with self._writing:
+                if not self._closed.is_set():
                     self._flush()
 
-    def _flush(self) -> None:  # under self._lock
-        if not self._pending:
+    def _flush(self) -> None:  # under self._writing
+        with self._lock:
+            rows, self._pending = self._pending, []
+            self._flushing = rows
+        if not rows:
             return
-        rows, self._pending = self._pending, []
-        self._run("BEGIN IMMEDIATE", ())
         try:
-            self._db.executemany(
-                "INSERT OR IGNORE INTO deliveries(function, source, id, digest, replies) "
-                "VALUES (?,?,?,?,?)",
-                rows,
-            )
-            self._puts += len(rows)
-            if self._puts >= 1000:  # keep the most recent `size`
-                self._puts = 0
-                self._db.execute(
-                    "DELETE FROM deliveries WHERE seq <= (SELECT MAX(seq) FROM deliveries) - ?",
-                    (self.size,),
+            self._run("BEGIN IMMEDIATE", ())
+            try:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO deliveries(function, source, id, digest, replies) "
+                    "VALUES (?,?,?,?,?)",
+                    rows,
                 )
-            self._run("COMMIT", ())
-        except BaseException:
-            self._db.rollback()
-            raise
+                self._puts += len(rows)
+                if self._puts >= 1000:  # keep the most recent `size`
+                    self._puts = 0
+                    self._db.execute(
+                        "DELETE FROM deliveries WHERE seq <= (SELECT MAX(seq) FROM deliveries) - ?",
+                        (self.size,),
+                    )
+                self._run("COMMIT", ())
+            except BaseException:
+                self._db.rollback()
+                raise
+        finally:
+            with self._lock:
+                self._flushing = []
 
     def _run(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
         try:
