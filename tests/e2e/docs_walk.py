@@ -216,8 +216,14 @@ def terraform_apply(command: Command, match: re.Match[str], walk: Walk) -> None:
 
 
 def gcloud_secret(command: Command, match: re.Match[str], walk: Walk) -> None:
-    """The secret created is the one terraform is told to use."""
-    assert match["name"] == walk.facts.get("var.signing_key_secret"), command
+    """The secret created is one terraform is told to use: the signing key (a `terraform
+    apply -var`), or a value of `transfer_secrets` (the doc's ```hcl tfvars)."""
+    import hcl2
+
+    told = {walk.facts.get("var.signing_key_secret")}
+    for block in re.findall(r"```hcl\n(.*?)```", (ROOT / command.doc).read_text(), re.S):
+        told.update(v.strip('"') for v in hcl2.loads(block).get("transfer_secrets", {}).values())
+    assert match["name"] in told, f"{command}: terraform is told of {told}"
 
 
 def gcloud_dead_letter(command: Command, match: re.Match[str], walk: Walk) -> None:
@@ -319,7 +325,7 @@ RULES: dict[str, list[Rule]] = {
             terraform_apply,
         ),
         Rule(
-            r"^gcloud secrets create (?P<name>\S+) ",
+            r"^(printf %s \S+ \| )?gcloud secrets create (?P<name>\S+) ",
             f"{NO_CLOUD}; checked: it is the secret terraform apply is given",
             gcloud_secret,
         ),
