@@ -6,9 +6,9 @@
 
 On a fresh model-registry v0.3.0 + PostgreSQL 15 (the harness's), `modelhooks serve
 --registry-backend kubeflow` takes N distinct pushes (N/models versions of each of
-`--models` models, every one named by its content already, as the broker hands them on)
-from `--clients` keep-alive clients. Printed: deliveries/s and the register latency p50/p99
-per block of 1,000 deliveries (N/10 below 10,000), so growth with the registry's size
+`--models` models, every one named by its content already and carrying the time it was
+pushed, as the broker hands on what Knative sources and registry webhooks send) from
+`--clients` keep-alive clients. Printed: deliveries/s and the register latency p50/p99 per block of 1,000 deliveries (N/10 below 10,000), so growth with the registry's size
 shows; next to it `modelhooks serve` on SQLite under the same load, and the upstream
 Python client's (`model-registry` 0.3.0) own registration loop on the same server: its
 `register_model` 500s on v0.3.0 + PostgreSQL (its version lookup by name and parent,
@@ -37,6 +37,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,8 @@ def _push(run: str, n: int, models: int) -> tuple[dict[str, str], bytes]:
         "ce-id": f"{run}-{n}",
         "ce-source": "/bench",
         "ce-type": "dev.modelhooks.artifact.pushed",
+        # a real push carries its time: the model's push time is then written (newer)
+        "ce-time": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
     }
     return headers, json.dumps(data).encode()
 
