@@ -116,6 +116,10 @@ class ModelRegistry(Protocol):
 
     def get_version(self, model_id: str, name: str) -> ModelVersion | None: ...
 
+    def get_version_by_id(self, version_id: str) -> ModelVersion | None:
+        """A version by its id (one exact read, never a listing), None when there is none."""
+        ...
+
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion: ...

@@ -109,6 +109,17 @@ class ModelRegistryContract:
         assert got.version_id in (version.id, "")  # "" where an artifact is read alone
         assert registry.get_artifact("nope") is None
 
+    def test_a_version_is_read_back_by_its_id(self, registry: ModelRegistry) -> None:
+        model = registry.create_model(unique("m"), properties={})
+        version = registry.create_version(model.id, "1", properties={"k": "v"})
+        registry.create_version(model.id, "2", properties={})
+        got = registry.get_version_by_id(version.id)
+        assert got is not None
+        assert (got.id, got.model_id, got.name) == (version.id, model.id, "1")
+        assert got.custom_properties["k"] == "v"
+        assert registry.get_version_by_id("nope") is None
+        assert registry.get_version_by_id("987654321") is None
+
     def test_duplicate_artifact_name_conflicts(self, registry: ModelRegistry) -> None:
         model = registry.create_model(unique("m"), properties={})
         version = registry.create_version(model.id, "1", properties={})

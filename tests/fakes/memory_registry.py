@@ -58,6 +58,9 @@ class InMemoryModelRegistry:
             (v for v in self.versions.values() if v.model_id == model_id and v.name == name), None
         )
 
+    def get_version_by_id(self, version_id: str) -> ModelVersion | None:
+        return self.versions.get(version_id)
+
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:

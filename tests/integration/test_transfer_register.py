@@ -262,6 +262,35 @@ def test_two_concurrent_runs_make_one_version_and_one_copy(
     assert image_files(f"oci://{distribution3.host}/{repo}:v1") == files
 
 
+def test_the_signature_of_a_version_named_by_id_is_recorded_without_a_listing(
+    kubeflow: KubeflowModelRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """update_artifact naming the model and version ids: the version is read by its id (on
+    v0.3.0 listing a model's versions is a scan of the whole registry), only when it is of
+    the model named."""
+    from modelhooks.adapters.transfer.register import Target, record_signature
+
+    registered, version, artifact = new_artifact(kubeflow, "sig")
+    sent: list[tuple[str, str]] = []
+    send = kubeflow._http.urlopen
+
+    def record(method: str, url: str, **kwargs: Any) -> Any:
+        sent.append((method, url.removeprefix(kubeflow.api_url).partition("?")[0]))
+        return send(method, url, **kwargs)
+
+    monkeypatch.setattr(kubeflow._http, "urlopen", record)
+    target = Target(model_id=registered.id, version_id=version.id, artifact=artifact)
+    assert record_signature(kubeflow, target, {"signature.signer": "key abc"})
+    assert sent[0] == ("GET", f"/model_versions/{version.id}")
+    assert ("GET", "/model_versions") not in sent
+    stored = kubeflow.get_version(registered.id, "v1")
+    assert stored is not None and stored.custom_properties["signature.signer"] == "key abc"
+    other = Target(
+        model_id=str(int(registered.id) + 10_000), version_id=version.id, artifact=artifact
+    )
+    assert not record_signature(kubeflow, other, {"signature.signer": "key def"})
+
+
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> KeyPair:
     return make_key(tmp_path_factory.mktemp("keys"))

@@ -311,6 +311,12 @@ class KubeflowModelRegistry:
             found = self._adopt(model_id, name)  # taken, yet not ours: another client's
         return _version(self._remember(VERSIONS, found)) if found else None
 
+    def get_version_by_id(self, version_id: str) -> ModelVersion | None:
+        if not version_id.isdigit():
+            return None
+        found = self._call("GET", f"{VERSIONS}/{version_id}", missing_ok=True)
+        return _version(self._remember(VERSIONS, found)) if found else None
+
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:

@@ -255,6 +255,10 @@ class KubernetesModelRegistry:
         _check_identity(found, name=name, model_id=model_id)
         return _version(found)
 
+    def get_version_by_id(self, version_id: str) -> ModelVersion | None:
+        found = self._get(VERSIONS, version_id) if _DNS_LABEL.match(version_id) else None
+        return _version(found) if found else None
+
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:

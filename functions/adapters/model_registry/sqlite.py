@@ -133,6 +133,12 @@ class SqliteModelRegistry:
         )
         return _version(rows[0]) if rows else None
 
+    def get_version_by_id(self, version_id: str) -> ModelVersion | None:
+        if not version_id.isdigit():
+            return None
+        rows = self._rows("SELECT * FROM model_versions WHERE id=?", (int(version_id),))
+        return _version(rows[0]) if rows else None
+
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:

@@ -168,9 +168,8 @@ def record_signature(registry: Any, target: Target, signature: Mapping[str, str]
         if target.version_name:
             version = registry.get_version(target.model_id, target.version_name)
         elif target.model_id and target.version_id:
-            listed = registry.list_versions(target.model_id)
-            version = next((v for v in listed if v.id == target.version_id), None)
-        if version is None:
+            version = registry.get_version_by_id(target.version_id)
+        if version is None or version.model_id != target.model_id:
             return False
         props = {**version.custom_properties, **signature}
         registry.update_version(replace(version, custom_properties=props))
