@@ -1,4 +1,4 @@
-"""infra/examples/transfer-job.yaml run as a Job on the harness's real node with the image
+"""infra/k8s/transfer/job.yaml run as a Job on the harness's real node with the image
 the image test builds: upstream's async-upload environment (Secrets for S3 and
 .dockerconfigjson, the metadata ConfigMap, MODEL_SYNC_* env, the three SIGSTORE_*_URL),
 changed only where the test node needs it (hostNetwork, loopback addresses of MinIO,
@@ -36,7 +36,7 @@ from tests.servers.sigstore import Sigstore, start_sigstore
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 ROOT = Path(__file__).parents[2]
-EXAMPLE = ROOT / "infra" / "examples" / "transfer-job.yaml"
+EXAMPLE = ROOT / "infra" / "k8s" / "transfer" / "job.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,14 @@ HOME = "modelhooks"  # the install's namespace
 ELSEWHERE = "someone-elses"  # kubectl's current namespace while installing
 CRDS = INFRA / "k8s" / "crds"
 EXAMPLES = INFRA / "examples"
+JOB = INFRA / "k8s" / "transfer" / "job.yaml"  # the async-upload Job, applied on its own
+
+
+def _examples() -> list[Path]:
+    """What is applied on its own, never by a kustomization: infra/examples and the Job."""
+    return [*sorted(EXAMPLES.glob("*.yaml")), JOB]
+
+
 README = (INFRA / "README.md").read_text()
 
 
@@ -107,7 +115,7 @@ def schemas(cluster: KubeApiServer, tmp_path_factory: pytest.TempPathFactory) ->
     custom = [schema for crd in crds for schema in manifests.crd_schemas(crd)]
     defined = {kind for kind, _ in custom}
     files = [*(INFRA / "k8s").rglob("*.yaml"), *(INFRA / "knative").glob("*.yaml")]
-    files += list(EXAMPLES.glob("*.yaml"))
+    files += sorted(EXAMPLES.glob("*.yaml"))
     files = [f for f in files if f.name != "kustomization.yaml"]  # kustomize's, not the cluster's
     used = {key(d) for f in files for d in documents(f.read_text())} - defined
     builtin = list(manifests.builtin_schemas(manifests.openapi_v2(cluster), used))
@@ -160,7 +168,7 @@ def test_the_schemas_refuse_a_misspelt_field(rendered: list[dict[str, Any]], sch
         assert report["exit"] != 0
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)
 def test_each_example_is_valid_for_the_schemas(path: Path, schemas: str) -> None:
     text = path.read_text()
     _valid(manifests.kubeconform(schemas, text), len(documents(text)))
@@ -287,8 +295,8 @@ def test_the_examples_have_a_model_per_source_kind_and_deletion_policy() -> None
 
 def test_the_examples_apply_to_the_installed_cluster(installed: str, kubectl: Kubectl) -> None:
     kubectl("apply", "-f", "infra/examples/namespace.yaml")
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        out = kubectl("apply", "-f", f"infra/examples/{path.name}")
+    for path in _examples():
+        out = kubectl("apply", "-f", str(path.relative_to(INFRA.parent)))
         assert out.strip(), path.name
     models = json.loads(kubectl("get", "models", "-A", "-o", "json"))["items"]
     by_name = {m["metadata"]["name"]: m for m in models}
