@@ -23,7 +23,7 @@ from modelhooks.adapters.model_registry.kubeflow import (
     external_id,
 )
 from modelhooks.core.errors import CredentialsRefused, NotFound, Transient
-from modelhooks.core.records import ArtifactState, ModelArtifact
+from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
 from tests.contract.model_registry import ModelRegistryContract, unique
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 from tests.servers.tls import CertificateAuthority
@@ -385,6 +385,32 @@ def test_a_write_over_another_writers_change_is_stale(
             mine = one.get_model(name)
             assert mine is not None
             one.update_model(dataclasses.replace(mine, custom_properties={"n": "5"}))
+    finally:
+        one.close()
+        two.close()
+
+
+def test_an_update_of_a_listed_version_over_another_writers_change_is_stale(
+    model_registry: ModelRegistryServer,
+) -> None:
+    """What a model's version listing read is what an update of a listed version checks
+    (the deletion archives each listed version): another process's write since, such as
+    `sign`'s signature, is refused, never overwritten."""
+    one = KubeflowModelRegistry(model_registry.url, timeout=10)
+    two = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        model = one.create_model(unique("listed"), properties={})
+        one.create_version(model.id, "1", properties={"digest": "d1"})
+        with pytest.raises(StaleWrite), one.transaction():
+            (listed,) = one.list_versions(model.id)
+            theirs = two.get_version(model.id, "1")
+            assert theirs is not None
+            signed = {**theirs.custom_properties, "signature.signer": "key abc"}
+            two.update_version(dataclasses.replace(theirs, custom_properties=signed))
+            one.update_version(dataclasses.replace(listed, state=ModelState.ARCHIVED))
+        got = one.get_version(model.id, "1")
+        assert got is not None and got.custom_properties["signature.signer"] == "key abc"
+        assert got.state == ModelState.LIVE
     finally:
         one.close()
         two.close()

@@ -345,7 +345,8 @@ class KubeflowModelRegistry:
             fallback=VERSIONS,
             keep=lambda v: v.get("registeredModelId") == model_id,
         )
-        return [_version(item) for item in items]
+        # remembered as read: an update of one checks it against what was listed
+        return [_version(self._remember(VERSIONS, item)) for item in items]
 
     def _adopt(self, model_id: str, name: str) -> Json:
         """The version `name` of `model_id` that another client created without an
