@@ -25,7 +25,8 @@ a read is a cluster-wide list with that label selector.
 Uniqueness: in one namespace the API server's (a second create of the same derived name is
 409 AlreadyExists, i.e. Conflict, and the caller's find-or-create reads what the winner
 created). Across namespaces a model name is still one model: a create first looks for the
-name cluster-wide and finds it taken (Conflict). Only two creates of one name in two
+name cluster-wide and finds it taken (Conflict); a look its transaction made already (a
+find-or-create's find) counts, and is not repeated. Only two creates of one name in two
 namespaces racing past that look leave two holders; readers then all take the first
 created (its versions, listed by label, are the model's wherever they are). Nothing
 deletes a record, so the functions need no delete verb to undo that race.
@@ -121,16 +122,19 @@ def object_name(*parts: str) -> str:
 class _Seen(threading.local):
     """Per thread: the objects it last read or wrote (their resourceVersion is what its next
     write of them is conditional on), which of them it only read in the current transaction
-    (checked as it ends), and how deep in `transaction()` it is."""
+    (checked as it ends), the ids the current transaction looked for and found none of, and
+    how deep in `transaction()` it is."""
 
     def __init__(self) -> None:
         self.objects: OrderedDict[tuple[str, str], Json] = OrderedDict()
         self.read: set[tuple[str, str]] = set()
+        self.absent: set[tuple[str, str]] = set()
         self.depth = 0
 
     def clear(self) -> None:
         self.objects.clear()
         self.read.clear()
+        self.absent.clear()
 
 
 class KubernetesModelRegistry:
@@ -227,7 +231,8 @@ class KubernetesModelRegistry:
         model_id = object_name(name)
         owner = properties.get("namespace", "")
         namespace = self.namespace if owner in NO_TENANT else owner
-        taken = self._get(MODELS, model_id)
+        # a find-or-create looked for it a moment ago, in this transaction: not again
+        taken = None if (MODELS, model_id) in self._seen.absent else self._get(MODELS, model_id)
         if taken is not None:
             raise Conflict(
                 f"registry: a model named {name!r} exists in {_namespace(taken)!r}: model "
@@ -262,7 +267,7 @@ class KubernetesModelRegistry:
     def create_version(
         self, model_id: str, name: str, *, properties: Mapping[str, str]
     ) -> ModelVersion:
-        model = self._get(MODELS, model_id) if _DNS_LABEL.match(model_id) else None
+        model = self._held(MODELS, model_id) if _DNS_LABEL.match(model_id) else None
         if model is None:
             raise NotFound(f"registry: no registered model {model_id!r}")
         spec = {
@@ -340,6 +345,7 @@ class KubernetesModelRegistry:
             )
         seen.objects[key] = obj
         seen.objects.move_to_end(key)
+        seen.absent.discard(key)
         if seen.depth == 0:
             while len(seen.objects) > _REMEMBERED:
                 seen.objects.popitem(last=False)
@@ -348,6 +354,16 @@ class KubernetesModelRegistry:
         else:  # written: the conditional write checked the read already
             seen.read.discard(key)
         return obj
+
+    def _held(self, plural: str, name: str) -> Json | None:
+        """The object as this transaction read or wrote it, without asking again (it counts
+        as read: the end of the transaction checks it is unchanged); else as it is now."""
+        seen = self._seen
+        key = (plural, name)
+        if not seen.depth or key not in seen.objects:
+            return self._get(plural, name)
+        seen.read.add(key)
+        return seen.objects[key]
 
     def _base(self, plural: str, name: str) -> Json:
         """A copy of the object as this thread last saw it (a write is conditional on that),
@@ -367,6 +383,8 @@ class KubernetesModelRegistry:
         its id label (ids name the identity, not the namespace)."""
         found = self._list(plural, name, remember=False)
         if not found:
+            if remember and self._seen.depth:
+                self._seen.absent.add((plural, name))
             return None
         # Two namespaces hold it only when two creates raced (each looked first and found
         # none): every reader takes the same one, the first created.
