@@ -8,8 +8,9 @@ On a fresh model-registry v0.3.0 + PostgreSQL 15 (the harness's), `modelhooks se
 --registry-backend kubeflow` takes N distinct pushes (N/models versions of each of
 `--models` models, every one named by its content already and carrying the time it was
 pushed, as the broker hands on what Knative sources and registry webhooks send) from
-`--clients` keep-alive clients. Printed: deliveries/s and the register latency p50/p99 per block of 1,000 deliveries (N/10 below 10,000), so growth with the registry's size
-shows; next to it `modelhooks serve` on SQLite under the same load, and the upstream
+`--clients` keep-alive clients. Printed: deliveries/s, the registry's requests per
+delivery (counted in its log) and the register latency p50/p99 per block of 1,000
+deliveries (N/10 below 10,000), so growth with the registry's size shows; next to it `modelhooks serve` on SQLite under the same load, and the upstream
 Python client's (`model-registry` 0.3.0) own registration loop on the same server: its
 `register_model` 500s on v0.3.0 + PostgreSQL (its version lookup by name and parent,
 SQLSTATE 42P01), so the loop is what it does minus that lookup (model by name or created,
@@ -133,6 +134,12 @@ def deliver(port: int, pushes: int, clients: int, models: int) -> tuple[float, l
     return pushes / (time.perf_counter() - t0), latencies
 
 
+def requests_logged(log: Path) -> int:
+    """The REST requests the model registry logged so far (one line each)."""
+    text = log.read_text(errors="replace")
+    return sum(text.count(f'"{method} http') for method in ("GET", "POST", "PATCH", "DELETE"))
+
+
 def blocks(latencies: list[float], size: int) -> list[tuple[float, float]]:
     """(p50, p99) in ms per block of `size` deliveries."""
     out = []
@@ -222,10 +229,12 @@ def main(argv: list[str] | None = None) -> list[Goal]:
             servers += [kf, sq]
             deliver(kf_port, 50, args.clients, args.models)  # warm-up: imports, connections
             deliver(sq_port, 50, args.clients, args.models)
+            logged = requests_logged(server.log_files[0])
             kf_rate, kf_lat = _timed(
                 f"{args.pushes} pushes into Kubeflow",
                 lambda: deliver(kf_port, args.pushes, args.clients, args.models),
             )
+            kf_requests = (requests_logged(server.log_files[0]) - logged) / args.pushes
             sq_rate, sq_lat = _timed(
                 f"{args.pushes} pushes into SQLite",
                 lambda: deliver(sq_port, args.pushes, args.clients, args.models),
@@ -253,6 +262,7 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         upto = min((i + 1) * size, args.pushes)
         print(f"  {upto:>11}  {kp50:12.1f} {kp99:7.1f}   {sp50:10.1f} {sp99:7.1f}")
     print(f"  deliveries/s: kubeflow {kf_rate:.0f}, sqlite {sq_rate:.0f}")
+    print(f"  kubeflow: {kf_requests:.2f} registry requests per delivery (its log)")
     up_sorted = sorted(up_lat)
     print(
         f"  anchor: upstream client loop (1 client) {up_rate:.1f} registrations/s, p50 "
