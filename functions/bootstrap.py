@@ -97,6 +97,7 @@ class Deps:
     verdicts: Verdicts  # admission: successful verifications, bounded, with a TTL
     review_timeout: float  # admission: seconds an AdmissionReview may take
     verifier_image: str  # admission: the image of the init containers verifying on the node
+    verifier_root: Callable[[], str]  # admission: the private Sigstore root they are given
     transfers: Transfers  # transfer: the process's MODEL_SYNC_* configuration, the time bound
 
     def __init__(self, makers: Mapping[str, Callable[[Deps], Any]]) -> None:
@@ -367,6 +368,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         "verdicts": lambda _: _verdicts(settings),
         "review_timeout": lambda _: settings.admission.timeout,
         "verifier_image": lambda _: settings.admission.verifier_image,
+        "verifier_root": lambda _: _verifier_root(settings),
         "transfers": lambda _: _transfers(settings),
     }
     return Deps(makers | {name: _given(value) for name, value in overrides.items()})
@@ -399,6 +401,20 @@ def _model_verifier(settings: Settings, oci: OciClients, stores: Stores) -> Mode
         trust_config=settings.signing.trust_config,
         signature_name=settings.signing.signature_name,
     )
+
+
+def _verifier_root(settings: Settings) -> Callable[[], str]:
+    """The trusted root (JSON) of the private Sigstore instance keyless identities verify
+    against here (signing.trust_config, SIGSTORE_TRUSTED_ROOT or SIGSTORE_TUF_URL), read on
+    first use and kept; "" for the public-good instance, which the init container knows."""
+    import functools
+    from pathlib import Path
+
+    from modelhooks.adapters.signing.trust import SigstoreTrust
+
+    configured = settings.signing.trust_config
+    trust = SigstoreTrust.from_env(trust_config=Path(configured) if configured else None)
+    return functools.cache(trust.root_json) if trust.private else lambda: ""
 
 
 def _transfers(settings: Settings) -> Transfers:

@@ -7,7 +7,8 @@
 
 --trust-json (or MODELHOOKS_VERIFY_TRUST) is what a VerificationPolicy trusts, as its spec
 says it (keys, certificateChains, identities): the model is accepted when ANY of them signed
-it. The init containers of `verifyOn: node` policies run it so.
+it; a `trustedRoot` beside them (a trusted_root.json) is the Sigstore root the identities
+verify against. The init containers of `verifyOn: node` policies run it so.
 
 Exit status: 0 verified, 1 verification failed, 2 a bad argument or model, 3 the store did
 not answer, 130 interrupted.
@@ -47,7 +48,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         default=os.environ.get(TRUST_ENV) or None,
         metavar="JSON",
         help="what a VerificationPolicy trusts ({keys, certificateChains, identities} as its "
-        f"spec says): accepted when ANY of them verifies (env {TRUST_ENV})",
+        "spec says, and an optional trustedRoot for the identities): accepted when ANY of them "
+        f"verifies (env {TRUST_ENV})",
     )
     verify.add_argument(
         "--expected-digest", metavar="SHA256", help="reject a signature over another root digest"

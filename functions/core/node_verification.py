@@ -7,7 +7,8 @@ The mutating webhook adds ONE init container per image volume a `verifyOn: node`
 verifier image (admission.verifier_image) running `modelhooks verify` on the volume mounted
 read-only, with what the covering policies trust inline (MODELHOOKS_VERIFY_TRUST: their
 keys, certificate chains and keyless identities; the model is accepted when ANY of them
-verifies). The volume's root is the model, signed as a directory (`modelhooks sign DIR`: `model.sig` inside it). A model that does not verify keeps
+verifies; with identities, the admission function's Sigstore trusted root when it is a
+private instance's, so the node verifies against the same one without reaching it). The volume's root is the model, signed as a directory (`modelhooks sign DIR`: `model.sig` inside it). A model that does not verify keeps
 the Pod in Init, the reason in its status (FallbackToLogsOnError). The validating webhook does
 not check such a reference's signature at admission, but requires exactly that container: the
 mutating webhook is failurePolicy Ignore, and a Pod it did not reach must not run unverified.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,13 @@ _RESTRICTED = {
 }
 
 
+Root = Callable[[], str]  # the private Sigstore trusted root (JSON), "" for the public-good one
+
+
+def _public() -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class _Volume:
     name: str
@@ -59,9 +67,10 @@ def container_name(volume: str) -> str:
     return f"{name[:54]}-{hashlib.sha256(volume.encode()).hexdigest()[:8]}"
 
 
-def trust(policies: Sequence[Policy]) -> dict[str, Any]:
+def trust(policies: Sequence[Policy], root: Root = _public) -> dict[str, Any]:
     """What `policies` trust, as a VerificationPolicy spec says it (keys, certificateChains,
-    identities), each named after its policy."""
+    identities), each named after its policy; with identities, `trustedRoot` when `root()`
+    names a private instance's."""
     keys: list[dict[str, str]] = []
     chains: list[dict[str, str]] = []
     identities: list[dict[str, str]] = []
@@ -76,12 +85,16 @@ def trust(policies: Sequence[Policy]) -> dict[str, Any]:
                 "subjectRegExp": i.subject_regexp,
             }
             identities.append({k: v for k, v in fields.items() if v})
-    found = {"keys": keys, "certificateChains": chains, "identities": identities}
+    found: dict[str, Any] = {"keys": keys, "certificateChains": chains, "identities": identities}
+    if identities and (text := root()):
+        found["trustedRoot"] = json.loads(text)
     return {k: v for k, v in found.items() if v}
 
 
-def _container(volume: _Volume, policies: Sequence[Policy], image: str) -> dict[str, Any]:
-    value = json.dumps(trust(policies), sort_keys=True, separators=(",", ":"))
+def _container(
+    volume: _Volume, policies: Sequence[Policy], image: str, root: Root
+) -> dict[str, Any]:
+    value = json.dumps(trust(policies, root), sort_keys=True, separators=(",", ":"))
     return {
         "name": container_name(volume.name),
         "image": image,
@@ -141,6 +154,7 @@ def inject(
     policies: Sequence[Policy],
     labels: Mapping[str, str],
     image: str,
+    root: Root = _public,
 ) -> list[dict[str, Any]]:
     """JSONPatch operations adding the missing init containers, first among the Pod's (the
     model is verified before anything else reads it), and replacing one of that name that is
@@ -156,7 +170,7 @@ def inject(
     patch: list[dict[str, Any]] = []
     add: list[dict[str, Any]] = []
     for volume, node in _covered(spec, policies, labels):
-        expected = _container(volume, node, image)
+        expected = _container(volume, node, image, root)
         index = at.get(expected["name"])
         if index is None:
             add.append(expected)
@@ -173,6 +187,7 @@ def missing(
     policies: Sequence[Policy],
     labels: Mapping[str, str],
     image: str,
+    root: Root = _public,
 ) -> tuple[set[str], list[str]]:
     """(the references verified on the node, a denial for each volume whose init container
     is absent or not the one its policies need)."""
@@ -184,7 +199,7 @@ def missing(
     denials: list[str] = []
     for volume, node in _covered(spec, policies, labels):
         uris.add(volume.uri)
-        expected = _container(volume, node, image)
+        expected = _container(volume, node, image, root)
         name = expected["name"]
         which = ", ".join(p.shown for p in node)
         what = f"model {volume.uri} (volume {volume.name}): {which} verifies it on the node"

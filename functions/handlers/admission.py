@@ -29,7 +29,7 @@ from typing import Any
 from modelhooks.core.admission import Decision, Review
 from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.core.function import Function
-from modelhooks.core.node_verification import inject, missing
+from modelhooks.core.node_verification import Root, inject, missing
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.reference_checks import Check, run_checks
 from modelhooks.core.verification import ModelVerifier, Policy, PolicySource, Verdicts
@@ -47,6 +47,7 @@ def handle(
     registry: ModelRegistry,
     review_timeout: float,
     verifier_image: str,
+    verifier_root: Root,
 ) -> Decision:
     if review.operation not in ("CREATE", "UPDATE") or not in_scope(review.kind):
         return Decision.allow()
@@ -69,7 +70,8 @@ def handle(
     if review.mutate and settled:
         return Decision.allow()
     if review.mutate:
-        return _mutate(review, refs, labels, policies, model_verifier, deadline, verifier_image)
+        node = (verifier_image, verifier_root)
+        return _mutate(review, refs, labels, policies, model_verifier, deadline, node)
     seen: list[str] | None = None
     for fresh in (False, True):  # a denial is confirmed against the policies as they are now
         try:
@@ -79,7 +81,9 @@ def handle(
         if [p.version for p in found] == seen:
             break  # the same policies: the same answer
         seen = [p.version for p in found]
-        on_node, denials = missing(review.kind, review.object, found, labels, verifier_image)
+        on_node, denials = missing(
+            review.kind, review.object, found, labels, verifier_image, verifier_root
+        )
         denials = [] if settled else denials
         checks = [Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
         for check in checks:  # a verifyOn: node policy verifies image volumes on the node
@@ -142,7 +146,7 @@ def _mutate(
     policies: PolicySource,
     verifier: ModelVerifier,
     deadline: float,
-    image: str,
+    node: tuple[str, Root],
 ) -> Decision:
     """Tags pinned, and the init containers of `verifyOn: node` policies added (the policies
     as last seen: a mutating answer denies nothing, the validating webhook reads them fresh)."""
@@ -154,7 +158,7 @@ def _mutate(
     except Transient as e:
         warning = f"verification policies could not be read, no init container added: {e.message}"
         return Decision.allow(warnings=(*pinned.warnings, warning), patch=pinned.patch)
-    added = inject(review.kind, review.object, found, labels, image)
+    added = inject(review.kind, review.object, found, labels, *node)
     return Decision.allow(warnings=pinned.warnings, patch=(*pinned.patch, *added))
 
 

@@ -294,3 +294,39 @@ def test_a_log_or_timestamp_authority_that_does_not_answer_is_transient_naming_i
     assert named in message and closed in message, message
     assert status_of(failed.value) == 503
     assert not (where / "model.sig").exists()
+
+
+def test_the_init_containers_verify_needs_only_the_trust_the_webhook_passes(
+    sigstore: Sigstore, tmp_path: Path
+) -> None:
+    """`verifyOn: node` with a keyless identity on a private Sigstore: the init container
+    runs `modelhooks verify` with MODELHOOKS_VERIFY_TRUST alone (no SIGSTORE_*, no trust
+    config, no network to the instance), which carries the admission function's trusted
+    root as the mutating webhook writes it."""
+    from modelhooks.core.node_verification import TRUST_ENV, trust
+    from modelhooks.core.verification import Policy
+
+    where = model(tmp_path)
+    token = token_file(tmp_path, sigstore.token(NS, SA))
+    signing = {**base_env(tmp_path), **sigstore.env()}
+    signed = modelhooks("sign", str(where), "--identity-token", str(token), env=signing)
+    assert signed.returncode == 0, signed.stderr
+
+    def policy(subject: str) -> Policy:
+        spec = {"verifyOn": "node", "identities": [{"issuer": sigstore.issuer, "subject": subject}]}
+        return Policy.from_resource({"metadata": {"name": "p"}, "spec": spec})
+
+    root = SigstoreTrust.from_env(sigstore.env()).root_json  # the webhook's, as bootstrap has it
+    ours, theirs = policy(Sigstore.identity(NS, SA)), policy(Sigstore.identity(NS, "other"))
+    assert "trustedRoot" not in trust([ours])  # the public-good instance: nothing to pass
+    node = {**base_env(tmp_path), TRUST_ENV: json.dumps(trust([ours], root))}
+    verified = modelhooks("verify", str(where), "--quiet", env=node)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "verdict: OK" in verified.stdout
+    refused = modelhooks("verify", str(where), "--quiet", env={**node, TRUST_ENV: json.dumps(
+        trust([theirs], root))})  # fmt: skip
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert Sigstore.identity(NS, SA) in refused.stdout
+    (where / "config.json").write_text("{}")
+    tampered = modelhooks("verify", str(where), "--quiet", env=node)
+    assert tampered.returncode == 1 and "config.json" in tampered.stdout, tampered.stdout

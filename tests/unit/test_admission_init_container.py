@@ -46,8 +46,10 @@ def apply(obj: dict[str, Any], patch: tuple[Any, ...]) -> dict[str, Any]:
     return obj
 
 
-def mutated(obj: dict[str, Any], policies: Policies, kind: str = "Pod") -> dict[str, Any]:
-    decision = run(review(obj, kind, mutate=True), policies, Verifier(TAGS, {}))
+def mutated(
+    obj: dict[str, Any], policies: Policies, kind: str = "Pod", **kw: Any
+) -> dict[str, Any]:
+    decision = run(review(obj, kind, mutate=True), policies, Verifier(TAGS, {}), **kw)
     assert decision.allowed, decision.message
     return apply(obj, decision.patch)
 
@@ -92,6 +94,34 @@ def test_the_trust_of_every_covering_node_policy_is_passed_and_any_may_verify() 
         "certificateChains": [{"name": "a/ca", "pem": "CA"}],
         "identities": [{"issuer": "https://i", "subjectRegExp": ".*@team"}],
     }
+
+
+def test_a_private_sigstore_root_goes_with_identities_only() -> None:
+    """The admission function's private Sigstore root is passed inline (the init container
+    can reach neither its files nor its TUF repository), read only when an identity needs
+    it; the validating webhook expects the same container."""
+    asked: list[str] = []
+
+    def root() -> str:
+        asked.append("root")
+        return json.dumps(
+            {"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}
+        )
+
+    identity = {"identities": [{"issuer": "https://i", "subject": "me@team"}]}
+    obj = pod("r.io/models/bert:v1")
+    keys_only = mutated(obj, Policies(on_node("a")), verifier_root=root)
+    assert "trustedRoot" not in json.loads(
+        keys_only["spec"]["initContainers"][0]["env"][0]["value"]
+    )
+    assert asked == []
+    withid = mutated(obj, Policies(on_node("b", **identity)), verifier_root=root)
+    passed = json.loads(withid["spec"]["initContainers"][0]["env"][0]["value"])
+    assert passed["trustedRoot"] == json.loads(root())
+    policies = Policies(on_node("b", **identity))
+    assert run(review(withid), policies, Verifier(TAGS, {}), verifier_root=root).allowed
+    public = run(review(withid), policies, Verifier(TAGS, {}))  # a webhook of another root
+    assert not public.allowed and "modelhooks-verify-" in public.message
 
 
 def test_reinvocation_adds_nothing_more() -> None:

@@ -25,8 +25,12 @@ from modelhooks.core.verification import Identity, Policy
 __all__ = ["AnyOf", "trusted", "verifiers_for"]
 
 
-def verifiers_for(policy: Policy, trust_config: str) -> list[Verifier]:
-    """Every verifier of `policy` (VerificationFailed naming a key or chain it cannot load)."""
+def verifiers_for(
+    policy: Policy, trust_config: str, trusted_root: Path | None = None
+) -> list[Verifier]:
+    """Every verifier of `policy` (VerificationFailed naming a key or chain it cannot load);
+    its identities verify against `trusted_root` (a trusted_root.json) when given, else
+    against `trust_config` or the Sigstore environment."""
     from modelhooks.adapters.signing.keys import CertificateVerifier, KeyVerifier
 
     made: list[Verifier] = []
@@ -43,15 +47,19 @@ def verifiers_for(policy: Policy, trust_config: str) -> list[Verifier]:
             chain = [_file(tmp, f"chain{i}.pem", pem)]
             made.append(_loaded(CertificateVerifier, chain, policy, name))
     if policy.identities:
-        made += _identities(policy, trust_config)
+        made += _identities(policy, trust_config, trusted_root)
     return made
 
 
 def trusted(spec: Any, trust_config: str) -> AnyOf:
     """One verifier of what a VerificationPolicy spec trusts (its keys, certificateChains and
-    identities; ConfigError when it is not such a spec or trusts nothing)."""
+    identities; ConfigError when it is not such a spec or trusts nothing). A `trustedRoot`
+    beside them (the admission function's private Sigstore root, as the mutating webhook
+    passes it) is what the identities verify against, before `trust_config`."""
     if not isinstance(spec, dict):
         raise ConfigError("the trust is not a JSON object of keys, certificateChains, identities")
+    spec = dict(spec)
+    root = _root_file(spec.pop("trustedRoot", None))
     try:
         policy = Policy.from_resource({"metadata": {"name": "trust"}, "spec": spec})
     except ConfigError:
@@ -59,9 +67,26 @@ def trusted(spec: Any, trust_config: str) -> AnyOf:
     except (KeyError, TypeError, AttributeError) as e:
         raise ConfigError(f"the trust is not a VerificationPolicy spec: {e!r}") from None
     try:
-        return AnyOf(policy.trusts(), verifiers_for(policy, trust_config))
+        return AnyOf(policy.trusts(), verifiers_for(policy, trust_config, root))
     except VerificationFailed as e:
         raise ConfigError(e.message) from None
+
+
+def _root_file(root: Any) -> Path | None:
+    """`root` (a trusted root, JSON) in a file of this process's, removed at exit."""
+    if root is None:
+        return None
+    if not isinstance(root, dict):
+        raise ConfigError("the trust's trustedRoot is not a JSON object (a trusted_root.json)")
+    import atexit
+    import json
+    import os
+
+    fd, name = tempfile.mkstemp(prefix="modelhooks-trusted-root-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(root, f)
+    atexit.register(Path(name).unlink, missing_ok=True)
+    return Path(name)
 
 
 class AnyOf:
@@ -85,10 +110,13 @@ class AnyOf:
         )
 
 
-def _identities(policy: Policy, trust_config: str) -> list[Verifier]:
+def _identities(policy: Policy, trust_config: str, trusted_root: Path | None) -> list[Verifier]:
     from modelhooks.adapters.signing.keyless import SigstoreTrust, SigstoreVerifier
 
-    trust = SigstoreTrust.from_env(trust_config=Path(trust_config) if trust_config else None)
+    if trusted_root:
+        trust = SigstoreTrust(trusted_root=trusted_root)
+    else:
+        trust = SigstoreTrust.from_env(trust_config=Path(trust_config) if trust_config else None)
     return [
         SigstoreVerifier(trust, *_named(identity), accepts=_Accepts(identity))
         for identity in policy.identities

@@ -121,6 +121,20 @@ class SigstoreTrust:
         except ValueError as e:
             raise ConfigError(f"Sigstore trust ({self._source()}): {e}") from None
 
+    @property
+    def private(self) -> bool:
+        """A private instance (a trust config, a trusted root or a TUF repository is named),
+        not the public-good one."""
+        return bool(self.trust_config or self.trusted_root or self.tuf_url)
+
+    def root_json(self) -> str:
+        """The trusted root's JSON: what a verifier elsewhere (an init container with no
+        access to this trust's files or TUF repository) needs to verify as this one does."""
+        try:
+            return str(self._inner(signing=False).trusted_root.to_json())
+        except ValueError as e:
+            raise ConfigError(f"Sigstore trust ({self._source()}): {e}") from None
+
     def _source(self) -> str:
         if self.trust_config:
             return f"trust config {self.trust_config}"
