@@ -2,9 +2,12 @@
 reads requests, and a bounded pool of threads runs the handlers.
 
 Bounded by construction: a stalled or slow client costs a coroutine, never a thread; at
-most `max_connections` connections and requests are in flight (more get 503); a body must
-arrive within `read_timeout` (else 408) and stops being read past `max_body_bytes` (413);
-idle keep-alive connections close after `keepalive` seconds.
+most `max_connections` connections and requests are in flight (more get 503); a request's
+headers, then its body, must each arrive within `read_timeout` (else 408, or a silent close
+for a connection that sent nothing: uvicorn bounds neither a new connection nor a request's
+headers, so a few hundred silent or trickling connections held every slot and all else got
+503) and a body stops being read past `max_body_bytes` (413); idle keep-alive connections
+close after `keepalive` seconds.
 
 A refused body is drained before the answer (a lingering close, as nginx does): closing a
 connection with unread data makes the kernel reset it, and the sender, still sending, never
@@ -186,6 +189,56 @@ async def _send(send: Send, response: Response, *, close: bool = False) -> None:
     await send({"type": "http.response.body", "body": response.body})
 
 
+def _header_timed(timeout: float) -> type[Any]:
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers: armed when a
+    connection opens and when a kept-alive one starts a new request, cancelled once the
+    headers are in (the app bounds the body)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimed(H11Protocol):
+        _headers_due: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._headers_due = self.loop.call_later(timeout, self._headers_late)
+
+        def data_received(self, data: bytes) -> None:
+            if self._headers_due is None and self._awaiting_request():
+                self._headers_due = self.loop.call_later(timeout, self._headers_late)
+            super().data_received(data)
+            if not self._awaiting_request():
+                self._stop_header_clock()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_header_clock()
+            super().connection_lost(exc)
+
+        def _awaiting_request(self) -> bool:
+            return self.cycle is None or bool(self.cycle.response_complete)
+
+        def _stop_header_clock(self) -> None:
+            if self._headers_due is not None:
+                self._headers_due.cancel()
+                self._headers_due = None
+
+        def _headers_late(self) -> None:
+            self._headers_due = None
+            if self.transport.is_closing() or not self._awaiting_request():
+                return
+            if self.conn.trailing_data[0]:  # part of a request came: say why it is cut off
+                message = "the request headers did not arrive in time"
+                answer = json_response(408, {"error": "request_timeout", "message": message})
+                head = "".join(f"{k}: {v}\r\n" for k, v in answer.headers.items())
+                self.transport.write(
+                    f"HTTP/1.1 408 Request Timeout\r\n{head}content-length: {len(answer.body)}"
+                    "\r\nconnection: close\r\n\r\n".encode("latin-1")
+                    + answer.body
+                )
+            self.transport.close()
+
+    return HeaderTimed
+
+
 def run(
     handler: Handler,
     *,
@@ -217,6 +270,7 @@ def run(
         on_ready(host, int(sock.getsockname()[1]))
     config = uvicorn.Config(
         Asgi(handler, limits, refuse),
+        http=_header_timed(limits.read_timeout),
         lifespan="on",
         timeout_keep_alive=limits.keepalive,
         limit_concurrency=limits.max_connections,

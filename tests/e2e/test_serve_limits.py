@@ -51,6 +51,42 @@ def test_stalled_half_requests_hold_no_threads_and_the_server_answers(served: Se
         assert threads_of(served.process.pid) < 20, "threads grew with the stalled connections"
 
 
+def test_silent_and_trickling_connections_are_cut_off_and_free_their_slots(
+    served: Served,
+) -> None:
+    """More connections than `max_connections` that send nothing, half a request line or
+    headers without their end: each closes after the read timeout (the ones that sent
+    something with a 408 and its reason) and the server answers again. Without a deadline
+    for the headers they held every slot for good and all else got 503."""
+    port = int(served.url.rsplit(":", 1)[1])
+    openings = [b"", b"POS", b"POST / HTTP/1.1\r\nHost: x\r\n", b"GET /healthz HTTP/1.1\r\n"]
+    with ExitStack() as stack:
+        socks = []
+        for i in range(Limits().max_connections + 10):
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
+            sock.sendall(openings[i % len(openings)])
+            socks.append(sock)
+        answers = {i: _read_to_close(socks[i]) for i in range(len(openings))}
+        # every slot was taken meanwhile; they are free again now
+        assert requests.get(f"{served.url}/healthz", timeout=5).status_code == 200
+    assert answers[0] == b""
+    for i in range(1, len(openings)):
+        assert answers[i].startswith(b"HTTP/1.1 408 "), answers[i]
+        assert b"connection: close" in answers[i].lower()
+        reason = json.loads(answers[i].split(b"\r\n\r\n", 1)[1])
+        assert reason == {
+            "error": "request_timeout",
+            "message": "the request headers did not arrive in time",
+        }
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
 def test_a_body_shorter_than_its_length_is_cut_off_with_408(served: Served) -> None:
     port = int(served.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
