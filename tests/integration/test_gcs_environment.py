@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from modelhooks.adapters.object_store.gcs import GcsObjectStore
+from modelhooks.core.errors import NotFound
 from tests.servers.objectstores import FakeGcs
 
 pytestmark = pytest.mark.integration
@@ -25,9 +26,13 @@ class _Forwarder(BaseHTTPRequestHandler):
     """A plain HTTP proxy: forwards absolute-form requests, remembers their paths."""
 
     seen: list[str]
+    authorization: list[tuple[str | None, str | None]]  # each request's token, quota project
 
     def _forward(self) -> None:
         self.seen.append(self.path)
+        self.authorization.append(
+            (self.headers.get("Authorization"), self.headers.get("x-goog-user-project"))
+        )
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
@@ -51,22 +56,27 @@ class _Forwarder(BaseHTTPRequestHandler):
         pass
 
 
+Proxy = tuple[str, list[str], list[tuple[str | None, str | None]]]
+
+
 @pytest.fixture
-def proxy() -> Iterator[tuple[str, list[str]]]:
+def proxy() -> Iterator[Proxy]:
+    """Its URL, the paths it forwarded, and their Authorization and quota project."""
     seen: list[str] = []
-    handler = type("Handler", (_Forwarder,), {"seen": seen})
+    authorization: list[tuple[str | None, str | None]] = []
+    handler = type("Handler", (_Forwarder,), {"seen": seen, "authorization": authorization})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen, authorization
     server.shutdown()
     server.server_close()
 
 
 def test_the_proxy_variables_are_honoured_as_requests_reads_them(
-    fake_gcs: FakeGcs, proxy: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+    fake_gcs: FakeGcs, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, seen = proxy
+    url, seen, _ = proxy
     bucket = f"environment-{uuid.uuid4().hex[:12]}"
     fake_gcs.storage_client().create_bucket(bucket)
     for name in _PROXY_VARIABLES:
@@ -90,3 +100,33 @@ def test_the_proxy_variables_are_honoured_as_requests_reads_them(
     monkeypatch.delenv("HTTP_PROXY")  # settled when the client was built
     assert proxied.read_range(bucket, "m/weights.bin", 2, 3) == b"igh"
     assert len(seen) == 1
+
+
+def test_a_listing_is_authorized_by_the_given_credentials(
+    fake_gcs: FakeGcs, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listings go over the JSON API without google-cloud-storage (gcs_listing): the
+    credentials a store is given (a Model's own, for cleanup) authorize them, their quota
+    project included, as google.auth applies them."""
+    from google.oauth2.credentials import Credentials
+
+    url, seen, authorization = proxy
+    bucket = f"environment-{uuid.uuid4().hex[:12]}"
+    fake_gcs.storage_client().create_bucket(bucket).blob("m/w.bin").upload_from_string(b"w")
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    monkeypatch.setenv("HTTP_PROXY", url)
+
+    anonymous = GcsObjectStore(project=fake_gcs.project)  # the emulator's default
+    assert [o.key for o in anonymous.list(bucket, "m/")] == ["m/w.bin"]
+    assert authorization == [(None, None)]
+
+    authorization.clear()
+    token = Credentials(token="a-model-s-token", quota_project_id="billed-project")  # type: ignore[no-untyped-call]
+    owned = GcsObjectStore(project=fake_gcs.project).with_credentials(token)
+    assert [o.key for o in owned.list_versions(bucket, "m/")] == ["m/w.bin"]
+    assert authorization == [("Bearer a-model-s-token", "billed-project")]
+    assert seen[-1].startswith(f"{fake_gcs.url}/storage/v1/b/{bucket}/o?")
+    with pytest.raises(NotFound):  # GCS's status, mapped as for every GCS call
+        list(owned.list(f"missing-{uuid.uuid4().hex[:12]}", "m/"))

@@ -60,9 +60,10 @@ class S3Requests:
 
 
 class GcsRequests:
-    """Records the HTTP requests a google-cloud-storage client sends through its session."""
+    """Records the HTTP requests a GcsObjectStore sends: through its google-cloud-storage
+    client's session, and its listings' own pool (gcs_listing)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, store: GcsObjectStore) -> None:
         self.sent: list[tuple[str, str]] = []
         session = client._http
         send = session.request
@@ -72,6 +73,14 @@ class GcsRequests:
             return send(method, url, *args, **kwargs)
 
         session.request = request
+        _credentials, _base, pool = store._listing._setup()
+        urlopen = pool.urlopen
+
+        def listing(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            self.sent.append((method, url))
+            return urlopen(method, url, *args, **kwargs)
+
+        pool.urlopen = listing
 
     def reset(self) -> None:
         self.sent.clear()
@@ -177,7 +186,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             page=1000, delete_batch=1, checks_generation=True, versioning=True, limits=limits
         )
         try:
-            yield Backend(GcsObjectStore(client), traits, GcsRequests(client), gcs_bucket)
+            store = GcsObjectStore(client)
+            yield Backend(store, traits, GcsRequests(client, store), gcs_bucket)
         finally:
             client.close()
 
@@ -221,8 +231,8 @@ def test_gcs_delete_many_sends_the_listed_generation(fake_gcs: FakeGcs) -> None:
     the listed generation, `workers` at a time: what keeps a changed object on real GCS."""
     client = fake_gcs.storage_client()
     try:
-        sent = GcsRequests(client)
         store = GcsObjectStore(client, workers=4)
+        sent = GcsRequests(client, store)
         bucket = str(client.create_bucket(_name("b")).name)
         put_all(store, bucket, [f"g/{i}" for i in range(10)])
         listed = list(store.list(bucket, "g/"))

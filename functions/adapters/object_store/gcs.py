@@ -1,4 +1,6 @@
-"""`GcsObjectStore`: Google Cloud Storage through google-cloud-storage (imported lazily).
+"""`GcsObjectStore`: Google Cloud Storage through google-cloud-storage (imported lazily),
+but for listings, which go over the JSON API without it (gcs_listing: a cold start's first
+work is a listing).
 
 A conditional write uses `ifGenerationMatch=0` (create only); ranged reads are media GETs
 with a Range header; an object's generation is its immutable revision id. Listings follow
@@ -10,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from typing import Any
 
+from modelhooks.adapters.object_store.gcs_listing import JsonListing, object_info
 from modelhooks.core.errors import (
     Conflict,
     CredentialsRefused,
@@ -98,16 +102,7 @@ class GcsObjectStore:
 
     @staticmethod
     def _info(bucket: str, blob: Any) -> ObjectInfo:
-        # a noncurrent revision of a versioned bucket carries its deletion time
-        return ObjectInfo(
-            bucket=bucket,
-            key=blob.name,
-            size=int(blob.size or 0),
-            generation=str(blob.generation or ""),
-            etag=str(blob.etag or ""),
-            checksum=f"md5:{blob.md5_hash}" if blob.md5_hash else f"crc32c:{blob.crc32c or ''}",
-            current=blob.time_deleted is None,
-        )
+        return object_info(bucket, blob._properties)  # the object's JSON resource
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
         try:
@@ -116,27 +111,29 @@ class GcsObjectStore:
             raise gcs_error(e, bucket, key) from e
         return None if blob is None else self._info(bucket, blob)
 
+    @cached_property
+    def _listing(self) -> JsonListing:
+        """Listings over the JSON API, without google-cloud-storage (gcs_listing: a push's
+        first work, in a cold start); an injected client's endpoint and credentials."""
+        if self._client is not None:
+            client = self._client
+            return JsonListing(
+                client._credentials, client._connection.API_BASE_URL, page_size=self._page_size
+            )
+        return JsonListing(self._credentials, page_size=self._page_size)
+
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         try:
-            blobs = self.client.list_blobs(bucket, prefix=prefix or None, page_size=self._page_size)
-            for blob in blobs:  # the iterator fetches the next page as it goes
-                yield self._info(bucket, blob)
+            for item in self._listing(bucket, prefix):  # the next page as it goes
+                yield object_info(bucket, item)
         except Exception as e:
             raise gcs_error(e, bucket, prefix) from e
 
     def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every revision (`versions=true`): noncurrent ones have `current=False`."""
         try:
-            blobs = self.client.list_blobs(
-                bucket,
-                prefix=prefix or None,
-                page_size=self._page_size,
-                # the literal "true": the client would send Python's "True", which GCS
-                # takes but fake-gcs-server does not (it compares with "true")
-                versions="true",
-            )
-            for blob in blobs:
-                yield self._info(bucket, blob)
+            for item in self._listing(bucket, prefix, versions=True):
+                yield object_info(bucket, item)
         except Exception as e:
             raise gcs_error(e, bucket, prefix) from e
 
