@@ -49,6 +49,12 @@ transaction read it, and as the transaction ends it re-reads what it wrote and r
 same way when another writer overwrote it. What is left is a race in the one round trip
 between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
 broker's partition key) closes it.
+
+What that costs a push of a new version of a known model: 3 requests (model by name,
+version, artifact), and 3 more when its time is newer than the model's push time (the
+re-read, the PATCH, the re-read as the transaction ends); none when it is not (no write).
+The first re-read stays: a PATCH replaces the whole set of custom properties (v0.3.0's
+server drops those not sent), so its answer shows what it wrote, never what it overwrote.
 """
 
 from __future__ import annotations
