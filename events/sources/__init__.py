@@ -95,8 +95,12 @@ def kind_of(inbound: Inbound) -> str | None:
     if inbound.kind == "pubsub":
         attrs = inbound.attributes
         if f"{_CE_PREFIX}type" in attrs:
+            # with its data, as translate carries it: a messagePublished type wraps another
+            # message, whose kind is the delivery's (without the data it was None, unchecked)
             carried = {"type": attrs[f"{_CE_PREFIX}type"]}
-            return kind_of(Inbound(kind="cloudevent", id=inbound.id, data=None, attributes=carried))
+            return kind_of(
+                Inbound(kind="cloudevent", id=inbound.id, data=inbound.data, attributes=carried)
+            )
         if "eventType" in attrs and "bucketId" in attrs:
             return "gcs"
         try:
