@@ -8,7 +8,8 @@
   InferenceServices of its namespace annotated `modelhooks.dev/model: <its name>`
   (annotation `modelhooks.dev/model-version: <version>@<digest>`); nothing else rolls.
 - `model.created` / `.updated`: a Model whose spec.deletionPolicy is not Retain, and that
-  is not being deleted, gets the finalizer `modelhooks.dev/cleanup`.
+  is not being deleted, gets the finalizer `modelhooks.dev/cleanup` (an event whose Model
+  says Retain reads nothing: a later change of policy is an update event of its own).
 - `artifact.purged`: nothing failed → the finalizer goes (the deletion completes); something
   failed → it stays, with the condition CleanupFailed saying what and what to do.
 - `tags.pruned`: an Event on the Model (when the event names one).
@@ -66,6 +67,8 @@ def handle(
             "no cluster access: run notify in the cluster or set MODELHOOKS_NOTIFY_KUBECONFIG"
         )
     data = event.data
+    if isinstance(data, ModelCreated | ModelUpdated) and _retained(data):
+        return []  # nothing to hold, and no Model to read for it (see _retained)
     model = _model_for(event, cluster)
     if model is None or model["spec"].get("paused"):
         raise Skip("no Model to notify (or it is paused)")
@@ -102,6 +105,14 @@ def _hold(event: CanonicalEvent, cluster: Cluster, model: dict[str, Any]) -> Non
     if cluster.add_finalizer(meta["namespace"], meta["name"], FINALIZER):
         note = f"cleanup will apply deletionPolicy {policy} before this Model goes"
         _record(event, cluster, model, "FinalizerAdded", "AddFinalizer", note)
+
+
+def _retained(model: ModelCreated | ModelUpdated) -> bool:
+    """The Model this event carries (ApiServerSource mode Resource) is Retain: it needs no
+    finalizer, whatever it is by now. A policy changed since comes with an update event of
+    its own, whose handling reads the Model as it is then: the finalizer does not depend on
+    the order (a Model burst's status writes, each echoed as an update, read nothing)."""
+    return bool(model.spec) and model.spec.get("deletionPolicy", "Retain") == "Retain"
 
 
 def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model: Any) -> None:

@@ -314,3 +314,31 @@ def test_rollout_rights_are_opt_in_per_namespace() -> None:
     assert all(r["verbs"] == ["list", "patch"] for r in rollout)
     bound = [d for d in docs if d["kind"].endswith("Binding")]
     assert [b["roleRef"]["name"] for b in bound] == ["modelhooks-notify"]
+
+
+class CountingCluster(InMemoryCluster):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads += 1
+        return super().get_model(namespace, name)
+
+
+def test_a_retained_model_event_reads_nothing_and_a_later_policy_holds(tmp_path: Path) -> None:
+    cluster = CountingCluster()
+    settings = load_settings(env={"MODELHOOKS_HOME": str(tmp_path)})
+    notify = build(settings, cluster=cluster).function("notify")
+    kept = cluster.create(NS, model("bert"))
+    created = ModelCreated(name="bert", namespace=NS, spec=dict(kept["spec"]))
+    assert notify.handle(_event(created, "c1")) == []
+    assert cluster.reads == 0  # the status writes of a burst, echoed as updates, cost nothing
+    # the policy changed to Delete: that update's event reads the Model and holds it, and
+    # the older Retain event, arriving after it, changes nothing
+    cluster.update_spec(NS, "bert", deletionPolicy="Delete")
+    changed = {**kept["spec"], "deletionPolicy": "Delete"}
+    notify.handle(_event(ModelUpdated(name="bert", namespace=NS, spec=changed), "u1"))
+    notify.handle(_event(created, "c1"))
+    held = cluster.get_model(NS, "bert")
+    assert held is not None and held["metadata"]["finalizers"] == [FINALIZER]
