@@ -37,9 +37,9 @@ def as_message(event: dict[str, Any], n: int) -> dict[str, Any]:
     """A structured CloudEvent as a Pub/Sub push (the binding: attributes `ce-*`)."""
     attributes = {f"ce-{k}": v for k, v in event.items() if k not in ("data", "datacontenttype")}
     attributes["content-type"] = event.get("datacontenttype", "application/json")
-    data = json.dumps(event.get("data")).encode()
-    message = {"attributes": attributes, "messageId": f"m{n}", "data": base64.b64encode(data)}
-    return {"message": {**message, "data": message["data"].decode()}, "subscription": "s"}
+    data = base64.b64encode(json.dumps(event.get("data")).encode()).decode()
+    message = {"attributes": attributes, "messageId": f"m{n}", "data": data}
+    return {"message": message, "subscription": "s"}
 
 
 def published(envelope: dict[str, Any], n: int) -> dict[str, Any]:

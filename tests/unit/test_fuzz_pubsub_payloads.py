@@ -1,0 +1,72 @@
+"""Fuzzing inside Pub/Sub messages: what a Pub/Sub push carries is base64 (a Cloud Storage
+notification's object resource, an Artifact Registry `gcr` message, a CloudEvent's data),
+so mutating the envelope only ever swaps that string whole. Here the decoded payload and
+the attributes are mutated and re-encoded, pushed wrapped, unwrapped (`x-goog-pubsub-*`
+headers) and inside an Eventarc `messagePublished` CloudEvent: no answer is a 5xx except a
+declared transient one, and every 4xx is JSON with a reason."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+from flask.testing import FlaskClient
+from hypothesis import given
+from hypothesis import strategies as st
+
+from modelhooks.events import samples
+from modelhooks.events.sources import PUBSUB_MESSAGE_PUBLISHED
+from tests.unit.test_fuzz_ingress import FUZZ, check, client, mutate
+
+__all__ = ["client"]  # the module-scoped server of test_fuzz_ingress
+
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,100}")  # an attribute name that can be a header name
+PUSHES = [n for n in samples.names() if "subscription" in samples.load(n)]
+
+
+def _encoded(value: Any) -> str:
+    raw = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return base64.b64encode(raw).decode()
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_pubsub_payloads(client: FlaskClient, data: st.DataObject) -> None:
+    envelope = samples.load(data.draw(st.sampled_from(PUSHES), label="sample"))
+    message = envelope["message"]
+    payload: Any = json.loads(base64.b64decode(message["data"])) if message.get("data") else {}
+    target = data.draw(st.sampled_from(["payload", "attributes", "both"]), label="mutated")
+    if target != "attributes":
+        payload = mutate(payload, data)
+    if target != "payload":
+        attributes = mutate(message.get("attributes") or {}, data)
+        message = {**message, "attributes": attributes}
+    message = {**message, "data": _encoded(payload)}
+    mode = data.draw(st.sampled_from(["wrapped", "unwrapped", "eventarc"]), label="mode")
+    headers = {"Content-Type": "application/json"}
+    if mode == "unwrapped":
+        headers["x-goog-pubsub-message-id"] = str(message.get("messageId"))[:100]
+        attributes = message.get("attributes")
+        for key, value in (attributes if isinstance(attributes, dict) else {}).items():
+            name, text = str(key), str(value)
+            if _TOKEN.fullmatch(name) and text.isascii() and text.isprintable():
+                headers[name] = text[:200]
+        body = base64.b64decode(message["data"])
+    else:
+        doc: Any = {**envelope, "message": message}
+        if mode == "eventarc":
+            doc = {
+                "specversion": "1.0",
+                "id": "fuzz",
+                "source": "//pubsub.googleapis.com/projects/p/topics/t",
+                "type": PUBSUB_MESSAGE_PUBLISHED,
+                "data": doc,
+            }
+            headers["Content-Type"] = "application/cloudevents+json"
+        body = json.dumps(doc, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    path = data.draw(
+        st.sampled_from(["/", "/functions/register", "/functions/prune", "/functions/cleanup"])
+    )
+    check(client, client.post(path, data=body, headers=headers))
