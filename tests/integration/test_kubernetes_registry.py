@@ -150,6 +150,45 @@ def test_a_write_based_on_a_stale_read_loses(
         other.close()
 
 
+class ListCounting(KubernetesModelRegistry):
+    lists = 0
+
+    def _list(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        self.lists += 1
+        return super()._list(*args, **kwargs)
+
+
+def test_a_transaction_ends_on_what_it_read_as_it_is_then(
+    kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    """A new model and version cost one cluster-wide list (the find): the create does not look
+    again, the version takes the model its transaction holds, the closing check reads by
+    name. A change to that model meanwhile still ends the transaction in StaleWrite."""
+    kube = ListCounting(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        name = unique("m")
+        with kube.transaction():
+            assert kube.get_model(name) is None
+            model = kube.create_model(name, properties={})
+            kube.create_version(model.id, "1", properties={})
+        assert kube.lists == 1
+        with pytest.raises(StaleWrite), kube.transaction():
+            model = kube.get_model(name)
+            assert model is not None
+            theirs = other.get_model(name)
+            assert theirs is not None
+            other.update_model(dataclasses.replace(theirs, state=ModelState.ARCHIVED))
+            kube.create_version(model.id, "2", properties={})  # on the model it holds
+        with kube.transaction():  # unchanged since: the check passes
+            model = kube.get_model(name)
+            assert model is not None and model.state == ModelState.ARCHIVED
+            kube.create_version(model.id, "3", properties={})
+    finally:
+        other.close()
+        kube.close()
+
+
 def test_artifacts_live_in_their_version_and_keep_versions_fields(
     kube: KubernetesModelRegistry,
 ) -> None:

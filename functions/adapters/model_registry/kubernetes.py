@@ -20,7 +20,8 @@ the identity alone, so they are found again by name across namespaces: every rec
 labelled with its own id (`modelhooks.dev/registered-model` on a model, its model's on a
 version; `modelhooks.dev/model-version` on a version) and with the registry it belongs to
 (`modelhooks.dev/registry=<shared namespace>`, so two registries can share a cluster), and
-a read is a cluster-wide list with that label selector.
+a read is a cluster-wide list with that label selector (a transaction's closing check reads
+each object again by name, where it was read).
 
 Uniqueness: in one namespace the API server's (a second create of the same derived name is
 409 AlreadyExists, i.e. Conflict, and the caller's find-or-create reads what the winner
@@ -209,9 +210,17 @@ class KubernetesModelRegistry:
                 seen.clear()
 
     def _validate(self, read: set[tuple[str, str]]) -> None:
-        """StaleWrite when an object read (and not written since) has changed or gone."""
+        """StaleWrite when an object read (and not written since) has changed or gone: a GET
+        where it was read (a read from etcd; a list waits for the watch cache to be known
+        fresh, up to its 100 ms progress tick)."""
         for plural, name in sorted(read):
-            now = self._get(plural, name, remember=False)
+            namespace = _namespace(self._seen.objects[(plural, name)])
+            try:
+                now: Json | None = self._call(
+                    "get_namespaced_custom_object", f"GET {name}", plural, name, namespace=namespace
+                )
+            except NotFound:
+                now = None
             if now is None or _rv(now) != _rv(self._seen.objects[(plural, name)]):
                 raise StaleWrite(
                     f"registry: {KINDS[plural]} {name!r} changed while a delivery acted on "
@@ -516,7 +525,7 @@ class KubernetesModelRegistry:
             where_ = f"in {namespace!r}" if namespace else "cluster-wide (list)"
             return Forbidden(
                 f"{text} (grant this identity what infra/k8s/rbac/registry.yaml grants: "
-                f"list of {MODELS} and {VERSIONS}.{GROUP} cluster-wide, create and update "
+                f"get and list of {MODELS} and {VERSIONS}.{GROUP} cluster-wide, create and update "
                 f"in the namespaces it writes to; missing here: {where_})",
                 **details,
             )
