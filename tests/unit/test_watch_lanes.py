@@ -37,6 +37,24 @@ def test_one_keys_calls_run_in_order_and_other_keys_at_once() -> None:
         assert [n for k, n in seen if k == key] == [0, 1, 2]
 
 
+def test_a_call_waiting_for_its_key_holds_no_worker() -> None:
+    """A Model's next event (its echoed status update) waits for its create without taking
+    one of the workers: another Model's event goes meanwhile."""
+    lanes, _ = _lanes(2)
+    release, other_ran = threading.Event(), threading.Event()
+    order: list[str] = []
+    lanes.submit("a", lambda: (release.wait(10), order.append("a1")))
+    lanes.submit("a", lambda: order.append("a2"))
+    lanes.submit("b", other_ran.set)
+    try:
+        assert other_ran.wait(5), "b waited behind a's queued call"
+    finally:
+        release.set()
+    lanes.drain()
+    lanes.raise_failure()
+    assert order == ["a1", "a2"]
+
+
 def test_a_failure_stops_what_follows_and_is_raised() -> None:
     stopped = threading.Event()
     lanes = _Lanes(2, on_idle=lambda: None, on_failure=stopped.set)

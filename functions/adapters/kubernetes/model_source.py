@@ -25,6 +25,7 @@ intermediate updates of one (they collapse into one update).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -347,7 +348,11 @@ class ModelWatcher:
 class _Lanes:
     """Calls run in order per key, `workers` keys at once. The first failure is kept
     (`raise_failure`), `on_failure` is called, and nothing more is run; `on_idle` is called
-    when the last call in flight ends well."""
+    when the last call in flight ends well.
+
+    A call whose key has one in flight waits in that key's queue, not in a worker: the
+    worker that ends a key's call takes its next one (a Model's echoed status update does not
+    hold a worker while its create is sent, which halved a burst's concurrency)."""
 
     def __init__(
         self, workers: int, on_idle: Callable[[], None], on_failure: Callable[[], None]
@@ -357,7 +362,7 @@ class _Lanes:
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="watch-send")
         self._on_idle, self._on_failure = on_idle, on_failure
         self._lock = threading.Lock()
-        self._tails: dict[str, Any] = {}  # key -> the future of its last call
+        self._queues: dict[str, collections.deque[Callable[[], None]]] = {}  # keys in flight
         self._pending = 0
         self._failure: BaseException | None = None
 
@@ -365,27 +370,32 @@ class _Lanes:
         with self._lock:
             self.raise_failure()
             self._pending += 1
-            self._tails[key] = self._pool.submit(self._run, self._tails.get(key), call)
+            queue = self._queues.get(key)
+            if queue is not None:  # runs after the key's call in flight, by its worker
+                queue.append(call)
+                return
+            self._queues[key] = collections.deque()
+            self._pool.submit(self._run, key, call)
 
-    def _run(self, before: Any, call: Callable[[], None]) -> None:
-        # `before` was submitted first to a FIFO pool: it is running or done, never queued
-        # behind this call, so waiting for it cannot deadlock
-        if before is not None:
-            with contextlib.suppress(BaseException):
-                before.result()
-        try:
-            if self._failure is None:
-                call()
-        except BaseException as exc:
-            with self._lock:
-                self._failure = self._failure or exc
-            self._on_failure()
-        finally:
-            with self._lock:
-                self._pending -= 1
-                idle = self._pending == 0 and self._failure is None
-            if idle:
-                self._on_idle()
+    def _run(self, key: str, call: Callable[[], None] | None) -> None:
+        while call is not None:
+            try:
+                if self._failure is None:
+                    call()
+            except BaseException as exc:
+                with self._lock:
+                    self._failure = self._failure or exc
+                self._on_failure()
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    idle = self._pending == 0 and self._failure is None
+                    queue = self._queues[key]
+                    call = queue.popleft() if queue else None
+                    if call is None:
+                        del self._queues[key]
+                if idle:
+                    self._on_idle()
 
     def idle(self) -> bool:
         with self._lock:
