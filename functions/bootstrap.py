@@ -131,6 +131,7 @@ class App:
     settings: Settings
     deps: Deps
     delivery: Delivery
+    extras: frozenset[str] = frozenset()  # those of the backends selected, installed
 
     def function(self, name: str) -> Function:
         """The function called `name`, bound to its dependencies."""
@@ -185,7 +186,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         for n in _needs(load(name))
         if name not in elsewhere or n == "content"
     }
-    _require_extras(settings, needs - set(overrides))
+    extras = _require_extras(settings, needs - set(overrides))
     deps = _deps(settings, {k: v for k, v in overrides.items() if k in DEPS})
     for name in sorted(needs):  # built now: a bad setting stops start-up, not a delivery
         getattr(deps, name)
@@ -223,7 +224,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     delivery = dataclasses.replace(
         delivery, **{k: v for k, v in overrides.items() if k not in DEPS}
     )
-    return App(settings, deps, delivery)
+    return App(settings, deps, delivery, extras)
 
 
 def _elsewhere(settings: Settings) -> dict[str, str]:
@@ -322,17 +323,19 @@ def hosted() -> tuple[str, ...]:
     return (target,) if target in NAMES else NAMES
 
 
-def _require_extras(settings: Settings, needs: set[str]) -> None:
+def _require_extras(settings: Settings, needs: set[str]) -> frozenset[str]:
     """Start-up: the extras of the backends `settings` select for these dependencies (the
-    hosted functions', less the overridden) are installed, else MissingExtra."""
+    hosted functions', less the overridden) are installed, else MissingExtra. Returns them."""
     selected = {need for n in sorted(needs) for need in NEEDS.get(n, ())}
-    absent = [
-        (extra, why, module)
+    chosen = [
+        (extra, why)
         for extra, why, when in sorted(selected, key=lambda need: need[:2])
-        if when is not None and when(settings) and (module := missing(extra))
+        if when is not None and when(settings)
     ]
+    absent = [(extra, why, module) for extra, why in chosen if (module := missing(extra))]
     if absent:
         raise MissingExtra(*absent)
+    return frozenset(extra for extra, _ in chosen)
 
 
 def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:

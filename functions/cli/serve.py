@@ -31,11 +31,13 @@ def run(args: argparse.Namespace) -> int:
     check_port(settings.serve.host, settings.serve.port)  # before the watcher acts on the state
     handler = build_handler(settings)  # a bad setting or trigger file stops start-up here
     store = (settings.home / "store").resolve()
-    signing = build(settings).deps.signer
+    app = build(settings)
+    signing = app.deps.signer
 
     def ready(host: str, port: int) -> None:
         status = _status(settings, signing.identity() if signing else None)
         print(_banner(host, port, store, settings) + status, file=sys.stderr, flush=True)
+        warm(app.extras)
 
     with interruptible(lambda: "stopped serving"):
         serve(
@@ -48,6 +50,28 @@ def run(args: argparse.Namespace) -> int:
             tls=tls(settings),
         )
     return 0
+
+
+def warm(extras: frozenset[str]) -> None:
+    """Import, in the background, the libraries of the backends this server's settings
+    select (the Kubernetes client takes ~1 s of CPU): its first deliveries need them, and
+    would otherwise import them one at a time behind the import lock, a burst of them
+    queueing. A long-running server pays this once, while it waits for its first event;
+    a function's cold start (functions-framework) does not."""
+    import importlib
+    import threading
+
+    from modelhooks.core.extras import MODULES
+
+    def load() -> None:
+        for extra in sorted(extras):
+            for module in MODULES[extra]:
+                try:
+                    importlib.import_module(module)
+                except Exception:  # the delivery that needs it says what failed
+                    continue
+
+    threading.Thread(target=load, name="warm-imports", daemon=True).start()
 
 
 def limits(settings: Settings) -> Limits:
