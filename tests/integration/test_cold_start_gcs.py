@@ -1,8 +1,9 @@
-"""A cold start's first GCS push (issue 22): the register target, in a fresh interpreter as
-functions-framework starts it, answers an Eventarc finalize of a real model on
-fake-gcs-server (its listing gives the content digest) without importing
-google-cloud-storage and what it brings (google-api-core, protobuf, grpc): the listing goes
-over the JSON API (modelhooks.adapters.object_store.gcs_listing)."""
+"""A cold start's first GCS push (issue 22): the register target, then the sign target, each
+in a fresh interpreter as functions-framework starts it, answer an Eventarc finalize of a
+real model on fake-gcs-server (register lists it for its content digest; sign lists, reads
+and hashes it, and writes the signature next to it) without importing google-cloud-storage
+and what it brings (google-api-core, protobuf, grpc): the store speaks GCS's JSON API
+(modelhooks.adapters.object_store.gcs_json)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,22 +26,43 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# what the google-cloud-storage client imports, and a listing must not
+# what the google-cloud-storage client imports, and the store must not
 STORAGE = ("google.cloud.storage", "google.api_core", "google.protobuf", "grpc")
 
 FIRST_EVENT = """
 import json, sys
 import functions_framework
-app = functions_framework.create_app("register", "main.py", "http")
+app = functions_framework.create_app(sys.argv[1], "main.py", "http")
 headers, body = json.loads(sys.stdin.read())
 response = app.test_client().post("/", data=body.encode(), headers=headers)
 print(json.dumps([response.status_code, response.get_json(), sorted(sys.modules)]))
 """
 
 
+def first_event(
+    target: str, env: dict[str, str], event: tuple[dict[str, str], bytes]
+) -> tuple[int, Any, list[str]]:
+    """`target`'s answer to its first event, and the modules it had imported by then."""
+    headers, body = event
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_EVENT, target],
+        input=json.dumps([headers, body.decode()]),
+        cwd=ROOT,
+        env={**env, "FUNCTION_TARGET": target},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    status, reply, modules = json.loads(out.stdout.splitlines()[-1])
+    return status, reply, modules
+
+
 def test_the_first_gcs_push_is_answered_without_google_cloud_storage(
     fake_gcs: FakeGcs, tmp_path: Path
 ) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     bucket, prefix = f"cold-{uuid.uuid4().hex[:12]}", "models/cold/1/"
     store = fake_gcs.storage_client().create_bucket(bucket)
     for key in ("weights.bin", "config.json", "_SUCCESS"):
@@ -49,23 +72,29 @@ def test_the_first_gcs_push_is_answered_without_google_cloud_storage(
     doc["id"], doc["bucket"], doc["subject"] = uuid.uuid4().hex, bucket, f"objects/{prefix}"
     doc["data"] |= {"bucket": bucket, "name": prefix + "_SUCCESS"}
     doc["data"] |= {"generation": str(marker.generation), "md5Hash": marker.md5_hash}
-    headers, body = binary(doc)
-
+    key = tmp_path / "key.pem"
+    key.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
     env |= {**fake_gcs.env, "GOOGLE_CLOUD_PROJECT": fake_gcs.project}
-    env |= {"FUNCTION_TARGET": "register", "MODELHOOKS_HOME": str(tmp_path)}
-    env |= {"MODELHOOKS_STORE_BACKEND": "cloud", "MODELHOOKS_LOG_LEVEL": "WARNING"}
-    out = subprocess.run(
-        [sys.executable, "-c", FIRST_EVENT],
-        input=json.dumps([headers, body.decode()]),
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    status, reply, modules = json.loads(out.stdout.splitlines()[-1])
+    env |= {"MODELHOOKS_HOME": str(tmp_path / "home"), "MODELHOOKS_STORE_BACKEND": "cloud"}
+    env |= {"MODELHOOKS_LOG_LEVEL": "WARNING"}
+
+    status, reply, modules = first_event("register", env, binary(doc))
     assert status == 200, reply
     assert reply["uri"] == f"gs://{bucket}/{prefix}"
     assert reply["digest"].startswith("content-sha256:")  # from the listing
+    assert sorted(m for m in modules if m.startswith(STORAGE)) == []
+
+    signing = {**env, "MODELHOOKS_SIGNING_KEY": str(key)}
+    status, reply, modules = first_event("sign", signing, binary({**doc, "id": "again"}))
+    assert status == 200, reply
+    signature = reply["signature_uri"]
+    assert signature.startswith(f"gs://{bucket}/{prefix}")
+    assert store.get_blob(signature.removeprefix(f"gs://{bucket}/")) is not None  # written
     assert sorted(m for m in modules if m.startswith(STORAGE)) == []

@@ -60,27 +60,18 @@ class S3Requests:
 
 
 class GcsRequests:
-    """Records the HTTP requests a GcsObjectStore sends: through its google-cloud-storage
-    client's session, and its listings' own pool (gcs_listing)."""
+    """Records the HTTP requests a GcsObjectStore sends (over its JSON API's pool)."""
 
-    def __init__(self, client: Any, store: GcsObjectStore) -> None:
+    def __init__(self, store: GcsObjectStore) -> None:
         self.sent: list[tuple[str, str]] = []
-        session = client._http
-        send = session.request
+        _credentials, _base, pool = store._api._setup()
+        urlopen = pool.urlopen
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             self.sent.append((method, url))
-            return send(method, url, *args, **kwargs)
-
-        session.request = request
-        _credentials, _base, pool = store._listing._setup()
-        urlopen = pool.urlopen
-
-        def listing(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-            self.sent.append((method, url))
             return urlopen(method, url, *args, **kwargs)
 
-        pool.urlopen = listing
+        pool.urlopen = request
 
     def reset(self) -> None:
         self.sent.clear()
@@ -187,7 +178,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         )
         try:
             store = GcsObjectStore(client)
-            yield Backend(store, traits, GcsRequests(client, store), gcs_bucket)
+            yield Backend(store, traits, GcsRequests(store), gcs_bucket)
         finally:
             client.close()
 
@@ -232,7 +223,7 @@ def test_gcs_delete_many_sends_the_listed_generation(fake_gcs: FakeGcs) -> None:
     client = fake_gcs.storage_client()
     try:
         store = GcsObjectStore(client, workers=4)
-        sent = GcsRequests(client, store)
+        sent = GcsRequests(store)
         bucket = str(client.create_bucket(_name("b")).name)
         put_all(store, bucket, [f"g/{i}" for i in range(10)])
         listed = list(store.list(bucket, "g/"))
@@ -290,27 +281,25 @@ def test_s3_transient_chunk_failure_raises_after_the_rest(
 
 def test_gcs_precondition_failure_is_reported_not_raised(fake_gcs: FakeGcs) -> None:
     """The 412 real GCS answers for a rewritten object (fake-gcs-server never does) is
-    injected into the client's session: that key is reported as changed, the rest goes."""
-    import requests as http
+    injected into the store's pool: that key is reported as changed, the rest goes."""
+    import urllib3
 
     client = fake_gcs.storage_client()
     try:
-        session = client._http
-        send = session.request
+        store = GcsObjectStore(client)
+        _credentials, _base, pool = store._api._setup()
+        send = pool.urlopen
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             if method == "DELETE" and urlsplit(url).path.endswith("/o/p%2Fchanged"):
-                response = http.Response()
-                response.status_code = 412
-                response._content = b'{"error": {"code": 412, "message": "conditionNotMet"}}'
-                response.headers["Content-Type"] = "application/json"
-                response.url = url
-                response.request = http.Request(method, url).prepare()
-                return response
+                return urllib3.HTTPResponse(
+                    body=b'{"error": {"code": 412, "message": "conditionNotMet"}}',
+                    status=412,
+                    headers={"Content-Type": "application/json"},
+                )
             return send(method, url, *args, **kwargs)
 
-        session.request = request
-        store = GcsObjectStore(client)
+        pool.urlopen = request
         bucket = str(client.create_bucket(_name("b")).name)
         put_all(store, bucket, ["p/changed", "p/a", "p/b"])
         listed = list(store.list(bucket, "p/"))

@@ -1,6 +1,7 @@
-"""`GcsObjectStore`: Google Cloud Storage through google-cloud-storage (imported lazily),
-but for listings, which go over the JSON API without it (gcs_listing: a cold start's first
-work is a listing).
+"""`GcsObjectStore`: Google Cloud Storage over its JSON API (gcs_json: a urllib3 pool
+authorized by google.auth, as google-cloud-storage's client would be, without importing that
+client: a cold start's first work is a listing and, for sign, reads and a write). The client
+itself (`client`, imported on first use) is for transfer's resumable uploads alone.
 
 A conditional write uses `ifGenerationMatch=0` (create only); ranged reads are media GETs
 with a Range header; an object's generation is its immutable revision id. Listings follow
@@ -10,12 +11,14 @@ with a Range header; an object's generation is its immutable revision id. Listin
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
-from modelhooks.adapters.object_store.gcs_listing import JsonListing, object_info
+from modelhooks.adapters.object_store.gcs_json import JsonApi, object_info, object_path
 from modelhooks.core.errors import (
     Conflict,
     CredentialsRefused,
@@ -34,7 +37,8 @@ __all__ = ["GcsObjectStore", "gcs_error"]
 
 
 def gcs_error(exc: Exception, bucket: str, key: str = "") -> ModelhooksError:
-    """The modelhooks error for a google-cloud-storage / google-api-core exception."""
+    """The modelhooks error for a failed GCS call: an error status (gcs_json.GcsStatus, a
+    google-cloud-storage / google-api-core exception: `code`), else a failed connection."""
     code = getattr(exc, "code", None)
     where = f"gs://{bucket}/{key}"
     details = {"bucket": bucket, "key": key, "reason": str(exc)}
@@ -87,6 +91,8 @@ class GcsObjectStore:
 
     @property
     def client(self) -> Any:
+        """A google-cloud-storage client (imported now) with the store's credentials: for
+        transfer's resumable uploads; the store's own calls go over `_api`."""
         if self._client is None:
             from google.cloud import storage
 
@@ -97,111 +103,105 @@ class GcsObjectStore:
             self._client = client
         return self._client
 
-    def _blob(self, bucket: str, key: str) -> Any:
-        return self.client.bucket(bucket).blob(key)
-
-    @staticmethod
-    def _info(bucket: str, blob: Any) -> ObjectInfo:
-        return object_info(bucket, blob._properties)  # the object's JSON resource
+    @cached_property
+    def _api(self) -> JsonApi:
+        """The JSON API with the store's credentials (an injected client's, on its endpoint)."""
+        if self._client is not None:
+            client = self._client
+            return JsonApi(client._credentials, client._connection.API_BASE_URL)
+        return JsonApi(self._credentials)
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
         try:
-            blob = self.client.bucket(bucket).get_blob(key)
+            item = self._api.resource("GET", object_path(bucket, key), {"projection": "noAcl"})
         except Exception as e:
+            if getattr(e, "code", None) == 404:
+                return None
             raise gcs_error(e, bucket, key) from e
-        return None if blob is None else self._info(bucket, blob)
-
-    @cached_property
-    def _listing(self) -> JsonListing:
-        """Listings over the JSON API, without google-cloud-storage (gcs_listing: a push's
-        first work, in a cold start); an injected client's endpoint and credentials."""
-        if self._client is not None:
-            client = self._client
-            return JsonListing(
-                client._credentials, client._connection.API_BASE_URL, page_size=self._page_size
-            )
-        return JsonListing(self._credentials, page_size=self._page_size)
+        return object_info(bucket, item)
 
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         try:
-            for item in self._listing(bucket, prefix):  # the next page as it goes
-                yield object_info(bucket, item)
+            for item in self._api.objects(bucket, prefix, page_size=self._page_size):
+                yield object_info(bucket, item)  # the next page is fetched as it goes
         except Exception as e:
             raise gcs_error(e, bucket, prefix) from e
 
     def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every revision (`versions=true`): noncurrent ones have `current=False`."""
         try:
-            for item in self._listing(bucket, prefix, versions=True):
+            for item in self._api.objects(bucket, prefix, versions=True, page_size=self._page_size):
                 yield object_info(bucket, item)
         except Exception as e:
             raise gcs_error(e, bucket, prefix) from e
 
     def read_range(self, bucket: str, key: str, start: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        try:
-            data: bytes = self._blob(bucket, key).download_as_bytes(
-                start=start, end=start + length - 1, checksum=None
-            )
-        except Exception as e:
-            if getattr(e, "code", None) == 416:  # start at or past the end
-                return b""
-            raise gcs_error(e, bucket, key) from e
-        return data
+        return b"".join(self.read_chunks(bucket, key, start, length, max(length, 1)))
 
     def read_chunks(
         self, bucket: str, key: str, start: int, length: int, chunk_size: int
     ) -> Iterator[bytes]:
-        """One ranged media GET on the client's authorized session, its body streamed a
-        piece at a time (download_as_bytes would hold the range whole)."""
+        """One ranged media GET, its body streamed a piece at a time."""
         if length <= 0:
             return
-        from google.api_core.exceptions import from_http_response
-
-        blob = self._blob(bucket, key)
         try:
-            response = blob._get_transport(self.client).request(
+            response = self._api.request(
                 "GET",
-                blob._get_download_url(self.client),
+                object_path(bucket, key, prefix="/download"),
+                {"alt": "media"},
                 headers={"Range": f"bytes={start}-{start + length - 1}"},
                 stream=True,
-                timeout=60,
             )
         except Exception as e:
             raise gcs_error(e, bucket, key) from e
-        with response:
-            if response.status_code == 416:  # start at or past the end
+        try:
+            if response.status == 416:  # start at or past the end
                 return
-            if response.status_code >= 300:
-                error = from_http_response(response)  # type: ignore[no-untyped-call]
-                raise gcs_error(error, bucket, key) from error
-            skip = start if response.status_code == 200 else 0  # the Range was ignored
-            try:
-                for data in response.iter_content(chunk_size):
-                    if skip:
-                        data, skip = data[skip:], max(0, skip - len(data))
-                    if len(data) > length:
-                        data = data[:length]
-                    if data:
-                        length -= len(data)
-                        yield data
-                    if length <= 0:
-                        return
-            except Exception as e:  # the connection failed mid-body
-                raise gcs_error(e, bucket, key) from e
+            skip = start if response.status == 200 else 0  # the Range was ignored
+            for data in response.stream(chunk_size):
+                if skip:
+                    data, skip = data[skip:], max(0, skip - len(data))
+                if len(data) > length:
+                    data = data[:length]
+                if data:
+                    length -= len(data)
+                    yield data
+                if length <= 0:
+                    return
+        except Exception as e:  # the connection failed mid-body
+            raise gcs_error(e, bucket, key) from e
+        finally:
+            if response.length_remaining:  # left unread (a stop, a Range ignored, a failure)
+                response.close()  # not back to the pool with bytes on the wire
+            response.release_conn()
 
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
-        blob = self._blob(bucket, key)
+        """A multipart upload (the object's name, then its bytes: one request, as the
+        client's upload_from_string), with `ifGenerationMatch=0` when `if_absent`."""
+        params = {"uploadType": "multipart"}
+        if if_absent:
+            params["ifGenerationMatch"] = "0"
+        boundary = uuid.uuid4().hex
+        head = (
+            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
+            f"{json.dumps({'name': key})}\r\n"
+            f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
         try:
-            blob.upload_from_string(data, if_generation_match=0 if if_absent else None)
+            item = self._api.resource(
+                "POST",
+                object_path(bucket, prefix="/upload"),
+                params,
+                body=b"".join((head.encode(), data, f"\r\n--{boundary}--".encode())),
+                headers={"Content-Type": f'multipart/related; boundary="{boundary}"'},
+            )
         except Exception as e:
             raise gcs_error(e, bucket, key) from e
-        return self._info(bucket, blob)
+        return object_info(bucket, item)
 
     def delete(self, bucket: str, key: str) -> None:
         try:
-            self._blob(bucket, key).delete()
+            self._api.request("DELETE", object_path(bucket, key))
         except Exception as e:
             if getattr(e, "code", None) != 404:  # deleting what is gone succeeds
                 raise gcs_error(e, bucket, key) from e
@@ -219,21 +219,17 @@ class GcsObjectStore:
         rejects, "not multi-part"), so it can be neither tested nor measured there; GCS
         also throttles each part of a batch like a request of its own. Measured against
         fake-gcs-server on 2 cores, 2,500 deletes: 1 worker 4.5 s, 4: 3.2 s, 8: 3.1 s,
-        16: 2.9 s, 32: 2.8 s (the emulator, not the client, is the limit there). With more
-        than 10 workers, give the client's HTTP session a pool as large (requests keeps
-        10 connections a host by default and drops the extra ones).
+        16: 2.9 s, 32: 2.8 s (the emulator, not the client, is the limit there). The JSON
+        API's pool keeps 64 connections (net.endpoint_pool), more than `workers`.
         """
         if not objects:
             return {}
-        handle = self.client.bucket(bucket)
 
         def delete(obj: ObjectInfo) -> ModelhooksError | None:
-            generation = int(obj.generation) if obj.generation.isdigit() else None
+            condition = "generation" if versions else "ifGenerationMatch"
+            params = {condition: obj.generation} if obj.generation.isdigit() else None
             try:
-                if versions:
-                    handle.blob(obj.key, generation=generation).delete()
-                else:
-                    handle.blob(obj.key).delete(if_generation_match=generation)
+                self._api.request("DELETE", object_path(bucket, obj.key), params)
             except Exception as e:
                 if getattr(e, "code", None) == 404:  # deleting what is gone succeeds
                     return None

@@ -1,11 +1,12 @@
-"""Listing a GCS prefix over the JSON API (objects.list) without google-cloud-storage.
+"""GCS's JSON API over a urllib3 pool, without google-cloud-storage.
 
-A push's first work is to list its version's prefix (its content digest, at ingress): with
-google-cloud-storage that first listing imported the library, requests, protobuf and
-google-api-core, ~190 ms of CPU in a cold start that a bare functions-framework function
-answers in ~200 ms (issue 22). Here a listing is one GET a page over a urllib3 pool
-(`net.endpoint_pool`: the environment's proxy, NO_PROXY and CA bundle, as requests reads
-them), authorized as google-cloud-storage's client would be:
+A push's first work is to list its version's prefix (its content digest, at ingress), and
+sign's is to read the objects and write the signature: with google-cloud-storage that first
+request imported the library, requests, protobuf, google-api-core and grpc, ~190 ms of CPU
+in a cold start that a bare functions-framework function answers in ~200 ms (issue 22).
+Here each call is one request over a urllib3 pool (`net.endpoint_pool`: the environment's
+proxy, NO_PROXY and CA bundle, as requests reads them), authorized as google-cloud-storage's
+client would be:
 
 - the endpoint: STORAGE_EMULATOR_HOST (anonymous unless credentials are given, as the
   client; then google.auth is not even imported), else API_ENDPOINT_OVERRIDE, else
@@ -22,14 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from threading import Lock
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from modelhooks.core.records import ObjectInfo
 
-__all__ = ["SCOPES", "JsonListing", "ListingError", "object_info"]
+__all__ = ["SCOPES", "GcsStatus", "JsonApi", "object_info"]
 
 # google-cloud-storage's own (google.cloud.storage._http.Connection.SCOPE)
 SCOPES = (
@@ -39,7 +40,7 @@ SCOPES = (
 )
 
 
-class ListingError(Exception):
+class GcsStatus(Exception):
     """GCS answered an error status (`code`), with its message."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -47,8 +48,8 @@ class ListingError(Exception):
         self.code = code
 
 
-def object_info(bucket: str, item: dict[str, Any]) -> ObjectInfo:
-    """An objects.list item (a noncurrent revision carries its deletion time)."""
+def object_info(bucket: str, item: Mapping[str, Any]) -> ObjectInfo:
+    """An object's JSON resource (a noncurrent revision carries its deletion time)."""
     md5 = item.get("md5Hash")
     return ObjectInfo(
         bucket=bucket,
@@ -61,16 +62,13 @@ def object_info(bucket: str, item: dict[str, Any]) -> ObjectInfo:
     )
 
 
-class JsonListing:
-    """objects.list for one set of credentials (None: as the client finds them) on
-    `endpoint` (None: as the client finds it), `page_size` objects a page."""
+class JsonApi:
+    """The JSON API for one set of credentials (None: as the client finds them) on
+    `endpoint` (None: as the client finds it), both settled on first use."""
 
-    def __init__(
-        self, credentials: Any = None, endpoint: str | None = None, *, page_size: int = 1000
-    ) -> None:
+    def __init__(self, credentials: Any = None, endpoint: str | None = None) -> None:
         self._given = credentials
         self._endpoint = endpoint
-        self._page_size = page_size
         self._lock = Lock()
         self._ready: tuple[Any, str, Any] | None = None  # credentials, API base URL, pool
 
@@ -80,33 +78,69 @@ class JsonListing:
                 self._ready = _setup(self._given, self._endpoint)
             return self._ready
 
-    def __call__(self, bucket: str, prefix: str = "", *, versions: bool = False) -> Iterator[Any]:
-        """The objects under `prefix` (every revision with `versions`), page by page, as
-        objects.list items; ListingError for an error status, urllib3's or google.auth's
-        exceptions for a failed connection or token."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        stream: bool = False,
+    ) -> Any:
+        """`method` on the API's `path` (e.g. "/storage/v1/b/B/o"): the urllib3 response
+        (its body unread with `stream`); GcsStatus for an error status but 416, urllib3's
+        or google.auth's exceptions for a failed connection or token."""
         credentials, base, pool = self._setup()
-        params = {"projection": "noAcl", "maxResults": str(self._page_size)}
+        url = base + path + (f"?{urlencode(params)}" if params else "")
+        sent = dict(headers or {})
+        if credentials is not None:  # a token fetched if need be, and applied
+            credentials.before_request(_token_request, method, url, sent)
+        response = pool.urlopen(
+            method,
+            url,
+            body=body,
+            headers=sent,
+            timeout=60,
+            retries=False,
+            redirect=False,
+            preload_content=not stream,
+        )
+        if response.status >= 400 and response.status != 416:
+            data = response.read() if stream else response.data
+            response.release_conn()
+            raise GcsStatus(response.status, _message(data))
+        return response
+
+    def resource(self, method: str, path: str, params: Mapping[str, str], **kw: Any) -> Any:
+        """The JSON document answered to `method` on `path`."""
+        return _loads(self.request(method, path, params, **kw).data)
+
+    def objects(
+        self, bucket: str, prefix: str = "", *, versions: bool = False, page_size: int = 1000
+    ) -> Iterator[dict[str, Any]]:
+        """objects.list: the objects under `prefix` (every revision with `versions`), page by
+        page as it goes."""
+        params = {"projection": "noAcl", "maxResults": str(page_size)}
         if prefix:
             params["prefix"] = prefix
         if versions:
             params["versions"] = "true"
-        path = f"{base}/storage/v1/b/{quote(bucket, safe='')}/o?"
         token = ""
         while True:
-            url = path + urlencode({**params, "pageToken": token} if token else params)
-            headers: dict[str, str] = {}
-            if credentials is not None:  # a token fetched if need be, and applied
-                credentials.before_request(_token_request, "GET", url, headers)
-            response = pool.urlopen(
-                "GET", url, headers=headers, timeout=60, retries=False, redirect=False
+            page = self.resource(
+                "GET", object_path(bucket), {**params, "pageToken": token} if token else params
             )
-            if response.status >= 400:
-                raise ListingError(response.status, _message(response.data))
-            page = _loads(response.data)
             yield from page.get("items") or ()
             token = page.get("nextPageToken") or ""
             if not token:
                 return
+
+
+def object_path(bucket: str, key: str | None = None, *, prefix: str = "") -> str:
+    """`{prefix}/storage/v1/b/B/o[/KEY]` (prefix: "/download" for media, "/upload")."""
+    path = f"{prefix}/storage/v1/b/{quote(bucket, safe='')}/o"
+    return path if key is None else f"{path}/{quote(key, safe='')}"
 
 
 def _setup(credentials: Any, endpoint: str | None) -> tuple[Any, str, Any]:
