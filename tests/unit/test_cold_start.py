@@ -1,7 +1,8 @@
 """A functions-framework target builds, and imports, only what its own function needs: a
 Cloud Run cold start pays for no other function's adapters and no heavy SDK its first event
 does not use (issue 22). Each target starts in a fresh interpreter, as functions-framework
-starts it (FUNCTION_TARGET set, then the source imported)."""
+starts it (FUNCTION_TARGET set, then the source imported). What a first GCS push imports is
+tests/integration/test_cold_start_gcs.py's (none of google-cloud-storage's)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from modelhooks.handlers import NAMES, load
 ROOT = Path(__file__).resolve().parents[2]
 
 # SDKs no target needs at start with the default settings (local store, SQLite registry,
-# signing off, no cluster)
-HEAVY = ("google.cloud.storage", "boto3", "botocore", "kubernetes", "sigstore", "model_signing")
+# signing off, no cluster), and the HTTP and crypto stacks they bring
+HEAVY = ("google.cloud.storage", "google.api_core", "google.auth", "google.protobuf", "grpc",
+         "boto3", "botocore", "kubernetes", "sigstore", "model_signing", "pydantic",
+         "cryptography", "requests", "urllib3")  # fmt: skip
 
 # a module, and the dependencies whose building may import it
 BUILT_BY: dict[str, set[str]] = {
