@@ -33,6 +33,13 @@ class _Forwarder(BaseHTTPRequestHandler):
         self.authorization.append(
             (self.headers.get("Authorization"), self.headers.get("x-goog-user-project"))
         )
+        if self.headers.get("Authorization") == "Bearer revoked":  # as GCS answers it
+            answer = b'{"error": {"code": 401, "message": "Invalid Credentials"}}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+            return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
@@ -130,3 +137,31 @@ def test_a_listing_is_authorized_by_the_given_credentials(
     assert seen[-1].startswith(f"{fake_gcs.url}/storage/v1/b/{bucket}/o?")
     with pytest.raises(NotFound):  # GCS's status, mapped as for every GCS call
         list(owned.list(f"missing-{uuid.uuid4().hex[:12]}", "m/"))
+
+
+def test_a_refused_token_is_refreshed_and_the_request_sent_again(
+    fake_gcs: FakeGcs, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token GCS refuses (401) before its expiry (revoked, rotated) is refreshed once and
+    the request sent again, as google.auth's authorized sessions do."""
+    from google.auth.credentials import Credentials
+
+    class Rotated(Credentials):
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.token = "revoked"
+
+        def refresh(self, request: object) -> None:
+            self.token = "rotated"
+
+    url, _seen, authorization = proxy
+    bucket = f"environment-{uuid.uuid4().hex[:12]}"
+    fake_gcs.storage_client().create_bucket(bucket).blob("m/w.bin").upload_from_string(b"w")
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    monkeypatch.setenv("HTTP_PROXY", url)
+
+    store = GcsObjectStore(project=fake_gcs.project).with_credentials(Rotated())
+    assert store.read_range(bucket, "m/w.bin", 0, 1) == b"w"
+    assert [a for a, _ in authorization] == ["Bearer revoked", "Bearer rotated"]

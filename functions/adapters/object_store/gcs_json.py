@@ -90,22 +90,31 @@ class JsonApi:
     ) -> Any:
         """`method` on the API's `path` (e.g. "/storage/v1/b/B/o"): the urllib3 response
         (its body unread with `stream`); GcsStatus for an error status but 416, urllib3's
-        or google.auth's exceptions for a failed connection or token."""
+        or google.auth's exceptions for a failed connection or token. A 401 refreshes the
+        token and is sent once more, as google.auth's authorized sessions do."""
         credentials, base, pool = self._setup()
         url = base + path + (f"?{urlencode(params)}" if params else "")
-        sent = dict(headers or {})
-        if credentials is not None:  # a token fetched if need be, and applied
-            credentials.before_request(_token_request, method, url, sent)
-        response = pool.urlopen(
-            method,
-            url,
-            body=body,
-            headers=sent,
-            timeout=60,
-            retries=False,
-            redirect=False,
-            preload_content=not stream,
-        )
+
+        def send() -> Any:
+            sent = dict(headers or {})
+            if credentials is not None:  # a token fetched if need be, and applied
+                credentials.before_request(_token_request, method, url, sent)
+            return pool.urlopen(
+                method,
+                url,
+                body=body,
+                headers=sent,
+                timeout=60,
+                retries=False,
+                redirect=False,
+                preload_content=not stream,
+            )
+
+        response = send()
+        if response.status == 401 and credentials is not None:
+            response.drain_conn()
+            credentials.refresh(_token_request)
+            response = send()
         if response.status >= 400 and response.status != 416:
             data = response.read() if stream else response.data
             response.release_conn()
