@@ -5,9 +5,12 @@ Each folder of `make sources` (main.py, requirements.txt with the function's ext
 wheel) is installed as Cloud Run installs it, in a fresh venv (kept by what it installs:
 tests/e2e/packaging.py), and started as `functions-framework --target <name>` with
 store.backend=cloud against fake-gcs-server. The figure is process start → the first
-answered Eventarc GCS finalize (a real model in a real bucket: register lists it, imports
-google-cloud-storage on that first use, and registers it; sign finds it registered and signs
-it; the others answer as they do to a push they do not act on). The anchor is
+answered Eventarc GCS finalize (a real model in a real bucket: register lists it over GCS's
+JSON API, anonymously as against any emulator, and registers it; sign finds it registered,
+reads it and writes its signature; the others answer as they do to a push they do not act
+on). On Cloud Run the first call also finds Application Default Credentials and fetches a
+token (google.auth's compute_engine and requests, ~110 ms of CPU here), which an emulator
+does not need: the figure is the floor of a real first event. The anchor is
 tests/bench/anchors/bare.py's `hello`, started from the same venv and sent the same event.
 Runs alternate folder and anchor so drift on the machine hits both alike.
 
