@@ -7,7 +7,8 @@ headers, then its body, must each arrive within `read_timeout` (else 408, or a s
 for a connection that sent nothing: uvicorn bounds neither a new connection nor a request's
 headers, so a few hundred silent or trickling connections held every slot and all else got
 503) and a body stops being read past `max_body_bytes` (413); idle keep-alive connections
-close after `keepalive` seconds.
+close after `keepalive` seconds; at most 64 KiB of pipelined requests are read ahead, and
+an answer left unread for `read_timeout` closes its connection (`_bounded_protocol`).
 
 A refused body is drained before the answer (a lingering close, as nginx does): closing a
 connection with unread data makes the kernel reset it, and the sender, still sending, never
@@ -189,40 +190,81 @@ async def _send(send: Send, response: Response, *, close: bool = False) -> None:
     await send({"type": "http.response.body", "body": response.body})
 
 
-def _header_timed(timeout: float) -> type[Any]:
-    """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers: armed when a
-    connection opens and when a kept-alive one starts a new request, cancelled once the
-    headers are in (the app bounds the body)."""
+def _bounded_protocol(timeout: float) -> type[Any]:
+    """uvicorn's HTTP/1.1 protocol, bounded where uvicorn is not:
+
+    - each request's headers must arrive within `timeout` (armed when a connection opens
+      and when a kept-alive one starts a new request; the app bounds the body);
+    - pipelined requests are read ahead up to `_PIPELINED` bytes: uvicorn read on for each
+      request and after each answer, so a client sending requests without reading the
+      answers grew the buffer without end (1 GiB in seconds);
+    - an answer the client does not read for `timeout` seconds aborts the connection (it
+      waited for the client for good, holding a connection slot; a close waited too).
+    """
+    from uvicorn.protocols.http.flow_control import FlowControl
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class HeaderTimed(H11Protocol):
-        _headers_due: asyncio.TimerHandle | None = None
+    class ReadAhead(FlowControl):
+        """Reads resume only while the requests buffered are under `_PIPELINED` bytes
+        (uvicorn resumed for every request and after every answer)."""
 
+        def __init__(self, transport: Any, backlog: Callable[[], int]) -> None:
+            super().__init__(transport)
+            self.backlog = backlog
+
+        def resume_reading(self) -> None:
+            if self.backlog() <= _PIPELINED:
+                super().resume_reading()
+
+    class Bounded(H11Protocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._headers_due = self.loop.call_later(timeout, self._headers_late)
+            self.flow = ReadAhead(transport, lambda: len(self.conn.trailing_data[0]))
+            # writing "pauses" whenever the client has not taken all that was written: an
+            # answer (or a close, which waits to flush) left unread is always on the clock
+            transport.set_write_buffer_limits(high=0)
+            self._due: dict[str, asyncio.TimerHandle] = {}
+            self._arm("headers", self._headers_late)
 
         def data_received(self, data: bytes) -> None:
-            if self._headers_due is None and self._awaiting_request():
-                self._headers_due = self.loop.call_later(timeout, self._headers_late)
+            if self._awaiting_request():
+                self._arm("headers", self._headers_late)
             super().data_received(data)
             if not self._awaiting_request():
-                self._stop_header_clock()
+                self._disarm("headers")
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()  # starts the next pipelined request, if buffered
+            self.flow.resume_reading()  # when that left the buffer short enough
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._arm("write", self.transport.abort)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._disarm("write")
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_header_clock()
+            for name in list(self._due):
+                self._disarm(name)
             super().connection_lost(exc)
+
+        def _arm(self, name: str, then: Callable[[], None]) -> None:
+            """Call `then` in `timeout` seconds, unless already armed (or disarmed)."""
+            if name not in self._due:
+                self._due[name] = self.loop.call_later(timeout, then)
+
+        def _disarm(self, name: str) -> None:
+            timer = self._due.pop(name, None)
+            if timer is not None:
+                timer.cancel()
 
         def _awaiting_request(self) -> bool:
             return self.cycle is None or bool(self.cycle.response_complete)
 
-        def _stop_header_clock(self) -> None:
-            if self._headers_due is not None:
-                self._headers_due.cancel()
-                self._headers_due = None
-
         def _headers_late(self) -> None:
-            self._headers_due = None
+            self._due.pop("headers", None)
             if self.transport.is_closing() or not self._awaiting_request():
                 return
             if self.conn.trailing_data[0]:  # part of a request came: say why it is cut off
@@ -236,7 +278,10 @@ def _header_timed(timeout: float) -> type[Any]:
                 )
             self.transport.close()
 
-    return HeaderTimed
+    return Bounded
+
+
+_PIPELINED = 64 * 1024  # bytes of pipelined requests read ahead, at most
 
 
 def run(
@@ -270,7 +315,7 @@ def run(
         on_ready(host, int(sock.getsockname()[1]))
     config = uvicorn.Config(
         Asgi(handler, limits, refuse),
-        http=_header_timed(limits.read_timeout),
+        http=_bounded_protocol(limits.read_timeout),
         lifespan="on",
         timeout_keep_alive=limits.keepalive,
         limit_concurrency=limits.max_connections,

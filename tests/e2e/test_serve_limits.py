@@ -11,7 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from contextlib import closing as _closing
 
 import pytest
@@ -66,9 +66,13 @@ def test_silent_and_trickling_connections_are_cut_off_and_free_their_slots(
             sock = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=10))
             sock.sendall(openings[i % len(openings)])
             socks.append(sock)
-        answers = {i: _read_to_close(socks[i]) for i in range(len(openings))}
-        # every slot was taken meanwhile; they are free again now
-        assert requests.get(f"{served.url}/healthz", timeout=5).status_code == 200
+        last = len(socks) - len(openings)
+        answers = {i % len(openings): _read_to_close(socks[i]) for i in range(last, len(socks))}
+        served.wait_for(  # every slot was taken; they free up
+            "the slots freed",
+            lambda: requests.get(f"{served.url}/healthz", timeout=5).status_code == 200,
+            timeout=10,
+        )
     assert answers[0] == b""
     for i in range(1, len(openings)):
         assert answers[i].startswith(b"HTTP/1.1 408 "), answers[i]
@@ -78,6 +82,63 @@ def test_silent_and_trickling_connections_are_cut_off_and_free_their_slots(
             "error": "request_timeout",
             "message": "the request headers did not arrive in time",
         }
+
+
+def test_a_client_that_pipelines_without_reading_costs_bounded_memory(served: Served) -> None:
+    """Requests sent back to back on one connection, none of the answers read: the server
+    reads ahead at most 64 KiB of them (uvicorn read on for each request and after each
+    answer; with a deadline for the headers alone, a client got 500 MB into the server
+    within seconds: 1 GiB of memory)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    peak_before = _peak_memory_of(served.process.pid)
+    requests_ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sent = _send_for(sock, requests_, 3)
+    assert sent < 32 << 20, f"the server took {sent >> 20} MiB of unanswered requests"
+    assert _peak_memory_of(served.process.pid) - peak_before < 64 << 20
+
+
+def test_answers_left_unread_close_the_connection(served: Served) -> None:
+    """A client that sends requests and never reads what they answer is cut off once the
+    answers have waited for it for the read timeout (the server waited for good, holding a
+    connection slot)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    pid = served.process.pid
+    sockets_before = _sockets_of(pid)
+    name = "x" * 50_000  # each answer names it: 50 kB answers fill the buffers in ~100
+    request = f"POST /functions/{name} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        _send_for(sock, request.encode() * 20, 2)
+        served.wait_for("the unread connection closed", lambda: _sockets_of(pid) <= sockets_before)
+
+
+def _send_for(sock: socket.socket, data: bytes, seconds: float) -> int:
+    """Send `data` again and again for `seconds`, reading nothing; the bytes sent."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    sent, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            sent += sock.send(data)
+        except BlockingIOError:
+            time.sleep(0.01)
+        except OSError:  # closed by the server
+            break
+    return sent
+
+
+def _sockets_of(pid: int) -> int:
+    fds, count = f"/proc/{pid}/fd", 0
+    for fd in os.listdir(fds):
+        with suppress(FileNotFoundError):  # closed meanwhile
+            count += os.readlink(f"{fds}/{fd}").startswith("socket:")
+    return count
+
+
+def _peak_memory_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        peak = next(line for line in status if line.startswith("VmHWM:"))
+    return int(peak.split()[1]) * 1024
 
 
 def _read_to_close(sock: socket.socket) -> bytes:
