@@ -97,3 +97,26 @@ def test_names_that_escape_are_refused(tmp_path: Path) -> None:
     for bucket, key in [("..", "x"), ("b", "../x"), ("b", "a/\0"), ("a/b", "x")]:
         with pytest.raises(BadRequest):
             store.path(bucket, key)
+
+
+@pytest.mark.parametrize("if_absent", [True, False])
+def test_a_put_in_progress_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, if_absent: bool
+) -> None:
+    """A concurrent delivery listing the model while a signature is being written sees the
+    objects, not the put's temporary file (its content digest would name a file that is
+    gone a moment later: the same event's redelivery a 409, or 'changed while hashed')."""
+    store = LocalObjectStore(tmp_path)
+    store.put("models", "m/1/weights", b"w")
+    seen: list[list[str]] = []
+    place = os.link if if_absent else os.replace
+
+    def listing_then(src: object, dst: object) -> None:
+        seen.append([info.key for info in store.list("models", "m/1/")])
+        place(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "link" if if_absent else "replace", listing_then)
+    store.put("models", "m/1/model.sig", b"sig", if_absent=if_absent)
+    assert seen == [["m/1/weights"]]
+    monkeypatch.undo()
+    assert [info.key for info in store.list("models", "m/1/")] == ["m/1/model.sig", "m/1/weights"]

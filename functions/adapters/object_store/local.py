@@ -28,6 +28,11 @@ from modelhooks.core.records import ObjectInfo
 
 __all__ = ["LocalObjectStore"]
 
+# A put writes `.<name>.<random><_WRITING>` next to the object, then links or renames it into
+# place: that file is never an object, and no listing shows it (a concurrent delivery's
+# content digest or signature listing would otherwise name a file that is gone a moment later).
+_WRITING = ".modelhooks-writing"
+
 
 class LocalObjectStore:
     def __init__(self, root: Path, *, allow_symlinks: bool = False) -> None:
@@ -84,6 +89,8 @@ class LocalObjectStore:
         for dirpath, dirs, files in os.walk(start, followlinks=self.allow_symlinks):
             rel = Path(dirpath).relative_to(base).as_posix()
             for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(dirpath, d)))]:
+                if name.startswith(".") and name.endswith(_WRITING):
+                    continue  # a put in progress
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix):
                     found.append((key, os.path.join(dirpath, name)))
@@ -133,11 +140,11 @@ class LocalObjectStore:
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
         p = self.path(bucket, key)
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=_WRITING, dir=p.parent)
         except FileNotFoundError:  # a new prefix: its directories are made first
             p.parent.mkdir(parents=True, exist_ok=True)
             self.path(bucket, key)  # nothing on the way became a link meanwhile
-            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=_WRITING, dir=p.parent)
         tmp = Path(name)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
