@@ -26,12 +26,25 @@ from modelhooks.main import {name}  # noqa: F401
 '''
 
 
+PACKAGED = ("pyproject.toml", "README.md", "functions", "events")  # what the wheel is built from
+_BUILT = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
 def build_wheel(out: Path) -> Path:
-    """The modelhooks wheel, built from this checkout into `out`."""
+    """The modelhooks wheel, built from this checkout into `out`: from a copy of what it
+    packages (setuptools builds in the source tree, and its build/lib of an earlier build
+    would ship modules deleted since)."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "source"
+        for name in PACKAGED:
+            if (ROOT / name).is_dir():
+                shutil.copytree(ROOT / name, source / name, ignore=_BUILT)
+            else:
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / name, source / name)
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp, str(ROOT)],
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp, str(source)],
             check=True,
         )
         (built,) = Path(tmp).glob("modelhooks-*.whl")
