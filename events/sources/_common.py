@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -92,11 +93,20 @@ def text(obj: Mapping[str, Any], path: str, where: str) -> str:
     return value
 
 
+# date, time (seconds and fraction optional), offset (naive: UTC): no bare dates, no ISO 8601
+# week or basic forms, which datetime.fromisoformat also reads
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?", re.ASCII
+)
+
+
 def parse_time(value: str | None, where: str, path: str) -> datetime | None:
     """An RFC 3339 timestamp (nanoseconds and a trailing Z allowed) as an aware UTC datetime,
     between 1970 and 9998 (so every time compares, and converts, without surprises)."""
     if value is None:
         return None
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):  # fromisoformat takes more
+        raise _fail(where, path, f"is not an RFC 3339 timestamp: {value!r}")
     try:
         parsed = datetime.fromisoformat(value)
         parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

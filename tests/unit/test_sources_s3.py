@@ -200,3 +200,28 @@ def test_minio_metadata_only_changes_of_the_marker_are_not_pushes(event_name: st
     for record in body["Records"]:
         record["eventName"] = event_name
     assert translate(dataclasses.replace(inbound, data=body), layout=LAYOUT) == []
+
+
+@pytest.mark.parametrize(
+    "value", ["2026-11-27", "20261127T100000Z", "2026-W48-5T10:00:00Z", "2026-11-27T10:00:00Zjunk"]
+)
+def test_a_time_that_is_not_rfc_3339_is_refused_though_fromisoformat_reads_it(value: str) -> None:
+    body = _body("s3-aws-batch")
+    body["Records"][2]["eventTime"] = value
+    with pytest.raises(BadRequest, match="eventTime is not an RFC 3339"):
+        _translate(body)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-11-27T10:00:00.123456789Z",
+        "2026-11-27t10:00:00+01:00",
+        "2026-11-27 10:00:00",
+        "2026-11-27T10:00Z",
+    ],
+)
+def test_rfc_3339_times_as_producers_write_them_are_read(value: str) -> None:
+    body = _body("s3-aws-batch")
+    body["Records"][2]["eventTime"] = value
+    assert len(_translate(body)) == len(_translate(_body("s3-aws-batch")))
