@@ -221,8 +221,12 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             super().connection_made(transport)
             self.flow = ReadAhead(transport, lambda: len(self.conn.trailing_data[0]))
             # writing "pauses" whenever the client has not taken all that was written: an
-            # answer (or a close, which waits to flush) left unread is always on the clock
-            transport.set_write_buffer_limits(high=0)
+            # answer (or a close, which waits to flush) left unread is always on the clock.
+            # Not over TLS: asyncio's SSL transport counts its socket's buffer too, and is
+            # not told when that drains, so at 0 it never resumes (the answer's body never
+            # went); there an answer is on the clock past the default 64 KiB left unread
+            if transport.get_extra_info("sslcontext") is None:
+                transport.set_write_buffer_limits(high=0)
             self._due: dict[str, asyncio.TimerHandle] = {}
             self._arm("headers", self._headers_late)
 
