@@ -192,7 +192,10 @@ def _zot_host(attrs: Mapping[str, str], configured: str | None, where: str) -> s
     if configured:
         return configured
     source = attrs.get("source", "")
-    host = urlsplit(source).netloc if "://" in source else ""
+    try:
+        host = urlsplit(source).netloc if "://" in source else ""
+    except ValueError:  # a bracketed host that is no IP address: named no host
+        host = ""
     if not host:
         raise BadRequest(
             f"{where}: source {source!r} does not name the registry host; set "

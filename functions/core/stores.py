@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from threading import Lock
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from modelhooks.core.addresses import ALLOW_HINT, refusal
 from modelhooks.core.errors import BadRequest, Forbidden
@@ -21,9 +21,18 @@ from modelhooks.core.ports import ObjectStore
 __all__ = ["Stores", "split_uri"]
 
 
+def _parts(uri: str) -> SplitResult:
+    """urlsplit, whose ValueError (a bracketed host that is no IP address, a netloc that
+    NFKC normalization changes) is bad input."""
+    try:
+        return urlsplit(uri)
+    except ValueError as exc:
+        raise BadRequest(f"{uri!r} is not a valid URI: {exc}", uri=uri) from None
+
+
 def split_uri(uri: str) -> tuple[str, str, str]:
     """`gs://b/k/` → ("gs", "b", "k/"); `file:///data/m/` → ("file", "data", "m/")."""
-    parts = urlsplit(uri)
+    parts = _parts(uri)
     if parts.scheme == "file":
         bucket, _, key = parts.path.lstrip("/").partition("/")
     elif parts.scheme in ("gs", "s3"):
@@ -81,7 +90,7 @@ class Stores:
         """(bucket, key) of a file:// URI, which must lie inside the local store."""
         root = self.local_root.resolve()
         try:
-            path = Path(urlsplit(uri).path).resolve()
+            path = Path(_parts(uri).path).resolve()
         except (OSError, RuntimeError, ValueError) as exc:  # symlink loops, NUL
             raise BadRequest(f"{uri!r} cannot be resolved: {exc}", uri=uri) from None
         if not path.is_relative_to(root):
@@ -95,7 +104,7 @@ class Stores:
         """A location taken from an event that a function may record or act on: gs://, s3://,
         oci:// (not a local or metadata host) or file:// inside the local store; Forbidden or
         BadRequest otherwise. Nothing is built or read."""
-        scheme = urlsplit(uri).scheme
+        scheme = _parts(uri).scheme
         if scheme == "oci":
             self.check_host(uri)
             return
@@ -112,7 +121,7 @@ class Stores:
         cloud metadata service, in any notation (unless store.allow_local_targets): a
         function must not be steered at them. Judged as written; the connection itself
         checks what the name resolves to (modelhooks.adapters.net)."""
-        netloc = urlsplit(uri).netloc.rpartition("@")[2]
+        netloc = _parts(uri).netloc.rpartition("@")[2]
         host = netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
         if self.allow_local_targets or netloc.lower() in self.allowed_hosts:
             return

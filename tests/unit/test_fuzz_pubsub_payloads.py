@@ -70,3 +70,15 @@ def test_mutated_pubsub_payloads(client: FlaskClient, data: st.DataObject) -> No
         st.sampled_from(["/", "/functions/register", "/functions/prune", "/functions/cleanup"])
     )
     check(client, client.post(path, data=body, headers=headers))
+
+
+def test_a_bucket_id_that_makes_no_uri_is_bad_input(client: FlaskClient) -> None:
+    """Found by the fuzzing above: a Cloud Storage notification whose bucketId attribute was
+    a list named `gs://[]/…`, which urlsplit refuses (a bracketed host that is no IP
+    address) with a ValueError: a 500. It is bad input, whatever the route."""
+    envelope = samples.load("gcs-pubsub-finalize-marker")
+    for bucket in ([], "[x]", "[::1"):
+        envelope["message"]["attributes"]["bucketId"] = bucket
+        answer = client.post("/", json=envelope)
+        assert answer.status_code == 400, (bucket, answer.get_json())
+        check(client, answer)

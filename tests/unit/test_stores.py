@@ -55,3 +55,12 @@ def test_remote_hosts_pass_and_local_ones_can_be_allowed(tmp_path: Path) -> None
         allowed.check_host("oci://10.0.0.8:5000/m:v1")
     allowed = stores(tmp_path, MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS="true")
     allowed.check_host("oci://127.0.0.1:5000/m:v1")
+
+
+@pytest.mark.parametrize("uri", ["gs://[]/m/", "s3://[x]/m/", "gs://[::1/m/", "gs://b\uff03/m/"])
+def test_a_uri_urlsplit_refuses_is_bad_input(uri: str) -> None:
+    from modelhooks.core.errors import BadRequest
+    from modelhooks.core.stores import split_uri
+
+    with pytest.raises(BadRequest, match="is not a valid URI"):
+        split_uri(uri)

@@ -193,11 +193,11 @@ class RegistryAuth:
         import urllib.error
         import urllib.request
 
-        parts = urlsplit(realm)
         try:
+            parts = urlsplit(realm)
             port = f":{parts.port}" if parts.port else ""  # never a user:password@ of the realm
-        except ValueError:
-            port = "?"
+        except ValueError:  # a port out of range, a bracketed host that is no IP address
+            parts, port = urlsplit(""), "?"
         if not parts.hostname or port == "?":
             raise Forbidden(f"registry {self.base_url} sent a Bearer challenge without a realm")
         where = f"token realm {parts.scheme}://{parts.hostname}{port}{parts.path}"

@@ -107,7 +107,10 @@ class UriSource:
     ) -> None:
         from modelhooks.adapters.net import guarded_opener
 
-        parts = urlsplit(uri)
+        try:
+            parts = urlsplit(uri)
+        except ValueError as exc:  # a bracketed host that is no IP address, …
+            raise BadRequest(f"source uri {uri!r} is not a valid URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest(f"source uri {uri!r}: only http:// and https:// URLs are supported")
         self.uri, self.sha256 = uri, sha256.lower().removeprefix("sha256:")
