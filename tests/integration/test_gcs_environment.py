@@ -109,21 +109,28 @@ def test_the_proxy_variables_are_honoured_as_requests_reads_them(
     assert len(seen) == 1
 
 
-def test_a_listing_is_authorized_by_the_given_credentials(
-    fake_gcs: FakeGcs, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Listings go over the JSON API without google-cloud-storage (gcs_listing): the
-    credentials a store is given (a Model's own, for cleanup) authorize them, their quota
-    project included, as google.auth applies them."""
-    from google.oauth2.credentials import Credentials
-
-    url, seen, authorization = proxy
+def _behind(proxy: Proxy, fake_gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new bucket holding m/w.bin, on the emulator (STORAGE_EMULATOR_HOST) reached only
+    through `proxy`: its name."""
     bucket = f"environment-{uuid.uuid4().hex[:12]}"
     fake_gcs.storage_client().create_bucket(bucket).blob("m/w.bin").upload_from_string(b"w")
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
-    monkeypatch.setenv("HTTP_PROXY", url)
+    monkeypatch.setenv("HTTP_PROXY", proxy[0])
+    return bucket
+
+
+def test_a_listing_is_authorized_by_the_given_credentials(
+    fake_gcs: FakeGcs, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listings go over the JSON API without google-cloud-storage (gcs_json): the
+    credentials a store is given (a Model's own, for cleanup) authorize them, their quota
+    project included, as google.auth applies them."""
+    from google.oauth2.credentials import Credentials
+
+    _url, seen, authorization = proxy
+    bucket = _behind(proxy, fake_gcs, monkeypatch)
 
     anonymous = GcsObjectStore(project=fake_gcs.project)  # the emulator's default
     assert [o.key for o in anonymous.list(bucket, "m/")] == ["m/w.bin"]
@@ -154,13 +161,8 @@ def test_a_refused_token_is_refreshed_and_the_request_sent_again(
         def refresh(self, request: object) -> None:
             self.token = "rotated"
 
-    url, _seen, authorization = proxy
-    bucket = f"environment-{uuid.uuid4().hex[:12]}"
-    fake_gcs.storage_client().create_bucket(bucket).blob("m/w.bin").upload_from_string(b"w")
-    for name in _PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
-    monkeypatch.setenv("HTTP_PROXY", url)
+    _url, _seen, authorization = proxy
+    bucket = _behind(proxy, fake_gcs, monkeypatch)
 
     store = GcsObjectStore(project=fake_gcs.project).with_credentials(Rotated())
     assert store.read_range(bucket, "m/w.bin", 0, 1) == b"w"

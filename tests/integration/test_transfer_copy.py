@@ -517,12 +517,11 @@ def gcs_status_query(gcs_server: tuple[str, FakeGcs]) -> str:
     )
 
 
-def test_gcs_resume_inside_a_file_continues_the_session(
-    tmp_path: Path, gcs_bucket: tuple[GcsObjectStore, str], gcs_status_query: str
-) -> None:
-    if gcs_status_query:
-        pytest.skip(gcs_status_query)
-    store, name = gcs_bucket
+def _interrupted_upload(
+    tmp_path: Path, store: GcsObjectStore, name: str
+) -> tuple[Path, bytes, Path]:
+    """A one-file model copied to gs://name/m/ and killed after two pieces went up: (its
+    source folder, its bytes, the journal that recorded the upload)."""
     src = tmp_path / "src"
     data = one_file(src, 3 * CHUNK + 777)
     journal = tmp_path / "state" / "gcs.json"
@@ -532,6 +531,16 @@ def test_gcs_resume_inside_a_file_continues_the_session(
             GcsEnd(store, name, "m", journal),
             Counter(),
         )
+    return src, data, journal
+
+
+def test_gcs_resume_inside_a_file_continues_the_session(
+    tmp_path: Path, gcs_bucket: tuple[GcsObjectStore, str], gcs_status_query: str
+) -> None:
+    if gcs_status_query:
+        pytest.skip(gcs_status_query)
+    store, name = gcs_bucket
+    src, data, journal = _interrupted_upload(tmp_path, store, name)
     saved = json.loads(journal.read_text())["entries"]["upload:m/weights.bin"]
     assert saved["offset"] == 2 * CHUNK
     again = StopAfter(LocalEnd(str(src)), len(data) * 2)
@@ -550,15 +559,7 @@ def test_gcs_resume_with_a_session_gone_starts_the_file_over(
     tmp_path: Path, gcs_bucket: tuple[GcsObjectStore, str]
 ) -> None:
     store, name = gcs_bucket
-    src = tmp_path / "src"
-    data = one_file(src, 3 * CHUNK + 777)
-    journal = tmp_path / "state" / "gcs.json"
-    with pytest.raises(Interrupted):
-        copy(
-            StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10),
-            GcsEnd(store, name, "m", journal),
-            Counter(),
-        )
+    src, data, journal = _interrupted_upload(tmp_path, store, name)
     state = json.loads(journal.read_text())
     saved = state["entries"]["upload:m/weights.bin"]
     assert saved["offset"] == 2 * CHUNK and "upload_id=" in saved["session"]
@@ -585,15 +586,7 @@ def test_gcs_resume_hashes_what_the_session_committed_after_the_journal(
     if gcs_status_query:
         pytest.skip(gcs_status_query)
     store, name = gcs_bucket
-    src = tmp_path / "src"
-    data = one_file(src, 3 * CHUNK + 777)
-    journal = tmp_path / "state" / "gcs.json"
-    with pytest.raises(Interrupted):
-        copy(
-            StopAfter(LocalEnd(str(src)), 2 * CHUNK + 10),
-            GcsEnd(store, name, "m", journal),
-            Counter(),
-        )
+    src, data, journal = _interrupted_upload(tmp_path, store, name)
     state = json.loads(journal.read_text())
     saved = state["entries"]["upload:m/weights.bin"]
     first = Sha256()
