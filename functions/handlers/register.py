@@ -9,9 +9,14 @@ are duplicated, reordered and concurrent. Each write keeps the facts that decide
 and derives the state from them, inside one registry transaction:
 
 - a version keeps the time of the latest push that made it (`modelhooks.pushed_at`);
-- a model keeps the time of its latest deletion (`modelhooks.deleted_at`) and of its
-  latest push (`modelhooks.pushed_at`);
-- a version is LIVE iff its push is newer than the model's deletion; a model likewise.
+- a model keeps the time of its latest deletion (`modelhooks.deleted_at`);
+- a version is LIVE iff its push is newer than the model's deletion; a model is LIVE iff
+  one of its versions is.
+
+So a push of a new version of a live model writes no model: it reads the model (whose
+deletion time its decision stands on; a registry's transaction refuses it when that read
+changed before it ended), creates the version and its artifact. A deletion writes the
+model first and then lists its versions, so a push it does not list saw its write.
 
 So a deletion older than a push never archives it, whenever it arrives, and a push older
 than a deletion is recorded ARCHIVED. An event without a time counts as newer than any
@@ -106,7 +111,7 @@ def _register(
     model, created = _find_or_create(
         lambda: registry.create_model(
             pushed.model,
-            properties={"namespace": namespace, PUSHED_AT: at, DELETED_AT: ""},
+            properties={"namespace": namespace, DELETED_AT: ""},
         ),
         lambda: registry.get_model(pushed.model),
     )
@@ -129,10 +134,8 @@ def _register(
     live = _live(version_at, deleted_at)
     created = created or new_version or (live and version.state != ModelState.LIVE)
     version = _update(registry.update_version, version, {PUSHED_AT: version_at}, live)
-    model_at = max(model.custom_properties.get(PUSHED_AT, ""), at)
-    model = _update(
-        registry.update_model, model, {PUSHED_AT: model_at}, _live(model_at, deleted_at)
-    )
+    if live:  # a live version makes its model live; an archived one changes no model
+        model = _update(registry.update_model, model, {}, live=True)
 
     # A version this delivery created has no artifact yet: skip the lookup on the hot path.
     artifacts = [] if new_version else registry.list_artifacts(version.id)
@@ -244,7 +247,7 @@ def _archive(
     model, _ = _find_or_create(
         lambda: registry.create_model(
             deleted.name,
-            properties={"namespace": deleted.namespace, PUSHED_AT: "", DELETED_AT: at},
+            properties={"namespace": deleted.namespace, DELETED_AT: at},
         ),
         lambda: registry.get_model(deleted.name),
     )
@@ -256,15 +259,20 @@ def _archive(
             owner=owner,
         )
     deleted_at = max(model.custom_properties.get(DELETED_AT, ""), at)
-    pushed_at = model.custom_properties.get(PUSHED_AT, "")
     facts = {DELETED_AT: deleted_at}
     policy = deleted.spec.get("deletionPolicy")
     if deleted_at == at and isinstance(policy, str):  # the latest deletion's policy
         facts[DELETION_POLICY] = policy
-    _update(registry.update_model, model, facts, _live(pushed_at, deleted_at))
+    # The deletion is written before the versions are listed (the state follows them): a
+    # push this listing misses read the model before this write, so its transaction,
+    # re-reading the model as it ends, is redone.
+    model = _update(registry.update_model, model, facts, live=model.state == ModelState.LIVE)
+    live_versions = False
     for version in registry.list_versions(model.id):
         live = _live(version.custom_properties.get(PUSHED_AT, ""), deleted_at)
+        live_versions |= live
         _update(registry.update_version, version, {}, live)
+    _update(registry.update_model, model, {}, live=live_versions)
 
 
 def _deleted_before(

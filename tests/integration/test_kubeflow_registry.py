@@ -196,6 +196,13 @@ def test_register_and_sign_never_list(kubeflow: KubeflowModelRegistry) -> None:
     # a new version of a known model is created at once, never looked up first
     assert sent[2][:2] == [("GET", "registered_model", 200), ("POST", "model_versions", 201)]
     assert [p for _, p, _ in sent[2] if p in ("model_version", "model_artifact")] == []
+    # … and writes no model: 4 requests, the model read again as the transaction ends
+    assert [(m, p.split("/")[0]) for m, p, _ in sent[2]] == [
+        ("GET", "registered_model"),
+        ("POST", "model_versions"),
+        ("POST", "model_versions"),  # …/{id}/artifacts
+        ("GET", "registered_models"),
+    ]
     (artifact,) = kubeflow.list_artifacts(version.id)
     assert artifact.uri == f"gs://b/{name}/2/" and artifact.state == ArtifactState.LIVE
 
@@ -411,6 +418,61 @@ def test_an_update_of_a_listed_version_over_another_writers_change_is_stale(
         got = one.get_version(model.id, "1")
         assert got is not None and got.custom_properties["signature.signer"] == "key abc"
         assert got.state == ModelState.LIVE
+    finally:
+        one.close()
+        two.close()
+
+
+@pytest.mark.parametrize("push_is_newer", [True, False])
+def test_a_push_that_writes_no_model_is_redone_when_a_deletion_changed_it(
+    model_registry: ModelRegistryServer, push_is_newer: bool
+) -> None:
+    """A push of a live model writes no model, yet its decision stands on the model's
+    deletion time: a deletion another process writes between the push's read and its end
+    (its listing not yet showing the push's version) makes the push stale, and the
+    redelivery ends in the time-ordered state."""
+    from datetime import UTC, datetime
+
+    import msgspec
+
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
+    from modelhooks.handlers.register import archive_model, register_model
+
+    name = unique("interleaved")
+    times = [datetime(2026, 1, 1, h, tzinfo=UTC) for h in (1, 2, 3)]
+    push_at, delete_at = (times[2], times[1]) if push_is_newer else (times[1], times[2])
+
+    def push(version: str, at: datetime) -> tuple[CanonicalEvent, ArtifactPushed]:
+        data = ArtifactPushed(
+            model=name, version=version, uri=f"s3://b/{name}/{version}/", digest=version, store="s3"
+        )
+        return msgspec.structs.replace(CanonicalEvent.new(data, source="t"), time=at), data
+
+    deletion = ModelDeleted(name=name, namespace="default")
+    deleted = msgspec.structs.replace(CanonicalEvent.new(deletion, source="t"), time=delete_at)
+    two = KubeflowModelRegistry(model_registry.url, timeout=10)
+
+    class Interleaved(KubeflowModelRegistry):
+        def get_model(self, model_name: str) -> Any:
+            found = super().get_model(model_name)
+            if not done:  # the deletion, in another process, as this push acts
+                done.append(True)
+                archive_model(deleted, deletion, registry=two)
+            return found
+
+    done: list[bool] = []
+    one = Interleaved(model_registry.url, timeout=10)
+    try:
+        register_model(*push("1", times[0]), registry=two)  # a live model
+        with pytest.raises(StaleWrite):
+            register_model(*push("2", push_at), registry=one)
+        register_model(*push("2", push_at), registry=one)  # the redelivery
+        model = two.get_model(name)
+        assert model is not None
+        states = {v.name: v.state for v in two.list_versions(model.id)}
+        live = ModelState.LIVE if push_is_newer else ModelState.ARCHIVED
+        assert states == {"1": ModelState.ARCHIVED, "2": live}
+        assert model.state == live
     finally:
         one.close()
         two.close()

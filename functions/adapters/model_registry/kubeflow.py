@@ -45,16 +45,16 @@ model it names, so transactions of one model run one at a time in this process a
 of different models in parallel. Across processes (N pods) the Model Registry has no
 conditional write; every update re-reads the record first and refuses (`StaleWrite`, a
 Transient error: the delivery is redelivered and derives again) when it changed since the
-transaction read it, and as the transaction ends it re-reads what it wrote and refuses the
-same way when another writer overwrote it. What is left is a race in the one round trip
+transaction read it, and as the transaction ends it re-reads what it wrote and the models
+it read, and refuses the same way when another writer changed them. What is left is a race in the one round trip
 between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
 broker's partition key) closes it.
 
-What that costs a push of a new version of a known model: 3 requests (model by name,
-version, artifact), and 3 more when its time is newer than the model's push time (the
-re-read, the PATCH, the re-read as the transaction ends); none when it is not (no write).
-The first re-read stays: a PATCH replaces the whole set of custom properties (v0.3.0's
-server drops those not sent), so its answer shows what it wrote, never what it overwrote.
+What that costs a push of a new version of a live model: 4 requests (the model by name,
+the version, the artifact, the model again as the transaction ends); it writes no model.
+An update is a re-read, the PATCH and a re-read as the transaction ends. The first
+re-read stays: a PATCH replaces the whole set of custom properties (v0.3.0's server drops
+those not sent), so its answer shows what it wrote, never what it overwrote.
 """
 
 from __future__ import annotations
@@ -276,12 +276,16 @@ class KubeflowModelRegistry:
             txn.model = name
 
     def _check_written(self) -> None:
-        for (collection, record_id), wrote in self._txn.written.items():
+        """What it wrote, and the models it read (what its decisions stand on: a push of a
+        live model reads its deletion time and writes no model), are still as it left them."""
+        txn = self._txn
+        models = {key: seen for key, seen in txn.read.items() if key[0] == MODELS}
+        for (collection, record_id), left in {**models, **txn.written}.items():
             now = self._call("GET", f"{collection}/{record_id}")
-            if _essence(now) != _essence(wrote):
+            if _essence(now) != _essence(left):
                 raise StaleWrite(
-                    f"model registry: {collection}/{record_id} was overwritten by another "
-                    "writer as this delivery wrote it",
+                    f"model registry: {collection}/{record_id} was changed by another "
+                    "writer as this delivery acted on it",
                     url=self.api_url,
                 )
 
