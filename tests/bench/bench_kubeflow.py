@@ -93,7 +93,7 @@ def _push(run: str, n: int, models: int) -> tuple[dict[str, str], bytes]:
         "ce-id": f"{run}-{n}",
         "ce-source": "/bench",
         "ce-type": "dev.modelhooks.artifact.pushed",
-        # a real push carries its time: the model's push time is then written (newer)
+        # a real push carries its time (a version keeps it; the model is not written)
         "ce-time": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
     }
     return headers, json.dumps(data).encode()
