@@ -7,8 +7,8 @@ tests/e2e/packaging.py), and started as `functions-framework --target <name>` wi
 store.backend=cloud against fake-gcs-server. The figure is process start → the first
 answered Eventarc GCS finalize (a real model in a real bucket: register lists it over GCS's
 JSON API, anonymously as against any emulator, and registers it; sign finds it registered,
-reads it and writes its signature; the others answer as they do to a push they do not act
-on). On Cloud Run the first call also finds Application Default Credentials and fetches a
+reads it and writes its signature, in every run: it is removed after each; the others
+answer as they do to a push they do not act on). On Cloud Run the first call also finds Application Default Credentials and fetches a
 token (google.auth's compute_engine and requests, ~110 ms of CPU here), which an emulator
 does not need: the figure is the floor of a real first event. The anchor is
 tests/bench/anchors/bare.py's `hello`, started from the same venv and sent the same event.
@@ -195,6 +195,9 @@ def _measure(
         for name, folder in folders.items():
             source = folder / "main.py"
             times[name].append(cold_start(venvs[name], source, name, home(name), event()))
+            if name == "sign":  # each run signs: a first event finds no signature
+                for key in ("model.sig", "model.sig.binding"):
+                    store.delete_blob(prefix + key)
             anchor[name].append(cold_start(venvs[name], ANCHORS, "hello", home(name), event()))
 
     print(

@@ -2,28 +2,33 @@
 and assembling one for the key and certificate methods (which sigstore-python refuses to
 build, as model_signing notes: they carry no transparency-log entry).
 
-`sigstore_models` is imported lazily: only signing and verification need it.
+A bundle is written here as sigstore_models writes it (its JSON to the byte), without its
+pydantic models: importing them cost sign's first event ~100 ms of CPU (issue 22).
+`sigstore_models` is imported lazily, by verification only (`proto_bundle`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from modelhooks.adapters.signing.manifest import PAYLOAD_TYPE
 from modelhooks.core.errors import VerificationFailed
 
 if TYPE_CHECKING:
-    from sigstore_models.bundle.v1 import Bundle, VerificationMaterial
+    from sigstore_models.bundle.v1 import Bundle
 
 __all__ = [
     "MEDIA_TYPE",
+    "certificate_material",
     "dsse_bundle",
     "envelope_parts",
     "fulcio_issuer",
     "pae",
     "proto_bundle",
+    "public_key_material",
     "signer_of",
     "unverified_payload",
 ]
@@ -70,11 +75,11 @@ def envelope_parts(bundle: bytes) -> tuple[str, bytes, bytes]:
 
 def signer_of(bundle: bytes) -> str:
     """Who the bundle claims signed it (unverified): key hint or certificate subject/SAN."""
-    from cryptography import x509
-
     material = _load(bundle).get("verificationMaterial", {})
     if "publicKey" in material:
         return f"key sha256:{material['publicKey'].get('hint') or '?'}"
+    from cryptography import x509  # for a certificate only: a key's bundle needs none of it
+
     certs = material.get("x509CertificateChain", {}).get("certificates") or [
         material.get("certificate", {})
     ]
@@ -132,16 +137,30 @@ def proto_bundle(bundle: bytes) -> Bundle:
         raise VerificationFailed("malformed Sigstore bundle", reason=str(e)) from e
 
 
-def dsse_bundle(statement: bytes, signature: bytes, material: VerificationMaterial) -> bytes:
-    """A bundle v0.3 with a DSSE envelope over `statement`, as model_signing writes it."""
-    from sigstore_models import intoto
-    from sigstore_models.bundle.v1 import Bundle
+def dsse_bundle(statement: bytes, signature: bytes, material: Mapping[str, Any]) -> bytes:
+    """A bundle v0.3 with a DSSE envelope over `statement`, as model_signing writes it:
+    sigstore_models' JSON (compact, camelCase, its fields in their order, bytes in base64).
+    `material`: the bundle's verificationMaterial as JSON (`public_key_material`,
+    `certificate_material`)."""
+    envelope = {
+        "payload": _b64(statement),
+        "payloadType": PAYLOAD_TYPE,
+        "signatures": [{"sig": _b64(signature), "keyid": ""}],
+    }
+    doc = {"mediaType": MEDIA_TYPE, "verificationMaterial": material, "dsseEnvelope": envelope}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
-    # sigstore_models' bytes fields take base64 on construction and decode it.
-    envelope = intoto.Envelope(
-        payload=base64.b64encode(statement),
-        payload_type=PAYLOAD_TYPE,
-        signatures=[intoto.Signature(sig=base64.b64encode(signature), keyid="")],
-    )
-    out = Bundle(media_type=MEDIA_TYPE, verification_material=material, dsse_envelope=envelope)
-    return out.to_json().encode()
+
+def public_key_material(hint: str) -> dict[str, Any]:
+    """The verificationMaterial of a key's bundle: the key's hint, no log entries."""
+    return {"publicKey": {"hint": hint}, "tlogEntries": []}
+
+
+def certificate_material(certificates: list[bytes]) -> dict[str, Any]:
+    """The verificationMaterial of a certificate's bundle: its chain (DER, leaf first)."""
+    chain = [{"rawBytes": _b64(der)} for der in certificates]
+    return {"x509CertificateChain": {"certificates": chain}, "tlogEntries": []}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

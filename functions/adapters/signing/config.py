@@ -115,18 +115,22 @@ class SigningConfig:
         """The configured signer, or None when signing is off."""
         if not self.enabled(env)[0]:
             return None
-        from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust
-        from modelhooks.adapters.signing.keys import CertificateSigner, KeySigner
-
+        # each method's module when it is the one configured: a key's needs no Sigstore
         password = _read_secret(self.password_file, "MODELHOOKS_SIGNING_PASSWORD_FILE")
         if self.certificate:
+            from modelhooks.adapters.signing.keys import CertificateSigner
+
             if not self.key:
                 raise ConfigError("signing.certificate needs signing.key (its private key)")
             return CertificateSigner.from_files(
                 self.key, self.certificate, self.certificate_chain, password
             )
         if self.key:
+            from modelhooks.adapters.signing.keys import KeySigner
+
             return KeySigner.from_file(self.key, password)
+        from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust
+
         # unset: the pod's service-account token, as Kubeflow's async-upload job reads it
         # (infra/knative projects one with audience sigstore and points the setting at it)
         token = self.identity_token or DEFAULT_TOKEN_PATH

@@ -10,14 +10,20 @@ model_signing's own verifiers, so we accept exactly what `model_signing verify` 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.signing.bundle import dsse_bundle, envelope_parts, pae, proto_bundle
+from modelhooks.adapters.signing.bundle import (
+    certificate_material,
+    dsse_bundle,
+    envelope_parts,
+    pae,
+    proto_bundle,
+    public_key_material,
+)
 from modelhooks.core.errors import ConfigError, VerificationFailed
 from modelhooks.core.extras import require
 
@@ -100,17 +106,13 @@ class KeySigner:
         return key_fingerprint(self._key.public_key())
 
     @cached_property
-    def _made(self) -> tuple[Any, ec.ECDSA]:
+    def _made(self) -> tuple[dict[str, Any], ec.ECDSA]:
         """What every bundle of this signer repeats, made once (the key's hint is a PEM
         encoding and a hash; the material a model): its verification material and hash."""
         return self._material(), _hash_for(self._key.public_key())
 
-    def _material(self) -> Any:
-        from sigstore_models.bundle.v1 import VerificationMaterial
-        from sigstore_models.common.v1 import PublicKeyIdentifier
-
-        hint = PublicKeyIdentifier(hint=self._hint)
-        return VerificationMaterial(public_key=hint, tlog_entries=[])
+    def _material(self) -> dict[str, Any]:
+        return public_key_material(self._hint)
 
     def sign(self, statement: bytes) -> bytes:
         material, algorithm = self._made
@@ -163,18 +165,11 @@ class CertificateSigner(KeySigner):
     def identity(self) -> str:
         return f"certificate {self._certificate.subject.rfc4514_string()}"
 
-    def _material(self) -> Any:
+    def _material(self) -> dict[str, Any]:
         from cryptography.hazmat.primitives.serialization import Encoding
-        from sigstore_models.bundle.v1 import VerificationMaterial
-        from sigstore_models.common.v1 import X509Certificate, X509CertificateChain
 
-        certs = [
-            X509Certificate(raw_bytes=base64.b64encode(c.public_bytes(Encoding.DER)))
-            for c in (self._certificate, *self._chain)
-        ]
-        return VerificationMaterial(
-            x509_certificate_chain=X509CertificateChain(certificates=certs), tlog_entries=[]
-        )
+        chain = (self._certificate, *self._chain)
+        return certificate_material([c.public_bytes(Encoding.DER) for c in chain])
 
 
 class KeyVerifier:
