@@ -1,17 +1,22 @@
 """Models to Ready through the whole Kubernetes chain (issue 12):
 
-    python -m tests.bench.bench_models [--models 200] [--timeout 120] [--no-restart]
+    python -m tests.bench.bench_models [--models 200] [--creators 8] [--timeout 120] [--no-restart]
 
 The harness's kube-apiserver (Model, RegisteredModel and ModelVersion CRDs) and distribution
 v3; ONE image pushed with `oras`; N Models naming it by tag, each its own name and version,
-signing off, deletionPolicy Retain, created one after another; ONE `modelhooks watch-models
---raw --state FILE` feeding ONE `modelhooks serve` (Kubernetes registry, notify and cleanup
-on the same apiserver). Halfway through the creates the watcher is killed (SIGKILL) and
-started again with its state file, unless --no-restart.
+signing off, deletionPolicy Retain, created at once by --creators client threads (1: one
+after another); ONE `modelhooks watch-models --raw --state FILE` feeding ONE `modelhooks
+serve` (Kubernetes registry, notify and cleanup on the same apiserver). Halfway through the
+creates the watcher is killed (SIGKILL) and started again with its state file, unless
+--no-restart.
 
-Printed: per Model, its create call → the first listing that shows Ready=True (listed every
-0.1 s): p50 / p95 / p99 / max; Models Ready per second (first create → last Ready); Events by
-reason. Goals: p99 ≤ 3 s and ≥ 80 Models Ready/s (issue 22), the rest "measured"; lost (a Model never
+Printed: per Model, its create call → the watch event that shows Ready=True: p50 / p95 / p99 /
+max; Models Ready per second (first create → last Ready); Events by reason; the API requests
+the chain made per Model (apiserver_request_total, less the bench's own creates and watch);
+the CPU each process used per Model from the first create to the last Ready (kube-apiserver,
+etcd, serve, watch-models, the bench itself: on 2 cores, 80 Models/s leaves 25 ms for all of
+them); the load average. Goals: p99 ≤ 3 s and ≥ 80 Models Ready/s (issue 22), the rest
+"measured"; lost (a Model never
 Ready within --timeout) and duplicated effects (a Model with more than one ModelVersion, or
 more than one `Registered` Event) must be 0. Event names are derived from the CloudEvent's
 source, id and reason, so a redelivered CloudEvent cannot add a second `Registered` Event;
@@ -22,7 +27,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import json
+import os
+import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -33,7 +43,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.bench import Goal
+from tests.bench import Goal, load
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "infra" / "k8s" / "crds"
@@ -47,13 +57,24 @@ def _percentile(values: list[float], p: float) -> float:
 
 
 class ReadyWatch:
-    """Lists the Models every `interval` s and keeps when each was first seen Ready=True."""
+    """Watches the Models and keeps when each was first seen Ready=True (a watch, not a list
+    every 0.1 s: the probe's own load on the apiserver is one event per change)."""
 
-    def __init__(self, kube: Any, interval: float = 0.1) -> None:
+    def __init__(self, kube: Any) -> None:
         self.ready: dict[str, float] = {}
-        self._kube, self._interval = kube, interval
+        self._kube = kube
         self._stop = threading.Event()
+        self._response: Any = None
         self._thread = threading.Thread(target=self._run, daemon=True)
+        with kube.api_client() as api:  # from now on: no Model changed before is missed
+            from kubernetes import client
+
+            from modelhooks.adapters.model_registry.kubernetes import GROUP, VERSION
+
+            listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                GROUP, VERSION, "default", "models"
+            )
+        self._since = listed["metadata"]["resourceVersion"]
         self._thread.start()
 
     def _run(self) -> None:
@@ -64,20 +85,66 @@ class ReadyWatch:
         with self._kube.api_client() as api:
             objects = client.CustomObjectsApi(api)
             while not self._stop.is_set():
-                listed = objects.list_namespaced_custom_object(GROUP, VERSION, "default", "models")
-                now = time.monotonic()
-                for model in listed["items"]:
-                    name = model["metadata"]["name"]
-                    conditions = (model.get("status") or {}).get("conditions") or []
-                    if name not in self.ready and any(
-                        c["type"] == "Ready" and c["status"] == "True" for c in conditions
-                    ):
-                        self.ready[name] = now
-                self._stop.wait(self._interval)
+                self._response = objects.list_namespaced_custom_object(
+                    GROUP, VERSION, "default", "models", watch=True,
+                    resource_version=self._since, allow_watch_bookmarks=True,
+                    timeout_seconds=300, _preload_content=False,
+                )  # fmt: skip
+                buffer = b""
+                with contextlib.suppress(Exception):  # closed by close()
+                    for chunk in self._response.stream(amt=None, decode_content=False):
+                        buffer += chunk
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            self._seen(json.loads(line)["object"], time.monotonic())
+
+    def _seen(self, model: dict[str, Any], now: float) -> None:
+        self._since = model["metadata"].get("resourceVersion") or self._since
+        name = model["metadata"]["name"]
+        conditions = (model.get("status") or {}).get("conditions") or []
+        if name not in self.ready and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in conditions
+        ):
+            self.ready[name] = now
 
     def close(self) -> None:
         self._stop.set()
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=10)
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process `pid` has used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _requests(kube: Any) -> collections.Counter[str]:
+    """The apiserver's requests so far (apiserver_request_total), as "VERB resource"."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(kube.ca_file))
+    request = urllib.request.Request(
+        f"{kube.url}/metrics", headers={"Authorization": f"Bearer {kube.admin_token}"}
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        text = answer.read().decode()
+    counts: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.partition("}")[0]))
+        resource = labels["resource"] + (
+            f"/{labels['subresource']}" if labels["subresource"] else ""
+        )
+        counts[f"{labels['verb']} {resource}"] += int(float(line.rpartition(" ")[2]))
+    return counts
 
 
 def _start_chain(kube: Any, registry: Any, tmp: Path) -> tuple[Any, list[str], str]:
@@ -112,8 +179,17 @@ def _watcher(argv: list[str], tmp: Path) -> Any:
 
 
 def run(
-    kube: Any, registry: Any, tmp: Path, models: int, timeout: float, restart: bool
+    kube: Any,
+    registry: Any,
+    tmp: Path,
+    *,
+    servers: dict[str, int],
+    models: int,
+    timeout: float,
+    restart: bool,
+    creators: int,
 ) -> list[Goal]:
+    """`servers`: the pids of the harness's servers (name → pid), whose CPU is shown."""
     from kubernetes import client
 
     from modelhooks.adapters.model_registry.kubernetes import GROUP, VERSION
@@ -145,37 +221,67 @@ def run(
     ready = ReadyWatch(kube)
     created: dict[str, float] = {}
     restarted_at = ""
-    try:
+    pids = {**servers, "serve": served.pid}
+    cpu_before = {name: _cpu(pid) for name, pid in pids.items()}
+    cpu_before["watch-models"], cpu_before["bench"] = _cpu(watcher.pid), time.process_time()
+    cpu_killed = 0.0
+    requests_before = _requests(kube)
+    todo = list(range(models))
+    lock = threading.Lock()
+
+    def create(objects: Any, i: int) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Model",
+            "metadata": {"name": f"bench-{i:05d}", "namespace": "default"},
+            "spec": {
+                "source": {"oci": {"reference": reference}},
+                "version": f"{i + 1}",
+                "deletionPolicy": "Retain",
+                "signing": {"enabled": False},
+            },
+        }
+        created[body["metadata"]["name"]] = time.monotonic()
+        objects.create_namespaced_custom_object(GROUP, VERSION, "default", "models", body)
+
+    def creator() -> None:
+        nonlocal watcher, restarted_at, cpu_killed
         with kube.api_client() as api:
             objects = client.CustomObjectsApi(api)
-            first = time.monotonic()
-            for i in range(models):
-                if restart and i == models // 2:
-                    watcher.stop_signal = signal.SIGKILL
-                    watcher.stop()
-                    watcher = _watcher(watch_argv, tmp)
-                    restarted_at = f"killed (SIGKILL) and restarted with --state after {i} creates"
-                name = f"bench-{i:05d}"
-                body = {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "Model",
-                    "metadata": {"name": name, "namespace": "default"},
-                    "spec": {
-                        "source": {"oci": {"reference": reference}},
-                        "version": f"{i + 1}",
-                        "deletionPolicy": "Retain",
-                        "signing": {"enabled": False},
-                    },
-                }
-                created[name] = time.monotonic()
-                objects.create_namespaced_custom_object(GROUP, VERSION, "default", "models", body)
-            creating = time.monotonic() - first
-            deadline = time.monotonic() + timeout
-            while len(ready.ready) < models and time.monotonic() < deadline:
-                time.sleep(0.1)
-            time.sleep(3)  # a late second registration or Event would show up by now
-            ready.close()
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                    if restart and i == models // 2:
+                        cpu_killed = _cpu(watcher.pid)
+                        watcher.stop_signal = signal.SIGKILL
+                        watcher.stop()
+                        watcher = _watcher(watch_argv, tmp)
+                        restarted_at = (
+                            f"killed (SIGKILL) and restarted with --state after {i} creates"
+                        )
+                create(objects, i)
 
+    try:
+        first = time.monotonic()
+        threads = [threading.Thread(target=creator) for _ in range(creators)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        creating = time.monotonic() - first
+        deadline = time.monotonic() + timeout
+        while len(ready.ready) < models and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cpu = {name: _cpu(pid) - cpu_before[name] for name, pid in pids.items()}
+        cpu["watch-models"] = cpu_killed + _cpu(watcher.pid) - cpu_before["watch-models"]
+        cpu["bench"] = time.process_time() - cpu_before["bench"]
+        time.sleep(3)  # a late second registration or Event would show up by now
+        requests = _requests(kube) - requests_before
+        ready.close()
+        with kube.api_client() as api:
+            objects = client.CustomObjectsApi(api)
             versions = objects.list_namespaced_custom_object(
                 GROUP, VERSION, REGISTRY_NAMESPACE, "modelversions"
             )["items"]
@@ -198,7 +304,10 @@ def run(
     span = max(ready.ready.values()) - first if ready.ready else float("inf")
     rate = len(ready.ready) / span
 
-    print(f"{models} Models created in {creating:.1f} s ({models / creating:.0f}/s), one at a time")
+    print(
+        f"{models} Models created in {creating:.1f} s ({models / creating:.0f}/s), "
+        f"by {creators} client thread(s)"
+    )
     if restarted_at:
         print(f"watch-models {restarted_at}")
     if latencies:
@@ -219,6 +328,20 @@ def run(
         f"(Models with > 1 ModelVersion: {len(twice_versions)}, "
         f"with > 1 Registered Event: {len(twice_registered)}, "
         f"with no Registered Event: {models - len(registered)})"
+    )
+    # the bench's own: its creates and its watch of the Models
+    requests["POST models"] -= models
+    requests["WATCH models"] -= 1
+    chain = {k: v for k, v in requests.items() if v > 0}
+    print(
+        f"API requests per Model: {sum(chain.values()) / models:.2f} ("
+        + ", ".join(f"{k} {v / models:.2f}" for k, v in sorted(chain.items()))
+        + ")"
+    )
+    print(
+        "CPU per Model (create → all Ready): "
+        + ", ".join(f"{name} {1000 * s / models:.1f} ms" for name, s in cpu.items())
+        + f"; total {1000 * sum(cpu.values()) / models:.1f} ms"
     )
     if lost:
         print(f"  never Ready within {timeout:.0f} s: {', '.join(lost[:10])}")
@@ -250,6 +373,9 @@ def main(argv: list[str]) -> list[Goal]:
     parser.add_argument("--models", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=120.0, help="s after the last create")
     parser.add_argument(
+        "--creators", type=int, default=8, help="client threads creating the Models at once"
+    )
+    parser.add_argument(
         "--restart",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -280,7 +406,20 @@ def main(argv: list[str]) -> list[Goal]:
                 f"kube-apiserver {kube.version} at {kube.url}; distribution v3 at {registry.url}",
                 flush=True,
             )
-            return run(kube, registry, tmp, args.models, args.timeout, args.restart)
+            servers = {p.name: p.pid for p in processes if p.name in ("kube-apiserver", "etcd")}
+            before = load()
+            goals = run(
+                kube,
+                registry,
+                tmp,
+                servers=servers,
+                models=args.models,
+                timeout=args.timeout,
+                restart=args.restart,
+                creators=args.creators,
+            )
+            print(f"load average: {before:.2f} before, {load():.2f} after")
+            return goals
         finally:
             for process in reversed(processes):
                 process.stop()
