@@ -21,12 +21,12 @@ import urllib.request
 import weakref
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from modelhooks.core.addresses import ALLOW_HINT, refused_address
 from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 
-__all__ = ["endpoint_pool", "guarded_opener", "read_environment_once"]
+__all__ = ["endpoint_pool", "environment_proxy", "guarded_opener", "read_environment_once"]
 
 # getaddrinfo's answers that a name does not exist (not a transient DNS failure: EAI_AGAIN)
 _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
@@ -283,20 +283,16 @@ def read_environment_once(session: Any, endpoint: str) -> Any:
 def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) -> Any:
     """A urllib3 PoolManager for a configured `endpoint` (not a host an event names), set up
     as requests would on every request, from the environment read once: through the proxy
-    for `endpoint` (HTTP(S)_PROXY, ALL_PROXY, minus NO_PROXY; its user:password as
-    Proxy-Authorization, socks:// through urllib3's SOCKS support), verifying TLS with `ca`
-    (PEM text), else REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, else certifi's bundle (requests').
-    Its connections are kept alive; a request through it costs about half of a requests
-    Session's CPU (no per-request merging of settings and hooks)."""
+    for `endpoint` (`environment_proxy`; its user:password as Proxy-Authorization, socks://
+    through urllib3's SOCKS support), verifying TLS with `ca` (PEM text), else
+    REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, else certifi's bundle (requests'). Its connections
+    are kept alive; a request through it costs about half of a requests Session's CPU (no
+    per-request merging of settings and hooks). requests itself is not imported (a cold
+    start's first GCS listing paid ~25 ms of CPU for it)."""
     import os
 
+    import certifi
     import urllib3
-    from requests.utils import (
-        DEFAULT_CA_BUNDLE_PATH,
-        get_auth_from_url,
-        get_environ_proxies,
-        select_proxy,
-    )
 
     tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED"}
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
@@ -305,16 +301,85 @@ def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) ->
     elif bundle and os.path.isdir(bundle):
         tls["ca_cert_dir"] = bundle
     else:
-        tls["ca_certs"] = bundle or DEFAULT_CA_BUNDLE_PATH
+        tls["ca_certs"] = bundle or certifi.where()
     options = {"maxsize": maxsize, **tls}
-    proxy = select_proxy(endpoint, get_environ_proxies(endpoint))
+    proxy = environment_proxy(endpoint)
     if not proxy:
         return urllib3.PoolManager(**options)
     proxy = proxy if "://" in proxy else f"http://{proxy}"  # host:port alone: an HTTP proxy
-    user, password = get_auth_from_url(proxy)
+    user, password = _credentials(proxy)
     if proxy.lower().startswith("socks"):
         from urllib3.contrib.socks import SOCKSProxyManager
 
         return SOCKSProxyManager(proxy, username=user, password=password, **options)
     headers = urllib3.make_headers(proxy_basic_auth=f"{user}:{password}") if user else {}
     return urllib3.proxy_from_url(proxy, proxy_headers=headers, **options)
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy requests takes from the environment for `url`: none when NO_PROXY (or
+    no_proxy) names its host, else the first of urllib's `getproxies()` for
+    scheme://host, scheme, all://host, all. NO_PROXY names a host by its name or name:port,
+    or a domain of it (`example.com` or `.example.com`: a.example.com), or for an IPv4
+    address, by that address or a network (a.b.c.d/n) it lies in; what urllib's
+    `proxy_bypass` bypasses is bypassed too."""
+    import os
+
+    parts = urlsplit(url)
+    host = parts.hostname
+    if host is None or _no_proxy(host, parts.port, os.environ):
+        return None
+    proxies = urllib.request.getproxies()
+    for key in (f"{parts.scheme}://{host}", parts.scheme, f"all://{host}", "all"):
+        if key in proxies:
+            return proxies[key]
+    return None
+
+
+def _no_proxy(host: str, port: int | None, environ: Any) -> bool:
+    listed = environ.get("no_proxy") or environ.get("NO_PROXY") or ""
+    names = [name for name in listed.replace(" ", "").split(",") if name]
+    address = _ipv4(host)
+    if address is not None:
+        for name in names:
+            if name.count("/") == 1:
+                network, bits = name.split("/")
+                base, size = _ipv4(network), _int(bits)
+                if base is not None and size is not None and 1 <= size <= 32:
+                    mask = (0xFFFFFFFF << (32 - size)) & 0xFFFFFFFF
+                    if address & mask == base & mask:
+                        return True
+            elif host == name:
+                return True
+    else:
+        with_port = f"{host}:{port}" if port else host
+        for name in (name.lstrip(".") for name in names):
+            if name in (host, with_port) or any(h.endswith(f".{name}") for h in (host, with_port)):
+                return True
+    try:
+        return bool(urllib.request.proxy_bypass(host))
+    except (TypeError, socket.gaierror):
+        return False
+
+
+def _ipv4(text: str) -> int | None:
+    """`text` as inet_aton reads an IPv4 address (as requests does), else None."""
+    try:
+        return int.from_bytes(socket.inet_aton(text), "big")
+    except OSError:
+        return None
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _credentials(proxy: str) -> tuple[str, str]:
+    """The proxy URL's user and password, unquoted; ("", "") unless it has both."""
+    parts = urlsplit(proxy)
+    if parts.username is None or parts.password is None:
+        return "", ""
+    return unquote(parts.username), unquote(parts.password)

@@ -3,7 +3,8 @@ in a fresh interpreter as functions-framework starts it, answer an Eventarc fina
 real model on fake-gcs-server (register lists it for its content digest; sign lists, reads
 and hashes it, and writes the signature next to it) without importing google-cloud-storage
 and what it brings (google-api-core, protobuf, grpc): the store speaks GCS's JSON API
-(modelhooks.adapters.object_store.gcs_json)."""
+(modelhooks.adapters.object_store.gcs_json); nor requests; and sign with a key, nothing of
+pydantic, Sigstore, model_signing or x509."""
 
 from __future__ import annotations
 
@@ -26,8 +27,13 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# what the google-cloud-storage client imports, and the store must not
-STORAGE = ("google.cloud.storage", "google.api_core", "google.protobuf", "grpc")
+# what the google-cloud-storage client imports, and the store must not, nor requests (the
+# store's pool reads the proxy settings as requests does: net.environment_proxy)
+STORAGE = ("google.cloud.storage", "google.api_core", "google.protobuf", "grpc", "requests")
+# what signing with a key needs none of: sigstore_models' pydantic models (a bundle is written
+# as their JSON: signing.bundle), model_signing (verification's), cryptography's x509 (a
+# certificate's)
+SIGNING = ("pydantic", "sigstore_models", "sigstore", "model_signing", "cryptography.x509")
 
 FIRST_EVENT = """
 import json, sys
@@ -98,3 +104,8 @@ def test_the_first_gcs_push_is_answered_without_google_cloud_storage(
     assert signature.startswith(f"gs://{bucket}/{prefix}")
     assert store.get_blob(signature.removeprefix(f"gs://{bucket}/")) is not None  # written
     assert sorted(m for m in modules if m.startswith(STORAGE)) == []
+    assert sorted(m for m in modules if _within(m, SIGNING)) == []
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(f"{p}.") for p in packages)
