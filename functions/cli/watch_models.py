@@ -33,6 +33,15 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     wm.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or ~/.kube/config)")
     wm.add_argument("--namespace", help="one namespace (default: all)")
     wm.add_argument(
+        "--namespace-selector",
+        default=os.environ.get("MODELHOOKS_WATCH_NAMESPACE_SELECTOR") or None,
+        metavar="LABELS",
+        help="only the Models of namespaces this label selector matches, e.g. "
+        "modelhooks.dev/models=enabled, followed as namespaces are labelled and unlabelled; a "
+        "namespace that stops matching is no deletion (env MODELHOOKS_WATCH_NAMESPACE_SELECTOR; "
+        "default: every namespace)",
+    )
+    wm.add_argument(
         "--mode",
         type=str.lower,
         choices=sorted(_MODES),
@@ -86,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
         reference=_MODES[args.mode],
         state_file=args.state,
         concurrency=args.concurrency,
+        namespace_selector=args.namespace_selector,
     )
-    print(f"watching Models on {api.configuration.host}", file=sys.stderr, flush=True)
+    where = f" in namespaces {args.namespace_selector}" if args.namespace_selector else ""
+    print(f"watching Models on {api.configuration.host}{where}", file=sys.stderr, flush=True)
     kept = f"; the position is kept in {args.state}" if args.state else ""
     with common.interruptible(lambda: f"stopped watching{kept}"):
         watcher.run()

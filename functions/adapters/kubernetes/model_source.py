@@ -21,6 +21,14 @@ resourceVersion; a Model missing from the list is sent as deleted, as it was las
 With a state file that resourceVersion and the objects sent survive a restart. What a
 relist cannot show: a Model created and deleted while the watch was expired, and the
 intermediate updates of one (they collapse into one update).
+
+Namespaces, as ApiServerSource's namespaceSelector: with a label selector only the Models of
+the namespaces it matches are sent, and a watch of Namespaces follows their labels. When the
+matching namespaces change the Models are listed again: those of a namespace that joined go
+out as added; those of one that left are forgotten, never sent as deleted (a label removed
+is no deletion: nothing is cleaned up), and go out as added again if it joins again. What
+happens to them while it is out, their deletion included, is not sent. A start with a
+selector lists the Models (the namespaces may have changed while it was stopped).
 """
 
 from __future__ import annotations
@@ -225,6 +233,7 @@ class ModelWatcher:
         state_file: Path | None = None,
         timeout_seconds: int = 240,
         concurrency: int = 1,
+        namespace_selector: str | None = None,
     ) -> None:
         self._api, self._send, self._reference = api_client, send, reference
         self._lock = threading.RLock()  # the state, against the lanes' saves when idle
@@ -234,11 +243,22 @@ class ModelWatcher:
         self._source = str(api_client.configuration.host)
         self._closed = threading.Event()
         self._response: Any = None
+        self._reselect = threading.Event()  # the selected namespaces changed: list again
+        self._namespaces = (
+            _Namespaces(api_client, namespace_selector, self._reselected, timeout_seconds)
+            if namespace_selector
+            else None
+        )
 
     def run(self) -> None:
         try:
+            if self._namespaces is not None:
+                self._namespaces.start()
+                self._reselect.set()  # they may have changed while it was stopped
             self._run()
         finally:
+            if self._namespaces is not None:
+                self._namespaces.close()
             self._lanes.drain()
         self._lanes.raise_failure()
         self._save()
@@ -250,6 +270,9 @@ class ModelWatcher:
         delay = 0.0
         while not self._closed.is_set():
             try:
+                if self._reselect.is_set():
+                    self._reselect.clear()
+                    self.state.resource_version = ""
                 if not self.state.resource_version:
                     self._relist()
                 self._watch()
@@ -262,6 +285,8 @@ class ModelWatcher:
                     raise  # credentials or RBAC: retrying will not help
                 if self._closed.is_set():
                     return
+                if self._reselect.is_set():
+                    continue  # broken off by `_reselected`: list again, now
                 delay = min(max(delay * 2, 0.2), 10.0)
                 log(
                     logging.WARNING,
@@ -273,12 +298,21 @@ class ModelWatcher:
     def close(self) -> None:
         """Stop `run`, breaking off a watch that is waiting for the next event."""
         self._closed.set()
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            import socket
+        _break_off(self._response)
+        if self._namespaces is not None:
+            self._namespaces.close()
 
-            with contextlib.suppress(OSError):  # already closed by the server
-                sock.shutdown(socket.SHUT_RDWR)
+    def _reselected(self) -> None:
+        """The selected namespaces changed: the Models are listed again (`_relist`)."""
+        self._reselect.set()
+        _break_off(self._response)
+
+    def _selected(self) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a Model is in a watched namespace, as the namespaces are selected now."""
+        if self._namespaces is None:
+            return lambda obj: True
+        names = self._namespaces.names
+        return lambda obj: (obj.get("metadata") or {}).get("namespace") in names
 
     def _call(self, **kwargs: Any) -> Any:
         from kubernetes import client
@@ -291,7 +325,10 @@ class ModelWatcher:
 
     def _relist(self) -> None:
         listed = self._call()
-        for action, obj in relist_changes(self.state.sent, listed.get("items") or []):
+        selected = self._selected()
+        self._forget(selected)
+        items = [obj for obj in listed.get("items") or [] if selected(obj)]
+        for action, obj in relist_changes(self.state.sent, items):
             self._emit(action, obj)
         self.state.resource_version = str(listed["metadata"]["resourceVersion"])
         self._save()
@@ -313,21 +350,37 @@ class ModelWatcher:
                 raise _Expired from None
             raise
         try:
+            if self._closed.is_set() or self._reselect.is_set():  # before it could be broken off
+                return
             for event in _events(resp):
-                if self._closed.is_set():
+                if self._closed.is_set() or self._reselect.is_set():
                     return
                 obj, action = event.get("object") or {}, _ACTIONS.get(event.get("type", ""))
                 if event.get("type") == "ERROR":
                     if obj.get("code") == 410:
                         raise _Expired
                     raise _Interrupted(f"{obj.get('reason')}: {obj.get('message')}")
-                if action is not None and self.state.is_news(action, obj):
+                if action is not None and self._selected()(obj) and self.state.is_news(action, obj):
                     self._emit(action, obj)
                 self.state.resource_version = _rv(obj) or self.state.resource_version
                 self._save()
         finally:
             self._response = None
             resp.release_conn()
+
+    def _forget(self, selected: Callable[[Mapping[str, Any]], bool]) -> None:
+        """The Models of namespaces no longer selected forgotten, as if never sent: nothing
+        is sent for them (their namespace leaving is no deletion), and if it is selected
+        again they are sent as added."""
+        with self._lock:
+            gone = [uid for uid, obj in self.state.sent.items() if not selected(obj)]
+            for uid in gone:
+                del self.state.sent[uid]
+        if gone:
+            log(
+                logging.INFO,
+                f"{len(gone)} Model(s) no longer watched: their namespace left the selection",
+            )
 
     def _emit(self, action: Action, obj: Object) -> None:
         event = to_cloudevent(action, obj, self._source, reference=self._reference)
@@ -343,6 +396,134 @@ class ModelWatcher:
         with self._lock:
             if self._state_file is not None and self._lanes.idle():
                 self.state.save(self._state_file)
+
+
+class _Namespaces:
+    """The names of the namespaces a label selector matches, kept current by a watch of
+    Namespaces in a thread of its own; `on_change` is called after each change of them.
+
+    A watch with a label selector reports a namespace that starts to match as ADDED and one
+    that stops (its label removed or changed, or the namespace gone) as DELETED. A broken
+    watch lists them again: a few names, cheaper than keeping a position."""
+
+    def __init__(
+        self, api_client: Any, selector: str, on_change: Callable[[], None], timeout: int
+    ) -> None:
+        self._api, self._selector, self._on_change = api_client, selector, on_change
+        self._timeout = timeout
+        self.names: frozenset[str] = frozenset()
+        self._closed = threading.Event()
+        self._response: Any = None
+
+    def start(self) -> None:
+        """The first list, in the caller's thread (a selector the server refuses is a
+        ConfigError; 401 and 403 are raised), then the watch in a thread of its own."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            version = self._list()
+        except ApiException as exc:
+            if exc.status == 400:
+                raise ConfigError(
+                    f"namespace selector {self._selector!r} refused by the API server: "
+                    f"{_reason(exc)}"
+                ) from None
+            raise
+        threading.Thread(
+            target=self._follow, args=(version,), name="watch-namespaces", daemon=True
+        ).start()
+
+    def close(self) -> None:
+        self._closed.set()
+        _break_off(self._response)
+
+    def _api_call(self, **kwargs: Any) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self._api).list_namespace(
+            label_selector=self._selector, _preload_content=False, **kwargs
+        )
+
+    def _list(self) -> str:
+        doc = json.loads(self._api_call().data)
+        self._set(frozenset(ns["metadata"]["name"] for ns in doc.get("items") or []))
+        return str(doc["metadata"]["resourceVersion"])
+
+    def _follow(self, version: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        delay = 0.0
+        while not self._closed.is_set():
+            try:
+                version = self._watch(version or self._list())
+                delay = 0.0
+            except (ApiException, HTTPError, OSError, ValueError, _Expired, _Interrupted) as exc:
+                if self._closed.is_set():
+                    return
+                version, delay = "", min(max(delay * 2, 0.2), 10.0)
+                log(
+                    logging.WARNING,
+                    f"namespace watch interrupted ({type(exc).__name__}: {exc}); listing the "
+                    f"namespaces {self._selector} again in {delay:.1f}s",
+                )
+                self._closed.wait(delay)
+
+    def _watch(self, version: str) -> str:
+        """Follows the namespaces from `version` until the watch ends: the version reached."""
+        self._response = resp = self._api_call(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=version,
+            timeout_seconds=self._timeout,
+            _request_timeout=(10, self._timeout + 30),
+        )
+        try:
+            for event in _events(resp):
+                if self._closed.is_set():
+                    break
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise _Expired if obj.get("code") == 410 else _Interrupted(obj.get("message"))
+                name = str((obj.get("metadata") or {}).get("name") or "")
+                if kind in ("ADDED", "MODIFIED"):
+                    self._set(self.names | {name})
+                elif kind == "DELETED":
+                    self._set(self.names - {name})
+                version = _rv(obj) or version
+        finally:
+            self._response = None
+            resp.release_conn()
+        return version
+
+    def _set(self, names: frozenset[str]) -> None:
+        if names == self.names:
+            return
+        joined, left = sorted(names - self.names), sorted(self.names - names)
+        self.names = names
+        log(
+            logging.INFO,
+            f"namespaces {self._selector}: now {len(names)}; joined {joined}, left {left}",
+        )
+        self._on_change()
+
+
+def _break_off(response: Any) -> None:
+    """A watch waiting for its next event broken off (its socket shut down)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        import socket
+
+        with contextlib.suppress(OSError):  # already closed by the server
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _reason(exc: Any) -> str:
+    """The message of a Kubernetes Status in an ApiException's body, else its reason."""
+    try:
+        return str(json.loads(exc.body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)
 
 
 class _Lanes:
