@@ -4,8 +4,8 @@ node's apiserver in the same run: a Model created → Ready (watch-models → re
 notify), one Model at a time; then the memory of the node's own processes and of each
 function's Pod.
 
-The serve chain runs first (its watch-models watches one namespace; the Pods' watches every
-one), then the install, then the Pods' chain. The image is built as the image test builds it.
+The serve chain runs first (its watch-models watches one namespace; the Pods' those opted in,
+as `install` opts in the Models' one), then the install, then the Pods' chain. The image is built as the image test builds it.
 
 Run: `python -m tests.bench.bench_pods [--models N]` (part of `make bench`).
 """

@@ -136,6 +136,8 @@ def install(node: Node, image: str, podman: Podman, work: Path) -> Iterator[Inst
     for function in ("prune", "cleanup"):
         kubectl("create", "configmap", f"modelhooks-{function}-policies", "-n", HOME,
                 "--from-literal=policies.yaml=policies: []")  # fmt: skip
+    # the Models' namespace opted in (infra/README.md, Deploy step 5): watch-models selects it
+    kubectl("label", "namespace", MODELS, "modelhooks.dev/models=enabled", "--overwrite")
     # what a team lends notify in its namespace (infra/k8s/rbac/notify.yaml)
     kubectl("create", "rolebinding", "modelhooks-notify-rollout", "-n", MODELS,
             "--clusterrole=modelhooks-notify-rollout", f"--serviceaccount={HOME}:modelhooks-notify")  # fmt: skip
@@ -148,6 +150,7 @@ def install(node: Node, image: str, podman: Podman, work: Path) -> Iterator[Inst
     finally:
         kubectl("delete", "namespace", HOME, "--wait=false", check=False)
         kubectl("delete", "rolebinding", "modelhooks-notify-rollout", "-n", MODELS, check=False)
+        kubectl("label", "namespace", MODELS, "modelhooks.dev/models-", check=False)
 
 
 def push_model(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from modelhooks.adapters.kubernetes.model_source import PLURAL, ModelWatcher
 from tests.integration.test_model_source import (
@@ -29,9 +30,9 @@ from tests.servers.sink import NotificationSink
 
 pytestmark = pytest.mark.integration
 
-OPT_IN = (
-    "modelhooks.dev/models"  # the label the installs select (infra/knative/apiserversource.yaml)
-)
+ROOT = Path(__file__).resolve().parents[2]
+RBAC, PLAIN = ROOT / "infra" / "k8s" / "rbac", ROOT / "infra" / "kubernetes" / "functions.yaml"
+OPT_IN = "modelhooks.dev/models"  # the installs' opt-in label (infra/knative/apiserversource.yaml)
 
 
 @pytest.fixture(scope="module")
@@ -122,39 +123,64 @@ def test_only_the_models_of_selected_namespaces_and_as_their_labels_change(
     assert seen().count(("add", on, "a")) == 2 and ("add", on, "c") in seen()
 
 
-def test_the_cli_takes_the_selector_from_its_flag_or_environment(
+def test_the_plain_installs_watcher_as_its_identity_and_the_selector_from_the_environment(
     kube_apiserver: KubeApiServer, objects: Any, tmp_path: Path
 ) -> None:
-    namespaces = Namespaces(kube_apiserver)
+    """watch-models with the arguments and the identity the install without Knative gives
+    it (infra/kubernetes/functions.yaml, infra/k8s/rbac/apiserversource.yaml): Models of
+    opted-in namespaces only; the selector from the environment, and one the API server
+    refuses, or an identity that may not list namespaces, a configuration error."""
+    from kubernetes import client
+
+    kube_apiserver.apply(RBAC / "00-namespace.yaml", RBAC / "apiserversource.yaml")
+    deployment = next(
+        d
+        for d in yaml.safe_load_all(PLAIN.read_text())
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "modelhooks-watch-models"
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    token = kube_apiserver.token_for(pod["serviceAccountName"], deployment["metadata"]["namespace"])
+    kubeconfig = kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig", token=token)
+    namespaces = Namespaces(kube_apiserver)  # opted in as the install's selector wants
     on, off = namespaces.create("on", enabled=True), namespaces.create("off", enabled=False)
     Cluster(objects, off).create("unseen")
     Cluster(objects, on).create("seen")
-    kubeconfig = kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig")
-    command = [MODELHOOKS, "watch-models", "--kubeconfig", str(kubeconfig)]
-    environment = {"MODELHOOKS_WATCH_NAMESPACE_SELECTOR": namespaces.selector}
+    args = [*container["command"][1:], *container["args"], "--kubeconfig", str(kubeconfig)]
     with NotificationSink() as sink:
-        watcher = subprocess.Popen(
-            [*command, "--raw", "--to", sink.url],
-            env={**os.environ, **environment},
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        args[args.index("--to") + 1] = sink.url
+        watcher = subprocess.Popen([MODELHOOKS, *args], stderr=subprocess.PIPE, text=True)
         try:
             sink.wait_for(lambda d: d.json()["name"] == "seen")
+            Cluster(objects, off).create("unseen-too")
             Cluster(objects, on).create("seen-too")
             sink.wait_for(lambda d: d.json()["name"] == "seen-too")
         finally:
             watcher.terminate()
             _, err = watcher.communicate(timeout=30)
-    assert {d.json()["namespace"] for d in sink.deliveries} == {on}, err
-    assert f"in namespaces {namespaces.selector}" in err
+    mine = {(d.json()["namespace"], d.json()["name"]) for d in sink.deliveries} & {
+        (ns, name) for ns in (on, off) for name in ("seen", "seen-too", "unseen", "unseen-too")
+    }  # other tests' namespaces may be opted in too
+    assert mine == {(on, "seen"), (on, "seen-too")}, err
+    assert "in namespaces modelhooks.dev/models=enabled" in err
 
-    refused = subprocess.run(
-        [*command, "--namespace-selector", "modelhooks.dev/models in enabled"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    def refused(selector: str, kubeconfig: Path) -> str:
+        done = subprocess.run(
+            [MODELHOOKS, "watch-models", "--kubeconfig", str(kubeconfig)],
+            env={**os.environ, "MODELHOOKS_WATCH_NAMESPACE_SELECTOR": selector},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        return done.stderr
+
+    assert "namespace selector 'a in b' refused by the API server" in refused("a in b", kubeconfig)
+    with kube_apiserver.api_client() as api:
+        client.CoreV1Api(api).create_namespaced_service_account(
+            on, {"metadata": {"name": "nobody"}}
+        )
+    nobody = kube_apiserver.write_kubeconfig(
+        tmp_path / "nobody", token=kube_apiserver.token_for("nobody", on)
     )
-    assert refused.returncode == 2, refused.stderr
-    assert "namespace selector 'modelhooks.dev/models in enabled' refused" in refused.stderr
-    assert "Traceback" not in refused.stderr
+    assert "may list and watch namespaces" in refused(namespaces.selector, nobody)

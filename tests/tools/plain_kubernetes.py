@@ -12,7 +12,8 @@ Service (port 80 → 8080). What Knative did is done by modelhooks itself:
   so a long copy answers for itself, 503 when it stops at MODELHOOKS_TRANSFER_TIMEOUT,
   instead of the broker giving up while it goes on);
 - the ApiServerSource → `modelhooks-watch-models`, `modelhooks watch-models --raw` as the
-  source's ServiceAccount, POSTing to the broker;
+  source's ServiceAccount, POSTing to the broker, with the source's namespaceSelector
+  (`--namespace-selector`, from infra/knative/apiserversource.yaml);
 - the SinkBinding → K_SINK on the ingress, naming the broker.
 
 The dead-letter sink is not carried over: the broker answers its sender 5xx, and the sender
@@ -30,6 +31,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KNATIVE = ROOT / "infra" / "knative" / "services.yaml"
+SOURCE = ROOT / "infra" / "knative" / "apiserversource.yaml"
 OUTPUT = ROOT / "infra" / "kubernetes" / "functions.yaml"
 NAMESPACE = "modelhooks"
 PORT = 8080
@@ -50,7 +52,8 @@ HEADER = f"""\
 #   for a function as long as the longest timeoutSeconds of the Knative Services
 #   (MODELHOOKS_ROUTER_TIMEOUT), which nothing else enforces here;
 # - modelhooks-watch-models (`modelhooks watch-models --raw`) is the ApiServerSource, as its
-#   ServiceAccount, and the ingress's K_SINK (the SinkBinding) is the broker.
+#   ServiceAccount, watching the Models of the namespaces its namespaceSelector matches
+#   (--namespace-selector); the ingress's K_SINK (the SinkBinding) is the broker.
 #
 # Not carried over: the dead-letter sink (the broker answers its sender 5xx and the sender
 # redelivers: watch-models retries, then restarts and lists again) and scale to zero.
@@ -95,6 +98,13 @@ def _pod(knative: dict[str, Any], sink: str | None) -> dict[str, Any]:
         if sink is not None:
             container.setdefault("env", []).append({"name": "K_SINK", "value": sink})
     return spec
+
+
+def namespace_selector(source_text: str) -> str:
+    """The ApiServerSource's namespaceSelector as a label selector (matchLabels only)."""
+    (source,) = [d for d in yaml.safe_load_all(source_text) if d]
+    labels = source["spec"]["namespaceSelector"]["matchLabels"]
+    return ",".join(f"{key}={value}" for key, value in labels.items())
 
 
 def _own_pod(template: dict[str, Any], account: str, command: list[str], env: list[Any]) -> Any:
@@ -162,12 +172,9 @@ def generate(knative_text: str) -> str:
         "periodSeconds": 1,
     }
     watch_labels = {"modelhooks.dev/component": "watch-models"}
-    watch_pod = _own_pod(
-        template,
-        "modelhooks-apiserversource",
-        ["modelhooks", "watch-models", "--raw", "--to", _url(broker) + "/"],
-        [],
-    )
+    watch = ["modelhooks", "watch-models", "--raw", "--to", _url(broker) + "/"]
+    watch += ["--namespace-selector", namespace_selector(SOURCE.read_text())]
+    watch_pod = _own_pod(template, "modelhooks-apiserversource", watch, [])
     account = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",

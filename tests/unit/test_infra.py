@@ -1023,6 +1023,27 @@ def test_the_broker_without_knative_waits_for_a_function_as_long_as_knative_woul
     )
 
 
+def test_watch_models_without_knative_selects_the_namespaces_the_apiserversource_does(
+    knative: list[dict[str, Any]], rbac: list[dict[str, Any]]
+) -> None:
+    """Only the Models of opted-in namespaces become events in either install: the plain
+    install's watch-models is given the ApiServerSource's namespaceSelector, runs as its
+    identity, which may follow namespaces, and the example team namespace is opted in."""
+    (source,) = _kind(knative, "ApiServerSource").values()
+    labels = source["spec"]["namespaceSelector"]["matchLabels"]
+    watch = _kind(_docs(PLAIN), "Deployment")["modelhooks-watch-models"]["spec"]["template"]
+    (container,) = watch["spec"]["containers"]
+    assert container["command"][0] == "modelhooks"
+    args = build_parser().parse_args([*container["command"][1:], *container["args"]])
+    selected = dict(term.split("=") for term in args.namespace_selector.split(","))
+    assert selected == labels
+    account = watch["spec"]["serviceAccountName"]
+    assert account == source["spec"]["serviceAccountName"]
+    assert _allows(_rules_of(rbac, account), "", "namespaces", {"list", "watch"})
+    (team,) = _kind(_load(EXAMPLES / "namespace.yaml"), "Namespace").values()
+    assert labels.items() <= team["metadata"]["labels"].items()
+
+
 _BROKER_URL = re.compile(
     r"(?:broker-ingress\.knative-eventing\.svc\.cluster\.local|127\.0\.0\.1:8080)"
     r"/([\w-]+)/([\w-]+)"

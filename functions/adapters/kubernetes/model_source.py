@@ -416,8 +416,8 @@ class _Namespaces:
         self._response: Any = None
 
     def start(self) -> None:
-        """The first list, in the caller's thread (a selector the server refuses is a
-        ConfigError; 401 and 403 are raised), then the watch in a thread of its own."""
+        """The first list, in the caller's thread (a selector the server refuses, or an
+        identity it refuses, is a ConfigError), then the watch in a thread of its own."""
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -427,6 +427,12 @@ class _Namespaces:
                 raise ConfigError(
                     f"namespace selector {self._selector!r} refused by the API server: "
                     f"{_reason(exc)}"
+                ) from None
+            if exc.status in (401, 403):  # before any Model is listed: say what it needs
+                raise ConfigError(
+                    f"listing the namespaces {self._selector}: {exc.status} {_reason(exc)}; "
+                    "with a namespace selector the watcher's identity must be one that may "
+                    "list and watch namespaces (infra/k8s/rbac/apiserversource.yaml)"
                 ) from None
             raise
         threading.Thread(
