@@ -2,20 +2,29 @@
 families may not import each other): a kubeconfig file when one is configured, else the
 pod's in-cluster configuration. The `kubernetes` client is imported here, on first use.
 
+`request` is the hot path's call: one JSON request through the client's own connection
+pool, TLS settings and credentials (its token refresh included), without the generated API
+methods, whose argument validation (pydantic, its schema built on each method's first call),
+parameter serialization and response deserialization cost more CPU than the request itself
+(about a third of a burst of Models' CPU in `serve`).
+
 >>> api = connect("/etc/modelhooks/kubeconfig", variable="MODELHOOKS_REGISTRY_KUBECONFIG")  # doctest: +SKIP
+>>> request(api, "GET", "/apis/modelhooks.dev/v1alpha1/namespaces/ml/models/bert")["spec"]  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from modelhooks.core.errors import ConfigError, Unavailable
 from modelhooks.core.extras import importing
 
-__all__ = ["check_kubeconfig", "connect", "in_cluster"]
+__all__ = ["check_kubeconfig", "connect", "in_cluster", "path", "request"]
 
 
 def in_cluster(env: Mapping[str, str] | None = None) -> bool:
@@ -44,3 +53,47 @@ def connect(kubeconfig: str, *, variable: str, needs: str) -> Any:
         return client.ApiClient(configuration)
     except (config.ConfigException, OSError, ValueError) as exc:
         raise Unavailable(f"no usable Kubernetes configuration ({where}): {exc}") from None
+
+
+def path(group: str, version: str, plural: str, name: str = "", *, namespace: str = "") -> str:
+    """The API path of `plural` (a core resource when `group` is ""), cluster-wide when
+    `namespace` is "", of the object `name` (and a subresource: "name/status") when given.
+
+    >>> path("modelhooks.dev", "v1alpha1", "models", "bert/status", namespace="ml")
+    '/apis/modelhooks.dev/v1alpha1/namespaces/ml/models/bert/status'
+    """
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    scope = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
+    return f"{prefix}{scope}/{plural}" + (f"/{quote(name)}" if name else "")
+
+
+def request(
+    api_client: Any,
+    method: str,
+    url_path: str,
+    *,
+    query: Mapping[str, str | int | None] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    timeout: float = 10.0,
+) -> Any:
+    """The JSON answer to one request through `api_client` (the kubernetes client's
+    `ApiClient`: its host, pool, TLS and credentials). A non-2xx answer raises the client's
+    `ApiException` (status, reason, body), as its generated methods do."""
+    from kubernetes.client.exceptions import ApiException
+
+    params = {k: v for k, v in (query or {}).items() if v is not None}
+    headers = {**api_client.default_headers, "Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    queries: list[tuple[str, str]] = []  # credentials that go in the query (none usually)
+    api_client.update_params_for_auth(headers, queries, ["BearerToken"], url_path, method, body)
+    encoded = urlencode([*params.items(), *queries])
+    url = api_client.configuration.host + url_path + (f"?{encoded}" if encoded else "")
+    answer = api_client.call_api(method, url, headers, body, _request_timeout=timeout)
+    data = answer.read()
+    if not 200 <= answer.status <= 299:
+        raise ApiException(
+            status=answer.status, reason=answer.reason, body=data.decode(errors="replace")
+        )
+    return json.loads(data)

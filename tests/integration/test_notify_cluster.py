@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -254,6 +255,58 @@ def test_notify_takes_a_model_to_ready_and_through_its_deletion(
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
+
+
+def test_a_ready_model_rolls_out_its_inference_services_once(
+    admin: Admin, kube_apiserver: KubeApiServer
+) -> None:
+    """KServe's own InferenceService CRD: the Model's InferenceService gets the version on its
+    predictor (a new revision), once; another's and an unannotated one are left alone."""
+    from kubernetes import client
+
+    from tests.servers.recipes import RECIPES
+
+    crd = RECIPES["kserve-crds"]
+    crd.obtain()
+    kserve = crd.binary() / "serving.kserve.io_inferenceservices.yaml"
+    kube_apiserver.install_crd(kserve, "inferenceservices", timeout=60)
+    ns = admin.namespace()
+    admin.until_allowed(ns, "serving.kserve.io", "inferenceservices", "patch")
+    custom = client.CustomObjectsApi(admin.api)
+    for name, model_name in (("isvc-bert", "bert"), ("isvc-gpt", "gpt"), ("plain", "")):
+        annotations = {"modelhooks.dev/model": model_name} if model_name else {}
+        body = {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {
+                "predictor": {
+                    "model": {"modelFormat": {"name": "sklearn"}, "storageUri": "gs://m/1/"}
+                }
+            },
+        }
+        create = partial(
+            custom.create_namespaced_custom_object,
+            "serving.kserve.io",
+            "v1beta1",
+            ns,
+            "inferenceservices",
+            body,
+        )
+        _until(create)  # the CRD served
+    cluster = kubernetes_cluster(str(admin.kubeconfig), env={})
+    assert cluster is not None
+    assert cluster.roll_out(ns, "bert", "1@sha256:aa") == ["InferenceService/isvc-bert"]
+    assert cluster.roll_out(ns, "bert", "1@sha256:aa") == []
+
+    def predictor(name: str) -> dict[str, str]:
+        found = custom.get_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", ns, "inferenceservices", name
+        )
+        return dict(found["spec"]["predictor"].get("annotations") or {})
+
+    assert predictor("isvc-bert") == {"modelhooks.dev/model-version": "1@sha256:aa"}
+    assert predictor("isvc-gpt") == predictor("plain") == {}
 
 
 def test_notify_is_denied_one_step_beyond_its_role(admin: Admin) -> None:

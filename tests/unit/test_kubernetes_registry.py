@@ -114,19 +114,18 @@ def test_api_answers_become_modelhooks_errors(
 
 
 class _Objects:
-    """CustomObjectsApi as far as a create needs it: an empty cluster that keeps creates."""
+    """The API as far as a create needs it: an empty cluster that keeps creates."""
 
     def __init__(self, *items: dict[str, Any]) -> None:
         self.created: list[tuple[str, dict[str, Any]]] = []
         self.items = list(items)
 
-    def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {"items": self.items, "metadata": {}}
-
-    def create_namespaced_custom_object(
-        self, group: str, version: str, namespace: str, plural: str, **kwargs: Any
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = kwargs["body"]
+    def request(self, method: str, url_path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        if method == "GET":
+            assert "/namespaces/" not in url_path  # a cluster-wide list
+            return {"items": self.items, "metadata": {}}
+        assert method == "POST" and body is not None
+        namespace = url_path.partition("/namespaces/")[2].partition("/")[0]
         assert body["metadata"]["namespace"] == namespace
         self.created.append((namespace, body))
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
@@ -135,9 +134,10 @@ class _Objects:
 class _Registry(KubernetesModelRegistry):
     objects = _Objects()
 
-    @property
-    def _custom(self) -> Any:
-        return self.objects
+    def _request(
+        self, method: str, url_path: str, query: Any, body: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return self.objects.request(method, url_path, body)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """`KubernetesCluster`: the `Cluster` port on the Kubernetes API (the `kubernetes` client,
 imported on first use), through `notify.kubeconfig` or the pod's in-cluster configuration.
+Each call is a JSON request through the client's pool and credentials (`kube_client.request`,
+not the generated API methods: their CPU was most of notify's).
 
 - status: server-side apply on the status subresource (field manager `modelhooks-notify`,
   forced), with the resourceVersion read as a precondition (409 → Conflict);
@@ -18,9 +20,9 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any, TypeVar
 
+from modelhooks.adapters.kube_client import path, request
 from modelhooks.adapters.kubernetes.connection import Connection
 from modelhooks.core.conditions import (
     FIELD_MANAGER,
@@ -44,6 +46,13 @@ __all__ = ["VARIABLE", "KubernetesCluster", "kubernetes_cluster"]
 VARIABLE = "MODELHOOKS_NOTIFY_KUBECONFIG"
 GROUP, VERSION, PLURAL = "modelhooks.dev", "v1alpha1", "models"
 KSERVE = ("serving.kserve.io", "v1beta1", "inferenceservices")
+# what a Ready Model rolls out: kind, API, and where the annotations of its pods are (a new
+# annotation there is a new revision: a Deployment's pod template, an InferenceService's
+# predictor)
+_ROLLED = (
+    ("Deployment", ("apps", "v1", "deployments"), ("spec", "template", "metadata")),
+    ("InferenceService", KSERVE, ("spec", "predictor")),
+)
 _APPLY = "application/apply-patch+yaml"
 _JSON_PATCH = "application/json-patch+json"
 _MERGE = "application/merge-patch+json"
@@ -75,31 +84,41 @@ class KubernetesCluster:
         self._timeout = timeout
         self._instance = (instance or socket.gethostname())[:128]
 
-    def _custom(self) -> Any:
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self._connection.api_client)
+    def _request(
+        self,
+        what: str,
+        method: str,
+        url_path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """One request on the hot path (`kube_client.request`: the client's pool and
+        credentials, not its generated methods); errors as `_call` says them."""
+        return self._call(
+            what,
+            lambda: dict(
+                request(
+                    self._connection.api_client,
+                    method,
+                    url_path,
+                    query=query,
+                    body=body,
+                    content_type=content_type,
+                    timeout=self._timeout,
+                )
+            ),
+        )
 
     def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self._call(
-                f"Model {namespace}/{name}",
-                lambda: dict(
-                    self._custom().get_namespaced_custom_object(
-                        GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
-                    )
-                ),
-            )
+            return self._request(f"Model {namespace}/{name}", "GET", _model_path(namespace, name))
         except NotFound:
             return None
 
     def list_models(self, namespace: str) -> list[dict[str, Any]]:
-        found = self._call(
-            f"Models in {namespace}",
-            lambda: self._custom().list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, _request_timeout=self._timeout
-            ),
-        )
+        found = self._request(f"Models in {namespace}", "GET", _model_path(namespace))
         return [dict(m) for m in found.get("items", [])]
 
     def apply_status(
@@ -111,22 +130,13 @@ class KubernetesCluster:
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": resource_version},
             "status": dict(status),
         }
-        return self._call(
+        return self._request(
             f"status of Model {namespace}/{name}",
-            lambda: dict(
-                self._custom().patch_namespaced_custom_object_status(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    PLURAL,
-                    name,
-                    body,
-                    field_manager=FIELD_MANAGER,
-                    force=True,
-                    _content_type=_APPLY,
-                    _request_timeout=self._timeout,
-                )
-            ),
+            "PATCH",
+            _model_path(namespace, f"{name}/status"),
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            body=body,
+            content_type=_APPLY,
         )
 
     def add_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
@@ -165,19 +175,8 @@ class KubernetesCluster:
                     {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
                 ]
             try:
-                self._call(
-                    what,
-                    partial(
-                        self._custom().patch_namespaced_custom_object,
-                        GROUP,
-                        VERSION,
-                        namespace,
-                        PLURAL,
-                        name,
-                        ops,
-                        _content_type=_JSON_PATCH,
-                        _request_timeout=self._timeout,
-                    ),
+                self._request(
+                    what, "PATCH", _model_path(namespace, name), body=ops, content_type=_JSON_PATCH
                 )
                 return True
             except BadRequest as exc:  # 422 Invalid, no details: the test op failed, as
@@ -211,87 +210,48 @@ class KubernetesCluster:
         # untyped on purpose: the typed EventsV1Api reformats eventTime without the
         # microseconds a MicroTime must have
         try:
-            self._call(
+            self._request(
                 f"Event {event.namespace}/{event.name}",
-                lambda: self._custom().create_namespaced_custom_object(
-                    "events.k8s.io",
-                    "v1",
-                    event.namespace,
-                    "events",
-                    body,
-                    _request_timeout=self._timeout,
-                ),
+                "POST",
+                path("events.k8s.io", "v1", "events", namespace=event.namespace),
+                body=body,
             )
         except Conflict:
             return False  # recorded by an earlier delivery
         return True
 
     def roll_out(self, namespace: str, model: str, version: str) -> list[str]:
-        from kubernetes import client
-
         changed = []
-        apps = client.AppsV1Api(self._connection.api_client)
-        deployments = self._call(
-            f"Deployments in {namespace}",
-            lambda: apps.list_namespaced_deployment(namespace, _request_timeout=self._timeout),
-        )
-        for d in deployments.items:
-            template = d.spec.template.metadata
-            now = (template.annotations or {}) if template else {}
-            if (d.metadata.annotations or {}).get(MODEL_ANNOTATION) != model:
-                continue
-            if now.get(ROLLOUT_ANNOTATION) == version:
-                continue
-            patch = {
-                "spec": {"template": {"metadata": {"annotations": {ROLLOUT_ANNOTATION: version}}}}
-            }
-            self._call(
-                f"Deployment {namespace}/{d.metadata.name}",
-                partial(
-                    apps.patch_namespaced_deployment,
-                    d.metadata.name,
-                    namespace,
-                    patch,
-                    _content_type=_MERGE,
-                    _request_timeout=self._timeout,
-                ),
-            )
-            changed.append(f"Deployment/{d.metadata.name}")
-        return changed + self._roll_out_inference_services(namespace, model, version)
-
-    def _roll_out_inference_services(self, namespace: str, model: str, version: str) -> list[str]:
-        try:
-            found = self._call(
-                f"InferenceServices in {namespace}",
-                lambda: self._custom().list_namespaced_custom_object(
-                    *KSERVE[:2], namespace, KSERVE[2], _request_timeout=self._timeout
-                ),
-            )
-        except NotFound:  # KServe is not installed
-            return []
-        changed = []
-        for isvc in found.get("items", []):
-            meta, predictor = isvc.get("metadata", {}), isvc.get("spec", {}).get("predictor", {})
-            if (meta.get("annotations") or {}).get(MODEL_ANNOTATION) != model:
-                continue
-            if (predictor.get("annotations") or {}).get(ROLLOUT_ANNOTATION) == version:
-                continue
-            # the predictor's annotations go on its pods: a new revision rolls out
-            patch = {"spec": {"predictor": {"annotations": {ROLLOUT_ANNOTATION: version}}}}
-            self._call(
-                f"InferenceService {namespace}/{meta['name']}",
-                partial(
-                    self._custom().patch_namespaced_custom_object,
-                    *KSERVE[:2],
-                    namespace,
-                    KSERVE[2],
-                    meta["name"],
-                    patch,
-                    _content_type=_MERGE,
-                    _request_timeout=self._timeout,
-                ),
-            )
-            changed.append(f"InferenceService/{meta['name']}")
+        for kind, (group, api_version, plural), pods in _ROLLED:
+            try:
+                found = self._request(
+                    f"{kind}s in {namespace}",
+                    "GET",
+                    path(group, api_version, plural, namespace=namespace),
+                )
+            except NotFound:
+                if kind == "Deployment":
+                    raise
+                continue  # KServe is not installed
+            for obj in found.get("items") or []:
+                meta, template = obj.get("metadata") or {}, obj
+                for key in pods:
+                    template = template.get(key) or {}
+                if (meta.get("annotations") or {}).get(MODEL_ANNOTATION) != model:
+                    continue
+                if (template.get("annotations") or {}).get(ROLLOUT_ANNOTATION) == version:
+                    continue
+                patch: dict[str, Any] = {"annotations": {ROLLOUT_ANNOTATION: version}}
+                for key in reversed(pods):
+                    patch = {key: patch}
+                self._request(
+                    f"{kind} {namespace}/{meta['name']}",
+                    "PATCH",
+                    path(group, api_version, plural, meta["name"], namespace=namespace),
+                    body=patch,
+                    content_type=_MERGE,
+                )
+                changed.append(f"{kind}/{meta['name']}")
         return changed
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
@@ -304,6 +264,10 @@ class KubernetesCluster:
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _model_path(namespace: str, name: str = "") -> str:
+    return path(GROUP, VERSION, PLURAL, name, namespace=namespace)
 
 
 def api_error(exc: Exception, what: str) -> ModelhooksError:

@@ -57,6 +57,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from modelhooks.adapters.kube_client import connect, path, request
 from modelhooks.core.errors import (
     BadRequest,
     Conflict,
@@ -169,19 +170,21 @@ class KubernetesModelRegistry:
                 self._api_client.close()
                 self._api_client = None
 
-    @property
-    def _custom(self) -> Any:
+    def _request(
+        self, method: str, url_path: str, query: Mapping[str, Any] | None, body: Json | None
+    ) -> Json:
+        """One request (`kube_client.request`: the client's pool and credentials, not its
+        generated methods)."""
         with self._lock:
             if self._api_client is None:  # ConfigError when the client is not installed
-                from modelhooks.adapters.kube_client import connect
-
                 self._api_client = connect(
                     self._kubeconfig, variable=VARIABLE, needs="registry.backend=kubernetes"
                 )
             api_client = self._api_client
-        from kubernetes import client
-
-        return client.CustomObjectsApi(api_client)
+        answer = request(
+            api_client, method, url_path, query=query, body=body, timeout=self._timeout
+        )
+        return dict(answer)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -217,7 +220,7 @@ class KubernetesModelRegistry:
             namespace = _namespace(self._seen.objects[(plural, name)])
             try:
                 now: Json | None = self._call(
-                    "get_namespaced_custom_object", f"GET {name}", plural, name, namespace=namespace
+                    "GET", f"GET {name}", plural, name, namespace=namespace
                 )
             except NotFound:
                 now = None
@@ -410,13 +413,11 @@ class KubernetesModelRegistry:
         token = ""
         while True:
             page = self._call(
-                "list_cluster_custom_object",
+                "GET",
                 f"LIST {plural}",
                 plural,
                 namespace="",
-                label_selector=selector,
-                limit=500,
-                _continue=token or None,
+                query={"labelSelector": selector, "limit": 500, "continue": token or None},
             )
             for obj in page.get("items") or ():
                 items.append(self._remember(plural, obj, read=True) if remember else obj)
@@ -441,25 +442,14 @@ class KubernetesModelRegistry:
             },
             "spec": spec,
         }
-        obj = self._call(
-            "create_namespaced_custom_object",
-            f"CREATE {name}",
-            plural,
-            namespace=namespace,
-            body=body,
-        )
+        obj = self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
         return self._remember(plural, obj, read=False)
 
     def _replace(self, plural: str, obj: Json) -> Json:
         name, namespace = obj["metadata"]["name"], _namespace(obj)
         try:
             stored = self._call(
-                "replace_namespaced_custom_object",
-                f"UPDATE {name}",
-                plural,
-                name,
-                namespace=namespace,
-                body=obj,
+                "PUT", f"UPDATE {name}", plural, name, namespace=namespace, body=obj
             )
         except Conflict as exc:
             self._seen.objects.pop((plural, name), None)
@@ -472,22 +462,23 @@ class KubernetesModelRegistry:
         return self._remember(plural, stored, read=False)
 
     def _call(
-        self, method: str, where: str, plural: str, *names: str, namespace: str, **kwargs: Any
+        self,
+        method: str,
+        where: str,
+        plural: str,
+        name: str = "",
+        *,
+        namespace: str,
+        query: Mapping[str, Any] | None = None,
+        body: Json | None = None,
     ) -> Json:
-        """`method` of CustomObjectsApi on `plural` in `namespace` ("": cluster-wide)."""
+        """`method` (HTTP) on `plural` in `namespace` ("": cluster-wide), or on its object
+        `name`."""
         from kubernetes.client.exceptions import ApiException
 
-        scope = (namespace,) if namespace else ()
+        url_path = _path(plural, name, namespace)
         try:
-            answer = getattr(self._custom, method)(
-                GROUP,
-                VERSION,
-                *scope,
-                plural,
-                *names,
-                _request_timeout=self._timeout,
-                **{k: v for k, v in kwargs.items() if v is not None},
-            )
+            answer = self._request(method, url_path, query, body)
         except ApiException as exc:
             raise self._error(exc, where, plural, namespace) from None
         except ModelhooksError:
@@ -497,7 +488,7 @@ class KubernetesModelRegistry:
                 f"registry: the Kubernetes API failed ({where}): {exc}",
                 namespace=namespace or self.namespace,
             ) from None
-        return dict(answer)
+        return answer
 
     def _error(self, exc: Any, where: str, plural: str, namespace: str = "") -> ModelhooksError:
         """`namespace` "": a cluster-wide request."""
@@ -535,6 +526,10 @@ class KubernetesModelRegistry:
             return BadRequest(text, **details)
         # 401 (an expired or rotated token: the client reloads it), 5xx
         return Unavailable(text, **details)
+
+
+def _path(plural: str, name: str, namespace: str) -> str:
+    return path(GROUP, VERSION, plural, name, namespace=namespace)
 
 
 def _body(exc: Any) -> Json:
