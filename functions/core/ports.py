@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from modelhooks.core.conditions import ModelEvent
 from modelhooks.core.records import (
     Manifest,
     ModelArtifact,
@@ -17,6 +16,9 @@ from modelhooks.core.records import (
     RegisteredModel,
     Tag,
 )
+
+if TYPE_CHECKING:  # the Cluster port's alone: a function without one does not import it
+    from modelhooks.core.conditions import ModelEvent
 
 __all__ = [
     "Cluster",

@@ -73,9 +73,6 @@ def sign_artifact(
     signer: Signer,
     options: HashOptions,
 ) -> list[CanonicalEvent]:
-    from modelhooks.adapters.signing.model import sign_model
-    from modelhooks.adapters.signing.oci import sign_oci
-
     if not pushed.uri.startswith(("gs://", "s3://", "file://", "oci://")):
         raise Skip(f"{pushed.uri} is not a model location this function signs")
     version = _registered_version(registry, pushed)
@@ -86,12 +83,16 @@ def sign_artifact(
         return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing
 
     if pushed.uri.startswith("oci://"):
+        from modelhooks.adapters.signing.oci import sign_oci  # each where it is signed
+
         stores.check_host(pushed.uri)
         client, repo, ref = oci.for_uri(pushed.uri)
         signed = sign_oci(client, repo, ref, signer, options=options)
         host = pushed.uri.removeprefix("oci://").partition("/")[0]
         location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
     else:
+        from modelhooks.adapters.signing.model import sign_model
+
         store, bucket, prefix = stores.resolve(pushed.uri)
         signed = sign_model(store, bucket, prefix, signer, options=options)
         location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")

@@ -33,6 +33,10 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.adapters.signing.binding": {"signer", "model_verifier"},
     "modelhooks.delivery.router": set(),  # serve's broker routes by Triggers, a target does not
     "modelhooks.adapters.oci.clients": {"oci", "model_verifier"},
+    # a registry's client and its auth: when an event first names one, never at start
+    "modelhooks.adapters.oci.artifact_registry": set(),
+    "modelhooks.adapters.oci.auth": set(),
+    "modelhooks.core.conditions": {"cluster"},  # notify's Model status, not the Cluster port's
     "modelhooks.adapters.kubernetes.policies": {"policies"},
     "modelhooks.adapters.kubernetes.cluster": {"cluster"},
     "modelhooks.adapters.kubernetes.secrets": {"secrets"},
@@ -42,10 +46,11 @@ BUILT_BY: dict[str, set[str]] = {
 }
 
 
-def started(target: str, home: Path) -> set[str]:
-    """The modules imported once `target`'s process has loaded main.py and built."""
+def started(target: str, home: Path, **settings: str) -> set[str]:
+    """The modules imported once `target`'s process has loaded main.py and built (with
+    `settings`: MODELHOOKS_* variables)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
-    env |= {"FUNCTION_TARGET": target, "MODELHOOKS_HOME": str(home)}
+    env |= {"FUNCTION_TARGET": target, "MODELHOOKS_HOME": str(home), **settings}
     env |= {"MODELHOOKS_LOG_LEVEL": "WARNING"}
     code = "import json, sys, main; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run(
@@ -67,3 +72,16 @@ def test_a_target_imports_only_what_its_function_needs(target: str, tmp_path: Pa
     assert sorted(unneeded & modules) == []
     heavy = {m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)}
     assert sorted(heavy) == []
+
+
+def test_signing_with_a_key_imports_no_sigstore_at_start(tmp_path: Path) -> None:
+    """sign with a key loads the key at start (a bad one stops it) and nothing of the
+    Sigstore methods, nor what only verification or certificates use."""
+    from tests.unit.signing_material import make_key
+
+    key = make_key(tmp_path).private
+    modules = started("sign", tmp_path / "home", MODELHOOKS_SIGNING_KEY=str(key))
+    assert "modelhooks.adapters.signing.keys" in modules  # the signer is built
+    unneeded = ("modelhooks.adapters.signing.keyless", "modelhooks.adapters.signing.trust",
+                "sigstore", "sigstore_models", "pydantic", "model_signing", "cryptography.x509")  # fmt: skip
+    assert sorted(m for m in modules if m.startswith(unneeded)) == []

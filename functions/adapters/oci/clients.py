@@ -15,15 +15,16 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.oci.artifact_registry import ENDPOINT, ArtifactRegistry
-from modelhooks.adapters.oci.auth import RegistryAuth
 from modelhooks.adapters.oci.credentials import Credentials, StaticCredentials
-from modelhooks.adapters.oci.distribution import DistributionRegistry, parse_uri
 from modelhooks.core.extras import missing
 
+# The clients' modules are imported when an event first names a registry: a function built
+# with OciClients (register, sign) whose first event is a bucket's pays nothing for them.
 if TYPE_CHECKING:
     import urllib.request
 
+    from modelhooks.adapters.oci.auth import RegistryAuth
+    from modelhooks.adapters.oci.distribution import DistributionRegistry
     from modelhooks.core.ports import OciRegistry
 
 __all__ = ["OciClients"]
@@ -46,7 +47,7 @@ class OciClients:
         *,
         allow_local: bool = True,
         allowed_hosts: frozenset[str] = frozenset(),
-        artifact_registry_endpoint: str = ENDPOINT,
+        artifact_registry_endpoint: str | None = None,
         artifact_registry_credentials: Any = None,
     ) -> None:
         self.auth = StaticCredentials(*auth) if isinstance(auth, tuple) else auth
@@ -54,7 +55,8 @@ class OciClients:
         self._opener: urllib.request.OpenerDirector | None = None
         self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)
         self._lock = threading.Lock()
-        # Artifact Registry's API (empty: its Docker path, like any registry); credentials:
+        # Artifact Registry's API (None: its public endpoint, artifact_registry.ENDPOINT;
+        # empty: none, its Docker path like any registry's); credentials:
         # Application Default Credentials unless given (tests: anonymous, to a stand-in)
         self.gar_endpoint = artifact_registry_endpoint
         self.gar_credentials = artifact_registry_credentials
@@ -72,6 +74,9 @@ class OciClients:
 
     def for_uri(self, uri: str) -> tuple[DistributionRegistry, str, str]:
         """(client, repository, tag or digest) for an `oci://` URI."""
+        from modelhooks.adapters.oci.auth import RegistryAuth
+        from modelhooks.adapters.oci.distribution import DistributionRegistry, parse_uri
+
         host, repo, ref = parse_uri(uri)
         loopback = host.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
         base = f"{'http' if loopback else 'https'}://{host}"
@@ -93,9 +98,11 @@ class OciClients:
         """(the `OciRegistry` port, repository, tag or digest) for an `oci://` URI: Artifact
         Registry's API for its hosts (when an endpoint is configured and its client, the gcp
         extra, is installed), the distribution API otherwise."""
+        from modelhooks.adapters.oci.distribution import parse_uri
+
         docker, repo, ref = self.for_uri(uri)
         host = parse_uri(uri)[0]
-        if not (self.gar_endpoint and host.endswith(ARTIFACT_REGISTRY_SUFFIX)):
+        if self.gar_endpoint == "" or not host.endswith(ARTIFACT_REGISTRY_SUFFIX):
             return docker, repo, ref
         if missing("gcp"):  # an event named the host: no start-up check could ask for it
             _log.warning(
@@ -104,7 +111,10 @@ class OciClients:
                 host,
             )
             return docker, repo, ref
+        from modelhooks.adapters.oci.artifact_registry import ENDPOINT, ArtifactRegistry
+
+        endpoint = self.gar_endpoint or ENDPOINT
         registry = ArtifactRegistry(
-            host, docker=docker, endpoint=self.gar_endpoint, credentials=self.gar_credentials
+            host, docker=docker, endpoint=endpoint, credentials=self.gar_credentials
         )
         return registry, repo, ref

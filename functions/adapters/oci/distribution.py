@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.oci.auth import RegistryAuth
 from modelhooks.adapters.oci.credentials import Credentials, StaticCredentials
 from modelhooks.core.errors import (
     BadRequest,
@@ -33,6 +32,8 @@ from modelhooks.events.sources.oci_distribution import UNTAG_PLACEHOLDER, UNTAG_
 
 if TYPE_CHECKING:
     import urllib.request
+
+    from modelhooks.adapters.oci.auth import RegistryAuth
 
 __all__ = [
     "CREATED",
@@ -73,6 +74,8 @@ class DistributionRegistry:
         """`auth`: (user, password), `Credentials`, or a `RegistryAuth` shared with other
         clients of this registry (its cached tokens); None: anonymous."""
         import urllib.request  # on first use: a function that never pulls pays nothing
+
+        from modelhooks.adapters.oci.auth import RegistryAuth
 
         self.base_url = base_url.rstrip("/")
         self._open = (opener or urllib.request.build_opener()).open
