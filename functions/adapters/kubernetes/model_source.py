@@ -485,6 +485,8 @@ class _Namespaces:
             _request_timeout=(10, self._timeout + 30),
         )
         try:
+            if self._closed.is_set():  # closed before it could be broken off
+                return version
             for event in _events(resp):
                 if self._closed.is_set():
                     break
