@@ -19,22 +19,40 @@ if TYPE_CHECKING:  # a function's own endpoint (functions-framework) routes by n
 __all__ = ["Broker", "single"]
 
 
+_ROUTES = 1024  # routing decisions remembered (one per distinct set of values read)
+
+
 class Broker:
     def __init__(self, triggers: Sequence[Trigger], delivery: Delivery, max_depth: int) -> None:
         self.triggers = tuple(triggers)
         self.delivery = delivery
         self.max_depth = max_depth
+        # Whether a Trigger matches depends only on the attributes its filter reads (the
+        # type, for every Trigger shipped): each decision is made once per distinct values
+        # of those, not per event (every filter of every Trigger on every event and reply
+        # was ~8 % of a delivery's CPU)
+        self._reads = tuple(sorted({name for t in self.triggers for name in t.reads()}))
+        self._routes: dict[tuple[str | None, ...], tuple[str, ...]] = {}
+
+    def routes(self, event: CanonicalEvent) -> tuple[str, ...]:
+        """The names of the functions whose Trigger matches `event`, in Trigger order."""
+        attrs = event.attributes()
+        key = tuple(attrs.get(name) for name in self._reads)
+        names = self._routes.get(key)
+        if names is None:
+            names = tuple(dict.fromkeys(t.function for t in self.triggers if t.matches(attrs)))
+            if len(self._routes) >= _ROUTES:  # bounded: values read may be unbounded
+                self._routes.clear()
+            self._routes[key] = names
+        return names
 
     def functions_for(self, event: CanonicalEvent) -> list[Function]:
-        attrs = event.attributes()  # made once, matched by every Trigger
-        names = dict.fromkeys(t.function for t in self.triggers if t.matches(attrs))
-        return [self.delivery.function(name) for name in names]
+        return [self.delivery.function(name) for name in self.routes(event)]
 
     def publish(self, event: CanonicalEvent) -> list[Outcome]:
         """Route an event from outside (an HTTP delivery, the store watcher, a replay) and
         the replies it leads to."""
-        attrs = event.attributes()
-        if not any(t.matches(attrs) for t in self.triggers):
+        if not self.routes(event):
             return []
         named = entered(event, self.delivery)
         return [named] if isinstance(named, Outcome) else self._route(named, 0)

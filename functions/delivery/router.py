@@ -37,6 +37,13 @@ class Trigger:
     def accepts(self, event: CanonicalEvent) -> bool:
         return self.matches(event.attributes())
 
+    def reads(self) -> frozenset[str]:
+        """The names of the attributes this Trigger's filter looks at: whether it matches
+        depends on their values (or absence) alone."""
+        if self.filters:
+            return frozenset(n for f in self.filters for n in _reads(f))
+        return frozenset(self.attributes)
+
 
 def matches(expr: Mapping[str, Any], attrs: Mapping[str, str]) -> bool:
     """One Knative `filters` expression against CloudEvent attributes."""
@@ -56,6 +63,21 @@ def matches(expr: Mapping[str, Any], attrs: Mapping[str, str]) -> bool:
     if kind == "not":
         return not matches(arg, attrs)
     raise ConfigError(f"unsupported trigger filter dialect {kind!r} (cesql is not supported)")
+
+
+def _reads(expr: Any) -> Iterator[str]:
+    """The attribute names a `filters` expression looks at (an invalid one names none: it
+    fails when matched)."""
+    if not isinstance(expr, Mapping):
+        return
+    for kind, arg in expr.items():
+        if kind in ("exact", "prefix", "suffix") and isinstance(arg, Mapping):
+            yield from (str(k) for k in arg)
+        elif kind in ("all", "any") and isinstance(arg, list | tuple):
+            for e in arg:
+                yield from _reads(e)
+        elif kind == "not":
+            yield from _reads(arg)
 
 
 def default_triggers() -> Path:

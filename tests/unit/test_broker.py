@@ -63,3 +63,39 @@ def test_two_triggers_for_one_function_run_it_once(tmp_path: Path) -> None:
     broker_ = broker(tmp_path, triggers, max_depth=1)
     outcomes = broker_.publish(CanonicalEvent.new(PUSHED, source="test", id="e"))
     assert [o.event_id for o in outcomes] == ["e"]
+
+
+def test_routing_follows_every_attribute_a_trigger_reads(tmp_path: Path) -> None:
+    """Decisions are remembered by the values of the attributes the Triggers read: events
+    of one type that differ in another attribute a filter reads (source, subject, an
+    extension) are routed each by its own values, again and again."""
+    triggers = [
+        Trigger("by-source", "a", {}, ({"prefix": {"source": "//gcs/"}},)),
+        Trigger("by-subject", "b", {}, ({"not": {"suffix": {"subject": ".tmp"}}},)),
+        Trigger("by-extension", "c", {"tenant": "t1"}),
+    ]
+    broker_ = broker(tmp_path, triggers, max_depth=1)
+    cases = [
+        (CanonicalEvent.new(PUSHED, source="//gcs/b", subject="m/1"), ("a", "b")),
+        (CanonicalEvent.new(PUSHED, source="//s3/b", subject="m/1"), ("b",)),
+        (CanonicalEvent.new(PUSHED, source="//gcs/b", subject="m/1.tmp"), ("a",)),
+        (CanonicalEvent.new(PUSHED, source="//s3/b", subject="m/1.tmp"), ()),
+        (
+            CanonicalEvent.new(
+                PUSHED, source="//s3/b", subject="x.tmp", extensions={"tenant": "t1"}
+            ),
+            ("c",),
+        ),
+        (
+            CanonicalEvent.new(
+                PUSHED, source="//s3/b", subject="x.tmp", extensions={"tenant": "t2"}
+            ),
+            (),
+        ),
+    ]
+    for _ in range(2):  # the second round is answered from what the first decided
+        for event, expected in cases:
+            assert broker_.routes(event) == expected
+            assert broker_.routes(event) == tuple(
+                dict.fromkeys(t.function for t in triggers if t.accepts(event))
+            )

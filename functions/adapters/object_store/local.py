@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import io
+import mmap
 import os
 import stat
 import tempfile
@@ -37,19 +38,27 @@ _WRITING = ".modelhooks-writing"
 class LocalObjectStore:
     def __init__(self, root: Path, *, allow_symlinks: bool = False) -> None:
         self.root = Path(root)
+        self._root = str(self.root)
         self.allow_symlinks = allow_symlinks
 
     def path(self, bucket: str, key: str = "") -> Path:
         """The local path of an object, refusing names that escape the bucket and, unless
         symlinks are allowed, any symbolic link on the way."""
+        return Path(self._checked(bucket, key))
+
+    def _checked(self, bucket: str, key: str, *, leaf: bool = True) -> str:
+        """path() as a string (no Path built: this is on every call's way). `leaf=False`
+        leaves the last name unchecked, for a caller that never follows it (an lstat, an
+        open with O_NOFOLLOW): one system call fewer."""
         if not bucket or "/" in bucket or bucket in (".", "..") or "\0" in bucket:
             raise BadRequest(f"invalid bucket name {bucket!r}")
         parts = [p for p in key.split("/") if p]
         if any(p in (".", "..") or "\0" in p for p in parts):
             raise BadRequest(f"invalid object name {key!r}")
+        full = os.path.join(self._root, bucket, *parts)
         if not self.allow_symlinks:
-            here = str(self.root)
-            for part in (bucket, *parts):
+            here = self._root
+            for part in (bucket, *parts) if leaf or not parts else (bucket, *parts[:-1]):
                 here = os.path.join(here, part)
                 try:
                     mode = os.lstat(here).st_mode
@@ -59,10 +68,11 @@ class LocalObjectStore:
                     raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
                 if stat.S_ISLNK(mode):
                     raise BadRequest(f"{bucket}/{key}: {here} is a symbolic link", key=key)
-        return self.root.joinpath(bucket, *parts)
+        return full
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
-        return self._stat(self.path(bucket, key), bucket, key)
+        # the last name is lstat-ed by _stat (a link there is refused), not twice
+        return self._stat(self._checked(bucket, key, leaf=False), bucket, key)
 
     def _stat(self, p: Path | str, bucket: str, key: str) -> ObjectInfo | None:
         try:
@@ -79,19 +89,19 @@ class LocalObjectStore:
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object under `prefix`: only the prefix's own directory is walked."""
         head, _, _ = prefix.rpartition("/")
-        start = self.path(bucket, head)  # refuses a link on the way
-        if not start.is_dir():
+        start = self._checked(bucket, head)  # refuses a link on the way
+        if not os.path.isdir(start):
             return
-        base = self.root / bucket
+        base = os.path.join(self._root, bucket)
         found = []
         # the walk enters no link (unless allowed): what it finds has none on the way, and
         # each file is checked on its own (lstat) by _stat, as stat() would
         for dirpath, dirs, files in os.walk(start, followlinks=self.allow_symlinks):
-            rel = Path(dirpath).relative_to(base).as_posix()
+            rel = dirpath[len(base) + 1 :]  # under base: the walk joins names onto start
             for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(dirpath, d)))]:
                 if name.startswith(".") and name.endswith(_WRITING):
                     continue  # a put in progress
-                key = name if rel == "." else f"{rel}/{name}"
+                key = f"{rel}/{name}" if rel else name
                 if key.startswith(prefix):
                     found.append((key, os.path.join(dirpath, name)))
         for key, path in sorted(found):
@@ -108,8 +118,12 @@ class LocalObjectStore:
         self, bucket: str, key: str, start: int, length: int, chunk_size: int
     ) -> Iterator[memoryview]:
         """The range read into one reused buffer: no allocation (and no page faults) per
-        piece, which is what the page-cache copy of a local disk costs most."""
-        buffer = memoryview(bytearray(max(1, min(chunk_size, length))))
+        piece, which is what the page-cache copy of a local disk costs most. The buffer is
+        anonymous memory of its own, page-aligned: the kernel's copy into a buffer 16 bytes
+        past a page (where malloc puts a large bytearray) costs ~1.3x the CPU, 8 bytes ~2x
+        (measured, AVX-512 EPYC); no file is mapped (a file truncated meanwhile cannot
+        fault the process)."""
+        buffer = memoryview(mmap.mmap(-1, max(1, min(chunk_size, length))))
         with self.open(bucket, key) as f:
             f.seek(start)
             while length > 0:
@@ -124,10 +138,13 @@ class LocalObjectStore:
         without blocking, so a FIFO cannot hang the caller, and without following a link)."""
         flags = os.O_RDONLY | os.O_NONBLOCK | (0 if self.allow_symlinks else os.O_NOFOLLOW)
         try:
-            fd = os.open(self.path(bucket, key), flags)
+            # O_NOFOLLOW refuses a link as the last name: it is not lstat-ed first
+            fd = os.open(self._checked(bucket, key, leaf=False), flags)
         except FileNotFoundError:
             raise NotFound(f"no object {key!r} in bucket {bucket!r}") from None
         except OSError as exc:  # ELOOP: a symbolic link; ENAMETOOLONG; EISDIR
+            if exc.errno == errno.ELOOP:
+                raise BadRequest(f"{bucket}/{key} is a symbolic link", key=key) from None
             raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
         try:
             self._regular(os.fstat(fd), bucket, key)
@@ -138,14 +155,14 @@ class LocalObjectStore:
         return io.FileIO(fd, "rb")
 
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
-        p = self.path(bucket, key)
+        p = self._checked(bucket, key)
+        parent, name = os.path.split(p)
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=_WRITING, dir=p.parent)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=_WRITING, dir=parent)
         except FileNotFoundError:  # a new prefix: its directories are made first
-            p.parent.mkdir(parents=True, exist_ok=True)
-            self.path(bucket, key)  # nothing on the way became a link meanwhile
-            fd, name = tempfile.mkstemp(prefix=f".{p.name}.", suffix=_WRITING, dir=p.parent)
-        tmp = Path(name)
+            os.makedirs(parent, exist_ok=True)
+            self._checked(bucket, key)  # nothing on the way became a link meanwhile
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=_WRITING, dir=parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         if if_absent:
@@ -154,10 +171,10 @@ class LocalObjectStore:
             except FileExistsError:
                 raise Conflict(f"object {key!r} already exists in bucket {bucket!r}") from None
             finally:
-                tmp.unlink()
+                os.unlink(tmp)
         else:
             os.replace(tmp, p)
-        return self._info(bucket, key, p.lstat())
+        return self._info(bucket, key, os.lstat(p))
 
     def delete(self, bucket: str, key: str) -> None:
         self.path(bucket, key).unlink(missing_ok=True)
