@@ -189,6 +189,75 @@ def test_a_transaction_ends_on_what_it_read_as_it_is_then(
         kube.close()
 
 
+class RequestCounting(KubernetesModelRegistry):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.requests: list[str] = []
+
+    def _request(self, method: str, url_path: str, query: Any, body: Any) -> dict[str, Any]:
+        self.requests.append(f"{method} {url_path.removeprefix(f'/apis/{GROUP}/{VERSION}/')}")
+        return super()._request(method, url_path, query, body)
+
+
+def test_a_new_models_version_and_artifact_are_one_write(
+    kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    """A push of a new model: find, create the model, create its version WITH its artifact
+    (held back until the transaction ends, not created and then updated), check the model."""
+    kube = RequestCounting(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        name = unique("m")
+        with kube.transaction():
+            assert kube.get_model(name) is None
+            model = kube.create_model(name, properties={})
+            version = kube.create_version(model.id, "1", properties={"digest": "d1"})
+            kube.upsert_artifact(
+                ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="d1")
+            )
+        ns = f"namespaces/{cluster[1]}"
+        assert kube.requests == [
+            "GET registeredmodels",  # the find: a cluster-wide list
+            f"POST {ns}/registeredmodels",
+            f"POST {ns}/modelversions",  # no PUT of the version for its artifact
+            f"GET {ns}/registeredmodels/{model.id}",  # the closing check of the model it read
+        ]
+        (artifact,) = kube.list_artifacts(version.id)
+        assert (artifact.name, artifact.uri, artifact.digest) == ("model", "u", "d1")
+        with kube.transaction():  # a version read inside the transaction is created first
+            kube.create_version(model.id, "2", properties={})  # a model found: created at once
+        with kube.transaction():
+            model2 = kube.create_model(unique("m"), properties={})
+            held = kube.create_version(model2.id, "1", properties={})
+            assert [v.id for v in kube.list_versions(model2.id)] == [held.id]
+    finally:
+        kube.close()
+
+
+def test_a_held_back_version_another_delivery_created_meanwhile_ends_in_stale_write(
+    kube: KubernetesModelRegistry, kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        name = unique("m")
+        with pytest.raises(StaleWrite, match="created by another delivery"), kube.transaction():
+            model = kube.create_model(name, properties={})
+            other.create_version(model.id, "1", properties={"by": "other"})  # the race
+            version = kube.create_version(model.id, "1", properties={"by": "me"})
+            kube.upsert_artifact(
+                ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="d")
+            )
+        with kube.transaction():  # the redelivery: the model is found, the version exists
+            found = kube.get_model(name)
+            assert found is not None
+            with pytest.raises(Conflict):
+                kube.create_version(found.id, "1", properties={"by": "me"})
+            again = kube.get_version(found.id, "1")
+            assert again is not None and again.custom_properties == {"by": "other"}
+            assert kube.list_artifacts(again.id) == []  # nothing of the lost write stayed
+    finally:
+        other.close()
+
+
 def test_artifacts_live_in_their_version_and_keep_versions_fields(
     kube: KubernetesModelRegistry,
 ) -> None:

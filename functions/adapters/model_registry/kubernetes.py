@@ -124,19 +124,24 @@ def object_name(*parts: str) -> str:
 class _Seen(threading.local):
     """Per thread: the objects it last read or wrote (their resourceVersion is what its next
     write of them is conditional on), which of them it only read in the current transaction
-    (checked as it ends), the ids the current transaction looked for and found none of, and
-    how deep in `transaction()` it is."""
+    (checked as it ends), the ids the current transaction looked for and found none of, the
+    ones it created, the creates it holds back (`create_version`), and how deep in
+    `transaction()` it is."""
 
     def __init__(self) -> None:
         self.objects: OrderedDict[tuple[str, str], Json] = OrderedDict()
         self.read: set[tuple[str, str]] = set()
         self.absent: set[tuple[str, str]] = set()
+        self.created: set[tuple[str, str]] = set()
+        self.pending: dict[tuple[str, str], Json] = {}
         self.depth = 0
 
     def clear(self) -> None:
         self.objects.clear()
         self.read.clear()
         self.absent.clear()
+        self.created.clear()
+        self.pending.clear()
 
 
 class KubernetesModelRegistry:
@@ -198,6 +203,14 @@ class KubernetesModelRegistry:
         its redelivery rewrites it: handlers derive every state they write from facts they
         re-read, so the redelivery corrects it. Nested calls join the outer one.
 
+        A version of a model this transaction created is created as it ends (or before its
+        next request), with what the transaction wrote to it meanwhile: a new model's first
+        version and its artifact are one write, not a create and an update. Nothing else can
+        have that version yet, except a delivery racing this one past the model's creation:
+        then the create is refused (409) and the transaction ends in StaleWrite; its
+        redelivery finds the model, so creates the version at once (its Conflict is the
+        find-or-create's).
+
         Without a transaction, writes are still conditional on this thread's last read."""
         seen = self._seen
         if seen.depth == 0:
@@ -206,6 +219,7 @@ class KubernetesModelRegistry:
         try:
             yield
             if seen.depth == 1:
+                self._flush()
                 self._validate(seen.read)
         finally:
             seen.depth -= 1
@@ -292,6 +306,10 @@ class KubernetesModelRegistry:
         }
         version_id = object_name(model_id, name)
         labels = {MODEL_LABEL: model_id, VERSION_LABEL: version_id}
+        if (MODELS, model_id) in self._seen.created:  # created as the transaction ends
+            body = self._body(VERSIONS, version_id, _namespace(model), labels, spec)
+            self._seen.pending[(VERSIONS, version_id)] = body
+            return _version(self._remember(VERSIONS, body, read=False))
         return _version(self._create(VERSIONS, version_id, _namespace(model), labels, spec))
 
     def update_version(self, version: ModelVersion) -> ModelVersion:
@@ -425,10 +443,10 @@ class KubernetesModelRegistry:
             if not token:
                 return items
 
-    def _create(
+    def _body(
         self, plural: str, name: str, namespace: str, labels: Mapping[str, str], spec: Json
     ) -> Json:
-        body = {
+        return {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KINDS[plural],
             "metadata": {
@@ -442,11 +460,37 @@ class KubernetesModelRegistry:
             },
             "spec": spec,
         }
+
+    def _create(
+        self, plural: str, name: str, namespace: str, labels: Mapping[str, str], spec: Json
+    ) -> Json:
+        body = self._body(plural, name, namespace, labels, spec)
         obj = self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
+        if self._seen.depth:
+            self._seen.created.add((plural, name))
         return self._remember(plural, obj, read=False)
+
+    def _flush(self) -> None:
+        """The creates held back (`create_version`), as they stand now."""
+        pending = list(self._seen.pending.items())
+        self._seen.pending.clear()
+        for (plural, name), body in pending:
+            namespace = _namespace(body)
+            try:
+                obj = self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
+            except Conflict as exc:
+                raise StaleWrite(
+                    f"registry: {KINDS[plural]} {name!r} was created by another delivery while "
+                    "this one created its model; a redelivery reads it",
+                    namespace=namespace,
+                ) from exc
+            self._remember(plural, obj, read=False)
 
     def _replace(self, plural: str, obj: Json) -> Json:
         name, namespace = obj["metadata"]["name"], _namespace(obj)
+        if (plural, name) in self._seen.pending:  # not created yet: created so
+            self._seen.pending[(plural, name)] = obj
+            return self._remember(plural, obj, read=False)
         try:
             stored = self._call(
                 "PUT", f"UPDATE {name}", plural, name, namespace=namespace, body=obj
@@ -476,6 +520,8 @@ class KubernetesModelRegistry:
         `name`."""
         from kubernetes.client.exceptions import ApiException
 
+        if self._seen.pending:  # what a transaction holds back goes before any other request
+            self._flush()
         url_path = _path(plural, name, namespace)
         try:
             answer = self._request(method, url_path, query, body)
