@@ -505,6 +505,7 @@ def model_registry(settings: Settings) -> ModelRegistry:
             settings.registry.url,
             token=resolve_value(token, "MODELHOOKS_REGISTRY_TOKEN") if token else None,
             ca=resolve_value(ca, "MODELHOOKS_REGISTRY_CA") if ca else None,
+            connections=settings.registry.connections,
         )
     if settings.registry.backend == "kubernetes":
         from modelhooks.adapters.kube_client import check_kubeconfig

@@ -70,6 +70,17 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
             "literal, env:NAME or file:PATH; empty: the system's CAs (backend=kubeflow)"
         ),
     ] = ""
+    connections: Annotated[
+        int,
+        doc(
+            "the most requests this process has in flight to the Kubeflow Model Registry "
+            "(backend=kubeflow; more wait their turn): its server keeps 2 idle PostgreSQL "
+            "connections (Go's default, which v0.3 leaves), so a third request at once makes "
+            "PostgreSQL start a backend process for it; raise it for a registry far away",
+            ge=1,
+            le=64,
+        ),
+    ] = 2
     kubeconfig: Annotated[
         str,
         doc(

@@ -134,6 +134,30 @@ def deliver(port: int, pushes: int, clients: int, models: int) -> tuple[float, l
     return pushes / (time.perf_counter() - t0), latencies
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system, with reaped children) of the process `pid` and all its
+    descendants (a server and what it forks: PostgreSQL's backends, each in its own session)."""
+    stats: dict[int, list[str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stats[int(stat.parent.name)] = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, fields in stats.items() if int(fields[1]) in tree} - tree
+        tree |= more
+        grew = bool(more)
+    ticks = sum(int(f) for p in tree if p in stats for f in stats[p][11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of the process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
 def requests_logged(log: Path) -> int:
     """The REST requests the model registry logged so far (one line each)."""
     text = log.read_text(errors="replace")
@@ -209,6 +233,9 @@ def main(argv: list[str] | None = None) -> list[Goal]:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--models", type=int, default=100)
     p.add_argument("--upstream", type=int, default=300, help="registrations of upstream's loop")
+    p.add_argument(
+        "--connections", type=int, default=2, help="serve's registry.connections (default 2)"
+    )
     args = p.parse_args(argv)
     from tests.servers._proc import Process
     from tests.servers.model_registry import start_model_registry
@@ -223,18 +250,29 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         )
         servers: list[subprocess.Popen[bytes]] = []
         try:
-            env = {"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": server.url}
+            env = {
+                "MODELHOOKS_REGISTRY_BACKEND": "kubeflow",
+                "MODELHOOKS_REGISTRY_URL": server.url,
+                "MODELHOOKS_REGISTRY_CONNECTIONS": str(args.connections),
+            }
             kf, kf_port = _serve(work / "kubeflow-home", env)
             sq, sq_port = _serve(work / "sqlite-home", {})
             servers += [kf, sq]
             deliver(kf_port, 50, args.clients, args.models)  # warm-up: imports, connections
             deliver(sq_port, 50, args.clients, args.models)
             logged = requests_logged(server.log_files[0])
+            # who spends the cores: the servers' process trees, serve, the clients (this process)
+            roots = {"model-registry": processes[1].pid, "PostgreSQL": processes[0].pid}
+            used = {name: tree_cpu(pid) for name, pid in roots.items()}
+            serve_before, clients_before = process_cpu(kf.pid), time.process_time()
             kf_rate, kf_lat = _timed(
                 f"{args.pushes} pushes into Kubeflow",
                 lambda: deliver(kf_port, args.pushes, args.clients, args.models),
             )
             kf_requests = (requests_logged(server.log_files[0]) - logged) / args.pushes
+            used = {name: tree_cpu(pid) - used[name] for name, pid in roots.items()}
+            used["serve"] = process_cpu(kf.pid) - serve_before
+            used["clients"] = time.process_time() - clients_before
             sq_rate, sq_lat = _timed(
                 f"{args.pushes} pushes into SQLite",
                 lambda: deliver(sq_port, args.pushes, args.clients, args.models),
@@ -255,7 +293,8 @@ def main(argv: list[str] | None = None) -> list[Goal]:
     kf_blocks, sq_blocks = blocks(kf_lat, size), blocks(sq_lat, size)
     print(
         f"register, {args.pushes} distinct pushes over {args.models} models, {args.clients} "
-        f"keep-alive clients (`modelhooks serve`), p50/p99 ms per {size} deliveries:"
+        f"keep-alive clients (`modelhooks serve`, {args.connections} registry connections), "
+        f"p50/p99 ms per {size} deliveries:"
     )
     print(f"  {'deliveries':>11}  {'kubeflow p50':>12} {'p99':>7}   {'sqlite p50':>10} {'p99':>7}")
     for i, ((kp50, kp99), (sp50, sp99)) in enumerate(zip(kf_blocks, sq_blocks, strict=True)):
@@ -263,6 +302,13 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         print(f"  {upto:>11}  {kp50:12.1f} {kp99:7.1f}   {sp50:10.1f} {sp99:7.1f}")
     print(f"  deliveries/s: kubeflow {kf_rate:.0f}, sqlite {sq_rate:.0f}")
     print(f"  kubeflow: {kf_requests:.2f} registry requests per delivery (its log)")
+    cores = os.cpu_count() or 1
+    print(
+        "  kubeflow: CPU per delivery: "
+        + ", ".join(f"{name} {1000 * s / args.pushes:.1f} ms" for name, s in used.items())
+        + f"; total {1000 * sum(used.values()) / args.pushes:.1f} ms: {cores} cores do at most "
+        f"{cores * args.pushes / sum(used.values()):.0f} deliveries/s"
+    )
     up_sorted = sorted(up_lat)
     print(
         f"  anchor: upstream client loop (1 client) {up_rate:.1f} registrations/s, p50 "

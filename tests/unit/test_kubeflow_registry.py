@@ -186,6 +186,31 @@ def test_a_slow_server_is_unavailable(stub: Stub, registry: KubeflowModelRegistr
         registry.get_model("m")
 
 
+def test_requests_in_flight_are_bounded_by_connections(stub: Stub) -> None:
+    """At most `connections` requests at once (the server's PostgreSQL pool keeps 2); the
+    others wait their turn."""
+    guard, now, most = threading.Lock(), [0], [0]
+
+    def counted(seen: Seen) -> Answer:
+        with guard:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.1)
+        with guard:
+            now[0] -= 1
+        return 200, {"id": "1", "name": "m", "state": "LIVE"}, {}
+
+    stub.answer = counted
+    registry = KubeflowModelRegistry(stub.url, timeout=5)
+    threads = [threading.Thread(target=registry.get_model, args=("m",)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    registry.close()
+    assert most[0] == 2 and len(stub.seen) == 8
+
+
 def test_bearer_token(stub: Stub) -> None:
     stub.answer = lambda seen: (200, {"id": "1", "name": "m", "state": "LIVE"}, {})
     with_token = KubeflowModelRegistry(stub.url + API_PATH + "/", token="s3cret")
