@@ -18,6 +18,7 @@ from modelhooks.core.settings import Settings, describe, load_settings
 
 __all__ = [
     "check_port",
+    "http_pool",
     "http_reason",
     "http_sender",
     "interruptible",
@@ -85,16 +86,22 @@ def http_reason(status: int, text: str) -> str:
     return f"HTTP {status}: {answer_reason(text)}"
 
 
+def http_pool(url: str) -> Any:
+    """Kept-alive connections for POSTing to `url` (`net.endpoint_pool`: its proxy and CA
+    bundle from the environment, read once; a POST costs about half a requests Session's
+    CPU, which was most of watch-models' own in a burst of Models)."""
+    from modelhooks.adapters.net import endpoint_pool
+
+    return endpoint_pool(url)
+
+
 def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any:
     """POST to `url` in binary or structured mode (with `extra` headers); (status, reason)
     per event. Unavailable when `url` does not answer (the next event would not get an
     answer either)."""
-    import requests
-
-    from modelhooks.adapters.net import read_environment_once
     from modelhooks.delivery.encoding import binary, structured
 
-    session = read_environment_once(requests.Session(), url)
+    pool = http_pool(url)
 
     def send(event: Any) -> tuple[int, str]:
         if mode == "structured":
@@ -103,29 +110,31 @@ def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any
         else:
             msg = binary(event)
             body, headers = msg.body, msg.headers
-        return post(session, url, body, {**headers, **(extra or {})})
+        return post(pool, url, body, {**headers, **(extra or {})})
 
     return send
 
 
-def post(session: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
-    """(status, reason) of one POST; Unavailable when `url` does not answer."""
-    import requests
+def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """(status, reason) of one POST through `pool` (`http_pool`); Unavailable when `url`
+    does not answer."""
+    import urllib3
 
-    try:
-        resp = session.post(url, data=body, headers=headers, timeout=60)
-    except (requests.ConnectionError, requests.Timeout) as exc:
+    try:  # no retries, as requests: a delivery's retries are the caller's
+        resp = pool.request("POST", url, body=body, headers=headers, timeout=60.0, retries=False)
+    except urllib3.exceptions.HTTPError as exc:
         raise Unavailable(f"{url} did not answer: {_why(exc)}", url=url) from None
-    if resp.status_code < 300:
-        return resp.status_code, ""
-    return resp.status_code, http_reason(resp.status_code, resp.text)
+    if resp.status < 300:
+        return resp.status, ""
+    return resp.status, http_reason(resp.status, resp.data.decode(errors="replace"))
 
 
 def _why(exc: Exception) -> str:
-    """The reason under a requests error's layers: "Connection refused", a timeout, …"""
-    import requests
+    """The reason under a urllib3 error's layers: "Connection refused", a timeout, …"""
+    import urllib3
 
-    if isinstance(exc, requests.Timeout):
+    errors = urllib3.exceptions  # a refused connection is a ConnectTimeoutError there too
+    if isinstance(exc, errors.TimeoutError) and not isinstance(exc, errors.NewConnectionError):
         return "no answer within 60 s"
     found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
     return found.group(1).strip() if found else type(exc).__name__

@@ -359,8 +359,6 @@ def _send_all(
 
 def _run_raw(args: argparse.Namespace) -> int:
     """Every document as it was delivered, to `--to`: the server decodes and translates."""
-    import requests
-
     if not args.to:
         raise BadRequest("--raw sends to a server: give --to URL")
     docs = list(read_documents(args.source))
@@ -375,7 +373,7 @@ def _run_raw(args: argparse.Namespace) -> int:
         print(f"{len(docs)} documents would be sent unchanged (dry run)", file=sys.stderr)
         return 0
     extra = dict(args.header or ())
-    http = requests.Session()
+    http = common.http_pool(args.to)
 
     def send(item: tuple[str, Any]) -> tuple[int, str]:
         where, doc = item

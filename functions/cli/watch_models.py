@@ -146,16 +146,12 @@ def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
 
 
 def _raw_sender(url: str) -> Any:
-    import requests
-
-    from modelhooks.adapters.net import read_environment_once
-
-    session = read_environment_once(requests.Session(), url)
+    pool = common.http_pool(url)
     headers = {"Content-Type": "application/cloudevents+json"}
 
     def send(doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
-        outcome = _delivered(lambda: common.post(session, url, body, headers), doc)
+        outcome = _delivered(lambda: common.post(pool, url, body, headers), doc)
         print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
 
     return send
