@@ -406,7 +406,7 @@ def main(argv: list[str]) -> list[Goal]:
                 f"kube-apiserver {kube.version} at {kube.url}; distribution v3 at {registry.url}",
                 flush=True,
             )
-            servers = {p.name: p.pid for p in processes if p.name in ("kube-apiserver", "etcd")}
+            servers = {p.name: p.pid for p in processes}
             before = load()
             goals = run(
                 kube,
