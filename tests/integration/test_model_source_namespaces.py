@@ -5,8 +5,10 @@ sent as deleted (a label removed is no deletion), and sent again if labelled aga
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,3 +186,57 @@ def test_the_plain_installs_watcher_as_its_identity_and_the_selector_from_the_en
         tmp_path / "nobody", token=kube_apiserver.token_for("nobody", on)
     )
     assert "may list and watch namespaces" in refused(namespaces.selector, nobody)
+
+
+def test_a_restart_under_another_selector_lists_again_from_the_state_file(
+    kube_apiserver: KubeApiServer, objects: Any, tmp_path: Path
+) -> None:
+    """The state file keeps the selector it was saved under: restarted without it, the
+    Models the selector left out are sent as added (a resumed watch would send them only
+    once they change); restarted under the same (none, an old file's too) it resumes; under
+    a selector again, the Models it leaves out are forgotten, never sent as deleted."""
+    namespaces, state = Namespaces(kube_apiserver), tmp_path / "watch-state.json"
+    on, off = namespaces.create("on", enabled=True), namespaces.create("off", enabled=False)
+    ons, offs = Cluster(objects, on), Cluster(objects, off)
+    ons.create("a")
+    offs.create("b")
+
+    def run_until(name: str, selector: str | None) -> list[tuple[str, str, str]]:
+        """A watcher from `state` until the Model `name`, created once it runs, was sent:
+        what it sent of this test's namespaces (others' are watched without a selector)."""
+        sent = Recorder()
+        with (
+            api_client(kube_apiserver) as api,
+            Running(ModelWatcher(api, sent, state_file=state, namespace_selector=selector)) as w,
+        ):
+            wait_until("the first list", lambda: w.state.resource_version != "")
+            ons.create(name)
+            wait_until(name, lambda: any(e["name"] == name for e in sent.events))
+            time.sleep(0.5)  # anything else it would send comes now
+        return [
+            (e["type"].rpartition(".")[2], e["namespace"], e["name"])
+            for e in sent.events
+            if e["namespace"] in (on, off)
+        ]
+
+    assert run_until("c", namespaces.selector) == [("add", on, "a"), ("add", on, "c")]
+    assert json.loads(state.read_text())["namespaceSelector"] == namespaces.selector
+
+    # without the selector: b, never sent, goes out as added; a and c, sent, do not
+    assert sorted(run_until("d", None)) == [("add", off, "b"), ("add", on, "d")]
+
+    # the same (none) from a file without `namespaceSelector` (before it was kept): resumed
+    # from its resourceVersion, so both updates of b are sent (a list would send one)
+    doc = json.loads(state.read_text())
+    assert doc.pop("namespaceSelector") is None
+    state.write_text(json.dumps(doc))
+    offs.relabel("b", "2")
+    offs.relabel("b", "3")
+    assert run_until("e", None) == [("update", off, "b"), ("update", off, "b"), ("add", on, "e")]
+
+    # under the selector again: b is forgotten, not deleted; what changed of `on`, sent
+    offs.relabel("b", "4")
+    ons.relabel("a", "2")
+    assert run_until("f", namespaces.selector) == [("update", on, "a"), ("add", on, "f")]
+    saved = json.loads(state.read_text())
+    assert {o["metadata"]["namespace"] for o in saved["sent"].values()} & {on, off} == {on}

@@ -136,6 +136,22 @@ def test_state_skips_what_was_sent_and_survives_a_save(tmp_path: Path) -> None:
     assert state.sent == {}
 
 
+def test_a_state_saved_under_another_namespace_selector_lists_again(tmp_path: Path) -> None:
+    """The selector is saved with the state; loaded under another one (or none), what was
+    sent is kept but the resourceVersion is not (list first); a file of before the selector
+    was saved is one saved under none."""
+    path, selector = tmp_path / "state.json", "modelhooks.dev/models=enabled"
+    WatchState("ml", "42", {"u-1": MODEL}, selector).save(path)
+    assert json.loads(path.read_text())["namespaceSelector"] == selector
+    assert WatchState.load(path, "ml", selector) == WatchState("ml", "42", {"u-1": MODEL}, selector)
+    assert WatchState.load(path, "ml") == WatchState("ml", "", {"u-1": MODEL})  # none now
+    assert WatchState.load(path, "ml", "team=a") == WatchState("ml", "", {"u-1": MODEL}, "team=a")
+
+    path.write_text(json.dumps({"namespace": "ml", "resourceVersion": "42", "sent": {}}))
+    assert WatchState.load(path, "ml") == WatchState("ml", "42")  # an old file: under none
+    assert WatchState.load(path, "ml", selector) == WatchState("ml", "", {}, selector)
+
+
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"sent": [1]}'])
 def test_a_state_file_that_is_not_one_is_refused_naming_it(tmp_path: Path, text: str) -> None:
     from modelhooks.adapters.kubernetes.model_source import WatchState

@@ -28,7 +28,10 @@ matching namespaces change the Models are listed again: those of a namespace tha
 out as added; those of one that left are forgotten, never sent as deleted (a label removed
 is no deletion: nothing is cleaned up), and go out as added again if it joins again. What
 happens to them while it is out, their deletion included, is not sent. A start with a
-selector lists the Models (the namespaces may have changed while it was stopped).
+selector lists the Models (the namespaces may have changed while it was stopped), and so
+does any start whose selector is not the one its state file was saved under (a file without
+one: none), a start without a selector included: resuming, it would never send the Models
+the old selector left out until they change.
 """
 
 from __future__ import annotations
@@ -156,12 +159,14 @@ def relist_changes(
 
 @dataclass
 class WatchState:
-    """What was sent: every live Model as last sent (by uid) and the resourceVersion the
-    watch resumes from ("" = list first). Saved as JSON by `ModelWatcher` after each change."""
+    """What was sent: every live Model as last sent (by uid), the resourceVersion the
+    watch resumes from ("" = list first) and the namespace selector the Models were sent
+    under (None: every namespace). Saved as JSON by `ModelWatcher` after each change."""
 
     namespace: str | None = None
     resource_version: str = ""
     sent: dict[str, Object] = field(default_factory=dict)
+    namespace_selector: str | None = None
 
     def is_news(self, action: Action, obj: Mapping[str, Any]) -> bool:
         """False for an add or update of what was already sent at this resourceVersion."""
@@ -175,16 +180,25 @@ class WatchState:
             self.sent[_uid(obj)] = dict(obj)
 
     def save(self, path: Path) -> None:
-        doc = {"namespace": self.namespace, "resourceVersion": self.resource_version}
+        doc = {
+            "namespace": self.namespace,
+            "namespaceSelector": self.namespace_selector,
+            "resourceVersion": self.resource_version,
+        }
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps({**doc, "sent": self.sent}))
         os.replace(tmp, path)  # a crash leaves the old state or the new, never half of one
 
     @classmethod
-    def load(cls, path: Path, namespace: str | None) -> WatchState:
-        """The saved state, or a fresh one (none yet, or saved for another namespace)."""
+    def load(
+        cls, path: Path, namespace: str | None, namespace_selector: str | None = None
+    ) -> WatchState:
+        """The saved state, or a fresh one (none yet, or saved for another namespace). Saved
+        under another namespace selector (a file without one: none), what was sent is kept
+        but the resourceVersion is not: the Models are listed again, as the namespaces
+        selected now may hold Models never sent."""
         if not path.exists():
-            return cls(namespace)
+            return cls(namespace, namespace_selector=namespace_selector)
         try:
             doc = json.loads(path.read_text())
             if not isinstance(doc, dict) or not isinstance(doc.get("sent") or {}, dict):
@@ -197,8 +211,16 @@ class WatchState:
             log(
                 logging.WARNING, f"{path} was saved for namespace {doc.get('namespace')!r}: ignored"
             )
-            return cls(namespace)
-        return cls(namespace, str(doc.get("resourceVersion") or ""), dict(doc.get("sent") or {}))
+            return cls(namespace, namespace_selector=namespace_selector)
+        version, saved_under = str(doc.get("resourceVersion") or ""), doc.get("namespaceSelector")
+        if saved_under != namespace_selector and version:
+            log(
+                logging.INFO,
+                f"{path} was saved under namespace selector {saved_under!r}, now "
+                f"{namespace_selector!r}: listing the Models again",
+            )
+            version = ""
+        return cls(namespace, version, dict(doc.get("sent") or {}), namespace_selector)
 
 
 class _Expired(Exception):
@@ -239,7 +261,11 @@ class ModelWatcher:
         self._lock = threading.RLock()  # the state, against the lanes' saves when idle
         self._lanes = _Lanes(concurrency, on_idle=self._save, on_failure=self.close)
         self._state_file, self._timeout = state_file, timeout_seconds
-        self.state = WatchState.load(state_file, namespace) if state_file else WatchState(namespace)
+        self.state = (
+            WatchState.load(state_file, namespace, namespace_selector)
+            if state_file
+            else WatchState(namespace, namespace_selector=namespace_selector)
+        )
         self._source = str(api_client.configuration.host)
         self._closed = threading.Event()
         self._response: Any = None
