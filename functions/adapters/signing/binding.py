@@ -24,7 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from modelhooks.adapters.signing import SUFFIX, binding_key
-from modelhooks.adapters.signing.manifest import STATEMENT_TYPE, Manifest, is_ignored
+from modelhooks.adapters.signing.manifest import (
+    STATEMENT_TYPE,
+    Manifest,
+    indented_json,
+    is_ignored,
+)
 from modelhooks.core.errors import VerificationFailed
 from modelhooks.core.records import ObjectInfo
 
@@ -56,7 +61,7 @@ class Binding:
                 ]
             },
         }
-        return json.dumps(body, indent=2).encode()
+        return indented_json(body)
 
     @classmethod
     def from_statement(cls, payload: bytes) -> Binding:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from modelhooks.core.errors import VerificationFailed
 
@@ -31,6 +34,7 @@ __all__ = [
     "Method",
     "Resource",
     "Serialization",
+    "indented_json",
     "is_ignored",
 ]
 
@@ -174,7 +178,7 @@ class Manifest:
                 ],
             },
         }
-        return json.dumps(body, indent=2).encode()
+        return indented_json(body)
 
     @classmethod
     def from_statement(cls, payload: bytes) -> Manifest:
@@ -223,3 +227,22 @@ class Manifest:
             "extra": sorted(act_paths - exp_paths),
             "modified": sorted(modified),
         }
+
+
+# what json.dumps(ensure_ascii=True) writes as is: printable ASCII, and the indent's newlines
+_PLAIN = re.compile(rb"[\x20-\x5b\x5d-\x7e\n]*")
+
+
+def indented_json(body: Mapping[str, Any]) -> bytes:
+    """`json.dumps(body, indent=2).encode()`, byte for byte (what is signed must not change),
+    for a body of strings, integers, booleans, None, lists and dicts: made by msgspec (~2 us,
+    where the stdlib's indenting encoder is pure Python: ~35 us a statement, two of them
+    per signed model), unless a string needs an escape (a backslash, a control or non-ASCII
+    character, which the two encoders write differently): then by the stdlib."""
+    try:
+        fast: bytes | None = msgspec.json.format(msgspec.json.encode(body), indent=2)
+    except TypeError:  # a type msgspec refuses (a str subclass)
+        fast = None
+    if fast is not None and _PLAIN.fullmatch(fast):
+        return fast
+    return json.dumps(body, indent=2).encode()
