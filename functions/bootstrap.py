@@ -166,6 +166,21 @@ def build(settings: Settings | None = None, **overrides: Any) -> App:
 # The process's cached wiring, by settings (warm instances reuse clients); reset() empties it.
 _BUILT: dict[Settings, App] = {}
 _LOCK = Lock()
+_INHERITED: list[App] = []  # a forked process's parent's wiring: kept, never used or closed
+
+
+def _after_fork_in_child() -> None:
+    """A forked process (gunicorn's worker: functions-framework builds the target in the
+    master, then forks) builds its own wiring on its first `build()`. The parent's holds
+    threads that did not survive the fork (the delivery log's group commit, checkpoints)
+    and SQLite connections, which SQLite forbids using, or closing, across a fork."""
+    global _LOCK
+    _LOCK = Lock()  # copied as it was, perhaps held
+    _INHERITED.extend(_BUILT.values())
+    _BUILT.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @lru_cache(maxsize=1)

@@ -7,10 +7,11 @@ serving connection never checkpoints; a thread with its own connection does, PAS
 waits for no reader or writer), every `every` seconds. Commits keep the durability
 `synchronous=NORMAL` gives in WAL mode.
 
-The checkpointer lives as long as its connection, in whichever process uses it: a process
-forked after the connection was made (gunicorn's worker, under functions-framework) starts
-its own, or nothing would ever checkpoint there and the log would grow without end; and at
-exit each is stopped and joined before the interpreter goes (no thread left inside SQLite).
+The checkpointer lives as long as its connection, in the process that made it: a process
+forked since (gunicorn's worker, under functions-framework) makes its own connections
+(bootstrap builds its wiring anew there: SQLite connections do not cross a fork), and the
+checkpointers it inherited are forgotten, never run. At exit each is stopped and joined
+before the interpreter goes (no thread left inside SQLite).
 """
 
 from __future__ import annotations
@@ -88,11 +89,10 @@ def _running() -> list[Checkpointer]:
         return list(_live)
 
 
-def _restart_in_child() -> None:
+def _forget_in_child() -> None:
     global _lock
     _lock = threading.Lock()  # a fork copies the lock as it was, perhaps held
-    for checkpointer in _running():
-        checkpointer.start()  # threads do not survive a fork
+    _live.clear()  # the parent's: their threads did not survive the fork
 
 
 def _stop_all() -> None:
@@ -103,5 +103,5 @@ def _stop_all() -> None:
         checkpointer.close()
 
 
-os.register_at_fork(after_in_child=_restart_in_child)
+os.register_at_fork(after_in_child=_forget_in_child)
 atexit.register(_stop_all)

@@ -51,9 +51,11 @@ def test_the_delivery_log_checkpoints_off_its_flush(tmp_path: Path) -> None:
         log.close()
 
 
-def test_a_forked_process_checkpoints_too_and_exits_cleanly(tmp_path: Path) -> None:
+def test_a_forked_process_checkpoints_its_own_and_exits_cleanly(tmp_path: Path) -> None:
     """gunicorn forks its worker after functions-framework built the function (and its
-    delivery log): the worker must checkpoint on its own, then stop its thread at exit."""
+    delivery log): the worker runs none of the checkpointers it inherited (their threads
+    are gone, their connections the parent's), builds its own log, which commits and
+    checkpoints by itself, and stops its threads at exit."""
     import os
     import subprocess
     import sys
@@ -61,21 +63,23 @@ def test_a_forked_process_checkpoints_too_and_exits_cleanly(tmp_path: Path) -> N
 
     script = textwrap.dedent(
         f"""
-        import os, sys, time
+        import os, sqlite3, sys, threading, time
         from pathlib import Path
         from modelhooks.adapters.idempotency.sqlite import SqliteDeliveryLog
         path = Path({str(tmp_path / "forked.db")!r})
         log = SqliteDeliveryLog(path, size=1000)
         pid = os.fork()
-        if pid == 0:  # the worker: writes, and its own checkpointer copies the log back
+        if pid == 0:  # the worker: its own log (bootstrap builds anew after a fork)
+            assert [t for t in threading.enumerate() if t.name.startswith("checkpoint")] == []
             size = path.stat().st_size
+            mine = SqliteDeliveryLog(path, size=1000)
             for n in range(300):
-                log.put(("register", "/fork", str(n)), "d", b"[]" * 100)
-            log.flush()
-            deadline = time.monotonic() + 5
+                mine.put(("register", "/fork", str(n)), "d", b"[]" * 100)
+            deadline = time.monotonic() + 5  # committed by its own thread, then checkpointed
             while path.stat().st_size <= size and time.monotonic() < deadline:
                 time.sleep(0.02)
-            sys.exit(0 if path.stat().st_size > size else 3)
+            rows = sqlite3.connect(path).execute("SELECT COUNT(*) FROM deliveries").fetchone()
+            sys.exit(0 if path.stat().st_size > size and rows == (300,) else 3)
         log._checkpoints.close()  # the parent's checkpointer stops: only the worker's is left
         _, status = os.waitpid(pid, 0)
         sys.exit(os.waitstatus_to_exitcode(status))
