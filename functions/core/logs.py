@@ -9,7 +9,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["configure", "log"]
+__all__ = ["configure", "enabled", "log"]
 
 _LOGGER = logging.getLogger("modelhooks")
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -47,6 +47,11 @@ def configure(level: str = "INFO") -> None:
         _LOGGER.addHandler(handler)
         _LOGGER.propagate = False
     _LOGGER.setLevel(level)
+
+
+def enabled(level: int) -> bool:
+    """Whether a line at `level` is written: a caller with fields to compute asks first."""
+    return _LOGGER.isEnabledFor(level)
 
 
 def log(

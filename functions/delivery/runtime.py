@@ -24,7 +24,7 @@ from modelhooks.core.errors import (
     Unavailable,
 )
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.logs import log
+from modelhooks.core.logs import enabled, log
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.delivery.dedupe import Dedupe, payload_digest
 from modelhooks.delivery.encoding import (
@@ -221,6 +221,8 @@ def _failed(function: str, event: CanonicalEvent, exc: Exception) -> tuple[str, 
 def _log(outcome: Outcome, outcome_name: str, event: CanonicalEvent, started: float) -> None:
     """One structured line per outcome."""
     level = logging.WARNING if outcome.status >= 400 else logging.INFO
+    if not enabled(level):  # its fields are not even made (five outcomes per signed push)
+        return
     fields: dict[str, Any] = {
         "event_id": event.id,
         "type": event.type,
