@@ -78,22 +78,30 @@ def request(
     timeout: float = 10.0,
 ) -> Any:
     """The JSON answer to one request through `api_client` (the kubernetes client's
-    `ApiClient`: its host, pool, TLS and credentials). A non-2xx answer raises the client's
-    `ApiException` (status, reason, body), as its generated methods do."""
+    `ApiClient`: its host, its pool with the TLS and proxy settings, its credentials with
+    their refresh). A non-2xx answer raises the client's `ApiException` (status, reason,
+    body), as its generated methods do. Only what every client version since 29 has is
+    used (`configuration.auth_settings()`, `rest_client.pool_manager`): `call_api`'s
+    signature changed in 37."""
     from kubernetes.client.exceptions import ApiException
 
-    params = {k: v for k, v in (query or {}).items() if v is not None}
+    config = api_client.configuration
     headers = {**api_client.default_headers, "Accept": "application/json"}
+    bearer = config.auth_settings().get("BearerToken")  # refreshed by the client's hook
+    if bearer and bearer.get("value"):
+        headers[bearer["key"]] = bearer["value"]
+    data = None
     if body is not None:
         headers["Content-Type"] = content_type
-    queries: list[tuple[str, str]] = []  # credentials that go in the query (none usually)
-    api_client.update_params_for_auth(headers, queries, ["BearerToken"], url_path, method, body)
-    encoded = urlencode([*params.items(), *queries])
-    url = api_client.configuration.host + url_path + (f"?{encoded}" if encoded else "")
-    answer = api_client.call_api(method, url, headers, body, _request_timeout=timeout)
-    data = answer.read()
+        data = json.dumps(body).encode()  # JSON is YAML too (server-side apply)
+    params = {k: v for k, v in (query or {}).items() if v is not None}
+    url = config.host + url_path + (f"?{urlencode(params)}" if params else "")
+    answer = api_client.rest_client.pool_manager.request(
+        method, url, body=data, headers=headers, timeout=timeout
+    )
     if not 200 <= answer.status <= 299:
-        raise ApiException(
-            status=answer.status, reason=answer.reason, body=data.decode(errors="replace")
-        )
-    return json.loads(data)
+        error = ApiException(status=answer.status, reason=answer.reason)
+        error.body = answer.data.decode(errors="replace")
+        error.headers = answer.headers
+        raise error
+    return json.loads(answer.data)
