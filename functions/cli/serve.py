@@ -57,14 +57,18 @@ def warm(extras: frozenset[str]) -> None:
     select (the Kubernetes client takes ~1 s of CPU): its first deliveries need them, and
     would otherwise import them one at a time behind the import lock, a burst of them
     queueing. A long-running server pays this once, while it waits for its first event;
-    a function's cold start (functions-framework) does not."""
+    a function's cold start (functions-framework) does not.
+
+    Not signing's: the configured signer is built at start with what it uses, and the rest
+    (Sigstore, model_signing, pydantic: ~1 s of CPU) is verification's, which a server may
+    never do; importing it meanwhile took ~15 % of the signing chain's first seconds."""
     import importlib
     import threading
 
     from modelhooks.core.extras import MODULES
 
     def load() -> None:
-        for extra in sorted(extras):
+        for extra in sorted(extras - {"signing"}):
             for module in MODULES[extra]:
                 try:
                     importlib.import_module(module)
