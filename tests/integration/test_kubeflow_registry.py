@@ -193,15 +193,12 @@ def test_register_and_sign_never_list(kubeflow: KubeflowModelRegistry) -> None:
     # a redelivery finds everything: its one write, creating the version, conflicts
     assert [(m, p, s) for m, p, s in sent[1] if m != "GET"] == [("POST", "model_versions", 409)]
     assert counts[2] == counts[3]  # the same requests at any registry size
-    # a new version of a known model is created at once, never looked up first
-    assert sent[2][:2] == [("GET", "registered_model", 200), ("POST", "model_versions", 201)]
-    assert [p for _, p, _ in sent[2] if p in ("model_version", "model_artifact")] == []
-    # … and writes no model: 4 requests, the model read again as the transaction ends
-    assert [(m, p.split("/")[0]) for m, p, _ in sent[2]] == [
-        ("GET", "registered_model"),
-        ("POST", "model_versions"),
-        ("POST", "model_versions"),  # …/{id}/artifacts
-        ("GET", "registered_models"),
+    # a new version of a known model is created at once, never looked up first, from the
+    # model as last seen, which is read (by id) only as the transaction ends; no model write
+    assert [(m, p.split("/")[0], s) for m, p, s in sent[2]] == [
+        ("POST", "model_versions", 201),
+        ("POST", "model_versions", 201),  # …/{id}/artifacts
+        ("GET", "registered_models", 200),
     ]
     (artifact,) = kubeflow.list_artifacts(version.id)
     assert artifact.uri == f"gs://b/{name}/2/" and artifact.state == ArtifactState.LIVE
@@ -473,6 +470,49 @@ def test_a_push_that_writes_no_model_is_redone_when_a_deletion_changed_it(
         live = ModelState.LIVE if push_is_newer else ModelState.ARCHIVED
         assert states == {"1": ModelState.ARCHIVED, "2": live}
         assert model.state == live
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_model_another_process_changed_since_this_one_saw_it_is_read_anew(
+    model_registry: ModelRegistryServer,
+) -> None:
+    """A transaction starts from its model as this process last saw it; one that another
+    process has changed since (here: a deletion newer than the next push) ends that
+    transaction in StaleWrite, and the redelivery derives from the model as it is."""
+    from datetime import UTC, datetime
+
+    import msgspec
+
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
+    from modelhooks.handlers.register import archive_model, register_model
+
+    name = unique("cached")
+
+    def at(hour: int, data: Any) -> CanonicalEvent:
+        event = CanonicalEvent.new(data, source="t")
+        return msgspec.structs.replace(event, time=datetime(2026, 1, 1, hour, tzinfo=UTC))
+
+    def push(version: str, hour: int) -> tuple[CanonicalEvent, ArtifactPushed]:
+        data = ArtifactPushed(
+            model=name, version=version, uri=f"s3://b/{name}/{version}/", digest=version, store="s3"
+        )
+        return at(hour, data), data
+
+    one = KubeflowModelRegistry(model_registry.url, timeout=10)
+    two = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        register_model(*push("1", 1), registry=one)  # `one` has seen the model, live
+        deletion = ModelDeleted(name=name, namespace="default")
+        archive_model(at(3, deletion), deletion, registry=two)  # another process, since
+        with pytest.raises(StaleWrite):
+            register_model(*push("2", 2), registry=one)  # older than the deletion
+        register_model(*push("2", 2), registry=one)  # its redelivery
+        model = two.get_model(name)
+        assert model is not None and model.state == ModelState.ARCHIVED
+        states = {v.name: v.state for v in two.list_versions(model.id)}
+        assert states == {"1": ModelState.ARCHIVED, "2": ModelState.ARCHIVED}
     finally:
         one.close()
         two.close()

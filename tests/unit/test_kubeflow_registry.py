@@ -187,8 +187,8 @@ def test_a_slow_server_is_unavailable(stub: Stub, registry: KubeflowModelRegistr
 
 
 def test_requests_in_flight_are_bounded_by_connections(stub: Stub) -> None:
-    """At most `connections` requests at once (the server's PostgreSQL pool keeps 2); the
-    others wait their turn."""
+    """At most `connections` requests at once (the server's PostgreSQL pool keeps only 2
+    idle connections); the others wait their turn."""
     guard, now, most = threading.Lock(), [0], [0]
 
     def counted(seen: Seen) -> Answer:
@@ -201,14 +201,14 @@ def test_requests_in_flight_are_bounded_by_connections(stub: Stub) -> None:
         return 200, {"id": "1", "name": "m", "state": "LIVE"}, {}
 
     stub.answer = counted
-    registry = KubeflowModelRegistry(stub.url, timeout=5)
+    registry = KubeflowModelRegistry(stub.url, timeout=5, connections=3)
     threads = [threading.Thread(target=registry.get_model, args=("m",)) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(10)
     registry.close()
-    assert most[0] == 2 and len(stub.seen) == 8
+    assert most[0] == 3 and len(stub.seen) == 8
 
 
 def test_bearer_token(stub: Stub) -> None:

@@ -50,16 +50,20 @@ it read, and refuses the same way when another writer changed them. What is left
 between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
 broker's partition key) closes it.
 
-Requests in flight: at most `connections` (`registry.connections`, 2) per process, the rest
+Requests in flight: at most `connections` (`registry.connections`, 4) per process, the rest
 wait for a kept-alive connection. The server (v0.3.0; v0.3.10's code alike) opens
 PostgreSQL through Go's database/sql with its defaults: 2 idle connections kept, any more
-closed after use, so a third request at once makes PostgreSQL fork a backend for it. With
-8 in flight PostgreSQL spent 11.8-13.8 ms of CPU per delivery (twice the server's own),
-with 2 it spends 3.7-3.9 ms, and the same 2 cores register 76-87 deliveries/s instead of
-50-67 (tests/bench/bench_kubeflow.py --connections N prints both).
+closed after use, so a request beyond them makes PostgreSQL fork a backend. With 8 in
+flight PostgreSQL spent 11.8-13.8 ms of CPU per delivery (twice the server's own), with 2
+3.7-3.9 ms. Yet 2 queue unfairly (a thread that just released a connection takes it again
+before one that waits: p99 330 ms), and 4 gave the best of both: 136 deliveries/s, p99
+151 ms, against 136/s and 337 ms with 2 and 111/s and 185 ms with 8 (one run each, 8
+clients; tests/bench/bench_kubeflow.py --connections N).
 
-What that costs a push of a new version of a live model: 4 requests (the model by name,
-the version, the artifact, the model again as the transaction ends); it writes no model.
+What that costs a push of a new version of a live model: 3 requests (the version, the
+artifact, the model as the transaction ends: it starts from the model as this process last
+saw it, by name, and reads it by name only the first time); it writes no model. Another
+writer's change of the model since then ends that transaction in StaleWrite, once.
 An update is a re-read, the PATCH and a re-read as the transaction ends. The first
 re-read stays: a PATCH replaces the whole set of custom properties (v0.3.0's server drops
 those not sent), so its answer shows what it wrote, never what it overwrote.
@@ -70,6 +74,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -217,6 +222,35 @@ class _Locks:
                 self._locks[name] = (lock, users - 1)
 
 
+class _Models:
+    """The models last seen, by name (at most `size`, the least recently used dropped): a
+    transaction starts from its model as last seen, which its closing check verifies."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._guard = threading.Lock()
+        self._size = size
+        self._by_name: OrderedDict[str, Json] = OrderedDict()
+
+    def get(self, name: str) -> Json | None:
+        with self._guard:
+            found = self._by_name.get(name)
+            if found is not None:
+                self._by_name.move_to_end(name)
+            return found
+
+    def seen(self, item: Json) -> None:
+        with self._guard:
+            self._by_name[str(item.get("name"))] = item
+            self._by_name.move_to_end(str(item.get("name")))
+            while len(self._by_name) > self._size:
+                self._by_name.popitem(last=False)
+
+    def forget(self, record_id: str) -> None:
+        with self._guard:
+            for name in [n for n, item in self._by_name.items() if item.get("id") == record_id]:
+                del self._by_name[name]
+
+
 class KubeflowModelRegistry:
     """A Kubeflow Model Registry, by its server URL (the REST base is appended); `token` a
     bearer token, `ca` the PEM certificate(s) its TLS is verified with (else the bundle of
@@ -236,7 +270,7 @@ class KubeflowModelRegistry:
         token: str | None = None,
         ca: str | None = None,
         timeout: float = 30,
-        connections: int = 2,
+        connections: int = 4,
     ) -> None:
         """`connections`: the most requests in flight (`registry.connections`; see the
         module); a request waits up to `timeout` for its turn, then is Unavailable."""
@@ -253,6 +287,7 @@ class KubeflowModelRegistry:
             self._headers["Authorization"] = f"Bearer {token}"
         self._txn = _Transaction()
         self._locks = _Locks()
+        self._models = _Models()
         self._scoped: bool | None = None  # can the server answer parent-scoped queries?
         self._paged: bool | None = None  # can it follow a nextPageToken?
 
@@ -294,7 +329,9 @@ class KubeflowModelRegistry:
         txn = self._txn
         models = {key: seen for key, seen in txn.read.items() if key[0] == MODELS}
         for (collection, record_id), left in {**models, **txn.written}.items():
-            now = self._call("GET", f"{collection}/{record_id}")
+            now = self._call("GET", f"{collection}/{record_id}", missing_ok=True)
+            if collection == MODELS:
+                self._models.seen(now) if now else self._models.forget(record_id)
             if _essence(now) != _essence(left):
                 raise StaleWrite(
                     f"model registry: {collection}/{record_id} was changed by another "
@@ -304,16 +341,24 @@ class KubeflowModelRegistry:
 
     # registered models
     def get_model(self, name: str) -> RegisteredModel | None:
+        """In a transaction, the model as this process last saw it, when it has (a push of
+        a known model reads nothing first); the transaction's closing check re-reads it,
+        and a model changed since ends it in StaleWrite, its redelivery reading it anew."""
         self._lock_model(name)
+        if self._txn.depth and (seen := self._models.get(name)) is not None:
+            return _model(self._remember(MODELS, seen))
         found = self._call("GET", "/registered_model", params={"name": name}, missing_ok=True)
         if not found or found.get("name") != name:  # the server matches names with LIKE
             return None
+        self._models.seen(found)
         return _model(self._remember(MODELS, found))
 
     def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
         self._lock_model(name)
         body = {"name": name, **_body(MODELS, properties, {})}
-        return _model(self._remember(MODELS, self._call("POST", MODELS, json=body)))
+        created = self._call("POST", MODELS, json=body)
+        self._models.seen(created)
+        return _model(self._remember(MODELS, created))
 
     def update_model(self, model: RegisteredModel) -> RegisteredModel:
         return _model(self._update(MODELS, model.id, model.state, model.description, model))
@@ -529,6 +574,8 @@ class KubeflowModelRegistry:
             raise NotFound(f"model registry: no {collection.strip('/')} {record_id!r}")
         path = f"{collection}/{record_id}"
         current = self._call("GET", path)
+        if collection == MODELS:
+            self._models.seen(current)
         txn = self._txn
         seen = txn.read.get((collection, record_id))
         if seen is not None and _essence(seen) != _essence(current):
@@ -540,6 +587,8 @@ class KubeflowModelRegistry:
         if description is not None:
             body["description"] = description
         stored = self._call("PATCH", path, json=body)
+        if collection == MODELS:
+            self._models.seen(stored)
         if txn.depth:
             txn.read[(collection, record_id)] = stored
             txn.written[(collection, record_id)] = stored
