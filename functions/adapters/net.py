@@ -280,16 +280,14 @@ def read_environment_once(session: Any, endpoint: str) -> Any:
     return session
 
 
-def endpoint_pool(
-    endpoint: str, *, ca: str | None = None, maxsize: int = 64, block: bool = False
-) -> Any:
+def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) -> Any:
     """A urllib3 PoolManager for a configured `endpoint` (not a host an event names), set up
     as requests would on every request, from the environment read once: through the proxy
     for `endpoint` (`environment_proxy`; its user:password as Proxy-Authorization, socks://
     through urllib3's SOCKS support), verifying TLS with `ca` (PEM text), else
     REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, else certifi's bundle (requests'). Its connections
-    are kept alive, at most `maxsize` per host (`block`: a request waits for one of them,
-    else another is opened and closed after use); a request through it costs about half of
+    are kept alive, at most `maxsize` per host (a request beyond them opens another, closed
+    after use); a request through it costs about half of
     a requests Session's CPU (no per-request merging of settings and hooks). requests itself
     is not imported (a cold start's first GCS listing paid ~25 ms of CPU for it)."""
     import os
@@ -305,7 +303,7 @@ def endpoint_pool(
         tls["ca_cert_dir"] = bundle
     else:
         tls["ca_certs"] = bundle or certifi.where()
-    options = {"maxsize": maxsize, "block": block, **tls}
+    options = {"maxsize": maxsize, **tls}
     proxy = environment_proxy(endpoint)
     if not proxy:
         return urllib3.PoolManager(**options)

@@ -76,12 +76,11 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
             "the most requests this process has in flight to the Kubeflow Model Registry "
             "(backend=kubeflow; more wait their turn): its server keeps 2 idle PostgreSQL "
             "connections (Go's default, which v0.3 leaves) and PostgreSQL starts a backend "
-            "process for every request beyond them; 4 registered the most, the fastest "
-            "(tests/bench/bench_kubeflow.py); raise it for a registry far away",
+            "process for every request beyond them; raise it for a registry far away",
             ge=1,
             le=64,
         ),
-    ] = 4
+    ] = 2
     kubeconfig: Annotated[
         str,
         doc(

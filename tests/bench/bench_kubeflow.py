@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> list[Goal]:
     p.add_argument("--models", type=int, default=100)
     p.add_argument("--upstream", type=int, default=300, help="registrations of upstream's loop")
     p.add_argument(
-        "--connections", type=int, default=4, help="serve's registry.connections (default 4)"
+        "--connections", type=int, default=2, help="serve's registry.connections (default 2)"
     )
     args = p.parse_args(argv)
     from tests.servers._proc import Process

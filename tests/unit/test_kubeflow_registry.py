@@ -211,6 +211,28 @@ def test_requests_in_flight_are_bounded_by_connections(stub: Stub) -> None:
     assert most[0] == 3 and len(stub.seen) == 8
 
 
+def test_turns_are_first_come_first_served() -> None:
+    """A thread that gives its turn back cannot take it again ahead of one waiting; a
+    waiter that times out leaves the queue and gets nothing."""
+    from modelhooks.adapters.model_registry.kubeflow import _Turns
+
+    turns = _Turns(1)
+    assert turns.acquire(timeout=1)
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append("waiter" * turns.acquire(timeout=5)))
+    waiter.start()
+    time.sleep(0.1)  # the waiter queues
+    turns.release()
+    assert not turns.acquire(timeout=0.1)  # its turn went to the waiter
+    waiter.join(5)
+    assert got == ["waiter"]
+    turns.release()
+    assert turns.acquire(timeout=0.1)  # free again, no one waiting
+    assert not turns.acquire(timeout=0.1)  # one turn only: this one times out …
+    turns.release()
+    assert turns.acquire(timeout=0.1)  # … and left no place in the queue behind
+
+
 def test_bearer_token(stub: Stub) -> None:
     stub.answer = lambda seen: (200, {"id": "1", "name": "m", "state": "LIVE"}, {})
     with_token = KubeflowModelRegistry(stub.url + API_PATH + "/", token="s3cret")

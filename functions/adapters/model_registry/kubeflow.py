@@ -50,15 +50,16 @@ it read, and refuses the same way when another writer changed them. What is left
 between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
 broker's partition key) closes it.
 
-Requests in flight: at most `connections` (`registry.connections`, 4) per process, the rest
-wait for a kept-alive connection. The server (v0.3.0; v0.3.10's code alike) opens
-PostgreSQL through Go's database/sql with its defaults: 2 idle connections kept, any more
-closed after use, so a request beyond them makes PostgreSQL fork a backend. With 8 in
-flight PostgreSQL spent 11.8-13.8 ms of CPU per delivery (twice the server's own), with 2
-3.7-3.9 ms. Yet 2 queue unfairly (a thread that just released a connection takes it again
-before one that waits: p99 330 ms), and 4 gave the best of both: 136 deliveries/s, p99
-151 ms, against 136/s and 337 ms with 2 and 111/s and 185 ms with 8 (one run each, 8
-clients; tests/bench/bench_kubeflow.py --connections N).
+Requests in flight: at most `connections` (`registry.connections`, 2) per process, the rest
+wait their turn, first come first served (`_Turns`), for a kept-alive connection. The
+server (v0.3.0; v0.3.10's code alike) opens PostgreSQL through Go's database/sql with its
+defaults: 2 idle connections kept, any more closed after use, so a request beyond them
+makes PostgreSQL fork a backend. With 8 in flight PostgreSQL spent 11.8-13.8 ms of CPU per
+delivery (twice the server's own), with 2 3.7-3.9 ms (tests/bench/bench_kubeflow.py
+--connections N). Turns matter: urllib3's blocking pool let a thread that had just given
+a connection back take it again ahead of those waiting, and with 2 connections p99 was
+337 ms; in turn, 94-99 ms at 125-127 deliveries/s (8 clients; 4 connections: 101-133/s,
+p99 113-144 ms).
 
 What that costs a push of a new version of a live model: 3 requests (the version, the
 artifact, the model as the transaction ends: it starts from the model as this process last
@@ -74,7 +75,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -222,6 +223,40 @@ class _Locks:
                 self._locks[name] = (lock, users - 1)
 
 
+class _Turns:
+    """At most `n` holders at once, served first come first served: a thread that has just
+    given its turn back cannot take it again ahead of those waiting (urllib3's blocking
+    pool lets it, and with 2 connections some requests waited many turns: p99 337 ms)."""
+
+    def __init__(self, n: int) -> None:
+        self._guard = threading.Lock()
+        self._free = n
+        self._waiting: deque[threading.Lock] = deque()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._guard:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return True
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        if turn.acquire(timeout=timeout):
+            return True  # handed over by `release`
+        with self._guard:
+            if turn in self._waiting:  # still waiting: gives up its place
+                self._waiting.remove(turn)
+                return False
+        return True  # handed over as it timed out
+
+    def release(self) -> None:
+        with self._guard:
+            if self._waiting:
+                self._waiting.popleft().release()  # the turn passes on, never freed
+            else:
+                self._free += 1
+
+
 class _Models:
     """The models last seen, by name (at most `size`, the least recently used dropped): a
     transaction starts from its model as last seen, which its closing check verifies."""
@@ -270,7 +305,7 @@ class KubeflowModelRegistry:
         token: str | None = None,
         ca: str | None = None,
         timeout: float = 30,
-        connections: int = 4,
+        connections: int = 2,
     ) -> None:
         """`connections`: the most requests in flight (`registry.connections`; see the
         module); a request waits up to `timeout` for its turn, then is Unavailable."""
@@ -279,9 +314,8 @@ class KubeflowModelRegistry:
         base = base_url.rstrip("/")
         self.api_url = base if base.endswith(API_PATH) else base + API_PATH
         self._timeout = timeout
-        self._http: urllib3.PoolManager = endpoint_pool(
-            self.api_url, ca=ca, maxsize=connections, block=True
-        )
+        self._http: urllib3.PoolManager = endpoint_pool(self.api_url, ca=ca, maxsize=connections)
+        self._turns = _Turns(connections)
         self._headers = {"Accept": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -622,6 +656,11 @@ class KubeflowModelRegistry:
         if json is not None:
             headers = {**headers, "Content-Type": "application/json"}
             body = _dumps(json).encode()
+        if not self._turns.acquire(self._timeout):
+            raise Unavailable(
+                f"model registry: {where}: no connection free for {self._timeout:g}s",
+                url=self.api_url,
+            )
         try:
             response = self._http.urlopen(  # no retry (the platform redelivers), as requests
                 method,
@@ -629,7 +668,6 @@ class KubeflowModelRegistry:
                 body=body,
                 headers=headers,
                 timeout=self._timeout,
-                pool_timeout=self._timeout,  # waiting for a connection: EmptyPoolError
                 retries=False,
                 redirect=False,
             )
@@ -645,6 +683,8 @@ class KubeflowModelRegistry:
             raise Unavailable(
                 f"model registry: {where} failed: {reason}", url=self.api_url
             ) from None
+        finally:
+            self._turns.release()  # the answer is read whole: its connection is back
         if response.status == 404 and missing_ok:
             return {}
         if response.status >= 400:
