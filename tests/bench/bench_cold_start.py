@@ -196,8 +196,8 @@ def _measure(
             source = folder / "main.py"
             times[name].append(cold_start(venvs[name], source, name, home(name), event()))
             if name == "sign":  # each run signs: a first event finds no signature
-                for key in ("model.sig", "model.sig.binding"):
-                    store.delete_blob(prefix + key)
+                for signature in ("model.sig", "model.sig.binding"):
+                    store.delete_blob(prefix + signature)
             anchor[name].append(cold_start(venvs[name], ANCHORS, "hello", home(name), event()))
 
     print(
