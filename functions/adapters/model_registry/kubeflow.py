@@ -46,9 +46,9 @@ of different models in parallel. Across processes (N pods) the Model Registry ha
 conditional write; every update re-reads the record first and refuses (`StaleWrite`, a
 Transient error: the delivery is redelivered and derives again) when it changed since the
 transaction read it, and as the transaction ends it re-reads what it wrote and the models
-it read, and refuses the same way when another writer changed them. What is left is a race in the one round trip
-between the check and the write; delivery keyed by model (Pub/Sub ordering keys, a Kafka
-broker's partition key) closes it.
+it read, and refuses the same way when another writer changed them. What is left is a race
+in the one round trip between the check and the write; delivery keyed by model (Pub/Sub
+ordering keys, a Kafka broker's partition key) closes it.
 
 Requests in flight: at most `connections` (`registry.connections`, 2) per process, the rest
 wait their turn, first come first served (`_Turns`), for a kept-alive connection. The
@@ -274,9 +274,12 @@ class _Models:
             return found
 
     def seen(self, item: Json) -> None:
+        name = item.get("name")
+        if not isinstance(name, str):
+            return
         with self._guard:
-            self._by_name[str(item.get("name"))] = item
-            self._by_name.move_to_end(str(item.get("name")))
+            self._by_name[name] = item
+            self._by_name.move_to_end(name)
             while len(self._by_name) > self._size:
                 self._by_name.popitem(last=False)
 
@@ -364,8 +367,10 @@ class KubeflowModelRegistry:
         models = {key: seen for key, seen in txn.read.items() if key[0] == MODELS}
         for (collection, record_id), left in {**models, **txn.written}.items():
             now = self._call("GET", f"{collection}/{record_id}", missing_ok=True)
-            if collection == MODELS:
-                self._models.seen(now) if now else self._models.forget(record_id)
+            if collection == MODELS and now:
+                self._models.seen(now)
+            elif collection == MODELS:  # gone
+                self._models.forget(record_id)
             if _essence(now) != _essence(left):
                 raise StaleWrite(
                     f"model registry: {collection}/{record_id} was changed by another "
