@@ -287,9 +287,9 @@ def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) ->
     through urllib3's SOCKS support), verifying TLS with `ca` (PEM text), else
     REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, else certifi's bundle (requests'). Its connections
     are kept alive, at most `maxsize` per host (a request beyond them opens another, closed
-    after use); a request through it costs about half of
-    a requests Session's CPU (no per-request merging of settings and hooks). requests itself
-    is not imported (a cold start's first GCS listing paid ~25 ms of CPU for it)."""
+    after use); a request through it costs about half of a requests Session's CPU (no
+    per-request merging of settings and hooks). requests itself is not imported (a cold
+    start's first GCS listing paid ~25 ms of CPU for it)."""
     import os
 
     import certifi

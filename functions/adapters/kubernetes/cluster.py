@@ -46,12 +46,12 @@ __all__ = ["VARIABLE", "KubernetesCluster", "kubernetes_cluster"]
 VARIABLE = "MODELHOOKS_NOTIFY_KUBECONFIG"
 GROUP, VERSION, PLURAL = "modelhooks.dev", "v1alpha1", "models"
 KSERVE = ("serving.kserve.io", "v1beta1", "inferenceservices")
-# what a Ready Model rolls out: kind, API, and where the annotations of its pods are (a new
+# what a Ready Model rolls out: kind, API, where the annotations of its pods are (a new
 # annotation there is a new revision: a Deployment's pod template, an InferenceService's
-# predictor)
+# predictor), and whether its API may be missing (KServe need not be installed)
 _ROLLED = (
-    ("Deployment", ("apps", "v1", "deployments"), ("spec", "template", "metadata")),
-    ("InferenceService", KSERVE, ("spec", "predictor")),
+    ("Deployment", ("apps", "v1", "deployments"), ("spec", "template", "metadata"), False),
+    ("InferenceService", KSERVE, ("spec", "predictor"), True),
 )
 _APPLY = "application/apply-patch+yaml"
 _JSON_PATCH = "application/json-patch+json"
@@ -222,7 +222,7 @@ class KubernetesCluster:
 
     def roll_out(self, namespace: str, model: str, version: str) -> list[str]:
         changed = []
-        for kind, (group, api_version, plural), pods in _ROLLED:
+        for kind, (group, api_version, plural), pods, optional in _ROLLED:
             try:
                 found = self._request(
                     f"{kind}s in {namespace}",
@@ -230,9 +230,9 @@ class KubernetesCluster:
                     path(group, api_version, plural, namespace=namespace),
                 )
             except NotFound:
-                if kind == "Deployment":
+                if not optional:
                     raise
-                continue  # KServe is not installed
+                continue  # its API is not installed
             for obj in found.get("items") or []:
                 meta, template = obj.get("metadata") or {}, obj
                 for key in pods:
