@@ -25,7 +25,7 @@ each object again by name, where it was read).
 
 Uniqueness: in one namespace the API server's (a second create of the same derived name is
 409 AlreadyExists, i.e. Conflict, and the caller's find-or-create reads what the winner
-created). Across namespaces a model name is still one model: a create first looks for the
+created; in a transaction, whose model is created as it ends, StaleWrite). Across namespaces a model name is still one model: a create first looks for the
 name cluster-wide and finds it taken (Conflict); a look its transaction made already (a
 find-or-create's find) counts, and is not repeated. Only two creates of one name in two
 namespaces racing past that look leave two holders; readers then all take the first
@@ -203,13 +203,16 @@ class KubernetesModelRegistry:
         its redelivery rewrites it: handlers derive every state they write from facts they
         re-read, so the redelivery corrects it. Nested calls join the outer one.
 
-        A version of a model this transaction created is created as it ends (or before its
-        next request), with what the transaction wrote to it meanwhile: a new model's first
-        version and its artifact are one write, not a create and an update. Nothing else can
-        have that version yet, except a delivery racing this one past the model's creation:
-        then the create is refused (409) and the transaction ends in StaleWrite; its
-        redelivery finds the model, so creates the version at once (its Conflict is the
-        find-or-create's).
+        A model this transaction creates, and a version of it, are created as it ends (or
+        before its next request), with what the transaction wrote to them meanwhile: a new
+        model's first version and its artifact are one write, not a create and an update.
+        The version goes first and the model last, so whoever finds the model finds its
+        version, and the model's create, succeeding, is the check that nobody else created
+        or changed it meanwhile (no read of it to check again). Only a delivery racing this
+        one past the model's absence can create either first: then a create is refused (409)
+        and the transaction ends in StaleWrite; its redelivery finds the model, so creates
+        the version at once (its Conflict is the find-or-create's), and a version created
+        before the model's create lost is found there, as any version is.
 
         Without a transaction, writes are still conditional on this thread's last read."""
         seen = self._seen
@@ -266,6 +269,11 @@ class KubernetesModelRegistry:
                 namespace=_namespace(taken),
             )
         spec = {"name": name, "state": str(ModelState.LIVE), "customProperties": dict(properties)}
+        if self._seen.depth:  # created as the transaction ends (or before its next request)
+            body = self._body(MODELS, model_id, namespace, {MODEL_LABEL: model_id}, spec)
+            self._seen.pending[(MODELS, model_id)] = body
+            self._seen.created.add((MODELS, model_id))
+            return _model(self._remember(MODELS, body, read=False))
         return _model(self._create(MODELS, model_id, namespace, {MODEL_LABEL: model_id}, spec))
 
     def update_model(self, model: RegisteredModel) -> RegisteredModel:
@@ -392,7 +400,8 @@ class KubernetesModelRegistry:
         key = (plural, name)
         if not seen.depth or key not in seen.objects:
             return self._get(plural, name)
-        seen.read.add(key)
+        if key not in seen.pending:  # one still to create is not on the server to change
+            seen.read.add(key)
         return seen.objects[key]
 
     def _base(self, plural: str, name: str) -> Json:
@@ -471,8 +480,9 @@ class KubernetesModelRegistry:
         return self._remember(plural, obj, read=False)
 
     def _flush(self) -> None:
-        """The creates held back (`create_version`), as they stand now."""
-        pending = list(self._seen.pending.items())
+        """The creates held back (`create_model`, `create_version`), as they stand now: the
+        versions first, so that whoever finds the model finds its versions too."""
+        pending = sorted(self._seen.pending.items(), key=lambda item: item[0][0] != VERSIONS)
         self._seen.pending.clear()
         for (plural, name), body in pending:
             namespace = _namespace(body)
@@ -481,7 +491,7 @@ class KubernetesModelRegistry:
             except Conflict as exc:
                 raise StaleWrite(
                     f"registry: {KINDS[plural]} {name!r} was created by another delivery while "
-                    "this one created its model; a redelivery reads it",
+                    "this one created it; a redelivery reads it",
                     namespace=namespace,
                 ) from exc
             self._remember(plural, obj, read=False)
