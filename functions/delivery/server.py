@@ -24,6 +24,7 @@ import socket
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from modelhooks.core.errors import BadRequest, ModelhooksError, PayloadTooLarge
@@ -191,22 +192,25 @@ async def _send(send: Send, response: Response, *, close: bool = False) -> None:
 
 
 def _bounded_protocol(timeout: float) -> type[Any]:
-    """uvicorn's HTTP/1.1 protocol, bounded where uvicorn is not:
+    """uvicorn's HTTP/1.1 protocol on httptools (llhttp, a C parser: h11, pure Python, took
+    ~40 % of the event loop's CPU), bounded where uvicorn is not:
 
     - each request's headers must arrive within `timeout` (armed when a connection opens
-      and when a kept-alive one starts a new request; the app bounds the body);
-    - pipelined requests are read ahead up to `_PIPELINED` bytes: uvicorn read on for each
-      request and after each answer, so a client sending requests without reading the
-      answers grew the buffer without end (1 GiB in seconds);
+      and when a request starts; the app bounds the body), and be at most `_HEAD` bytes
+      (431): httptools bounds neither, and gathers a header's value until it ends;
+    - pipelined requests are read ahead up to `_PIPELINED` bytes, and parsed only once the
+      requests before them are answered: uvicorn read on for each request and after each
+      answer, so a client sending requests without reading the answers grew its memory
+      without end (1 GiB in seconds);
     - an answer the client does not read for `timeout` seconds aborts the connection (it
       waited for the client for good, holding a connection slot; a close waited too).
     """
     from uvicorn.protocols.http.flow_control import FlowControl
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class ReadAhead(FlowControl):
-        """Reads resume only while the requests buffered are under `_PIPELINED` bytes
-        (uvicorn resumed for every request and after every answer)."""
+        """Reads resume only while the bytes held unparsed are under `_PIPELINED` (uvicorn
+        resumed for every request and after every answer)."""
 
         def __init__(self, transport: Any, backlog: Callable[[], int]) -> None:
             super().__init__(transport)
@@ -216,10 +220,12 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             if self.backlog() <= _PIPELINED:
                 super().resume_reading()
 
-    class Bounded(H11Protocol):
+    class Bounded(HttpToolsProtocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self.flow = ReadAhead(transport, lambda: len(self.conn.trailing_data[0]))
+            self._held = memoryview(b"")  # received, not parsed yet: a request waits
+            self._head: int | None = None  # bytes of the request's headers so far
+            self.flow = ReadAhead(transport, lambda: len(self._held))
             # writing "pauses" whenever the client has not taken all that was written: an
             # answer (or a close, which waits to flush) left unread is always on the clock.
             # Not over TLS: asyncio's SSL transport counts its socket's buffer too, and is
@@ -231,15 +237,38 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             self._arm("headers", self._headers_late)
 
         def data_received(self, data: bytes) -> None:
-            if self._awaiting_request():
-                self._arm("headers", self._headers_late)
-            super().data_received(data)
-            if not self._awaiting_request():
-                self._disarm("headers")
+            self._held = memoryview(bytes(self._held) + data) if self._held else memoryview(data)
+            self._parse()
+
+        def _parse(self) -> None:
+            """Parse what is held, a slice at a time, until a request waits for the one
+            before it to be answered (at most one is parsed ahead)."""
+            while self._held and not self.pipeline and not self.transport.is_closing():
+                piece, self._held = self._held[:_SLICE], self._held[_SLICE:]
+                super().data_received(piece)  # type: ignore[arg-type]  # httptools takes views
+                if self._head is not None:
+                    self._head += len(piece)
+                    if self._head > _HEAD:
+                        message = f"the request headers are over the limit of {_HEAD} bytes"
+                        self._refuse(431, "headers_too_large", message)
+            if len(self._held) > _PIPELINED:
+                self.flow.pause_reading()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._head = 0
+            self._arm("headers", self._headers_late)
+
+        def on_headers_complete(self) -> None:
+            self._head = None
+            self._disarm("headers")
+            super().on_headers_complete()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()  # starts the next pipelined request, if buffered
-            self.flow.resume_reading()  # when that left the buffer short enough
+            super().on_response_complete()  # starts the next pipelined request, if parsed
+            if not self.transport.is_closing():
+                self._parse()  # the one after it, if held
+                self.flow.resume_reading()  # when that left the bytes held short enough
 
         def pause_writing(self) -> None:
             super().pause_writing()
@@ -252,6 +281,7 @@ def _bounded_protocol(timeout: float) -> type[Any]:
         def connection_lost(self, exc: Exception | None) -> None:
             for name in list(self._due):
                 self._disarm(name)
+            self._held = memoryview(b"")
             super().connection_lost(exc)
 
         def _arm(self, name: str, then: Callable[[], None]) -> None:
@@ -264,28 +294,34 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             if timer is not None:
                 timer.cancel()
 
-        def _awaiting_request(self) -> bool:
-            return self.cycle is None or bool(self.cycle.response_complete)
-
         def _headers_late(self) -> None:
             self._due.pop("headers", None)
-            if self.transport.is_closing() or not self._awaiting_request():
+            if self.transport.is_closing():
                 return
-            if self.conn.trailing_data[0]:  # part of a request came: say why it is cut off
-                message = "the request headers did not arrive in time"
-                answer = json_response(408, {"error": "request_timeout", "message": message})
-                head = "".join(f"{k}: {v}\r\n" for k, v in answer.headers.items())
-                self.transport.write(
-                    f"HTTP/1.1 408 Request Timeout\r\n{head}content-length: {len(answer.body)}"
-                    "\r\nconnection: close\r\n\r\n".encode("latin-1")
-                    + answer.body
-                )
+            if self._head is None:  # nothing came
+                self.transport.close()
+            else:  # part of a request came: say why it is cut off
+                self._refuse(408, "request_timeout", "the request headers did not arrive in time")
+
+        def _refuse(self, status: int, error: str, message: str) -> None:
+            """Answer a request whose headers are refused, and close."""
+            answer = json_response(status, {"error": error, "message": message})
+            head = "".join(f"{k}: {v}\r\n" for k, v in answer.headers.items())
+            reason = HTTPStatus(status).phrase
+            self.transport.write(
+                f"HTTP/1.1 {status} {reason}\r\n{head}content-length: {len(answer.body)}"
+                "\r\nconnection: close\r\n\r\n".encode("latin-1")
+                + answer.body
+            )
+            self._held = memoryview(b"")
             self.transport.close()
 
     return Bounded
 
 
 _PIPELINED = 64 * 1024  # bytes of pipelined requests read ahead, at most
+_HEAD = 64 * 1024  # bytes of a request's line and headers, at most
+_SLICE = 16 * 1024  # bytes parsed at a time: requests parsed ahead are few
 
 
 def run(
@@ -325,7 +361,6 @@ def run(
         limit_concurrency=limits.max_connections,
         log_level="warning",
         access_log=False,
-        h11_max_incomplete_event_size=64 * 1024,
         ssl_context_factory=(lambda *_: context) if context is not None else None,
     )
     uvicorn.Server(config).run(sockets=[sock])

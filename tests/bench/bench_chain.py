@@ -3,8 +3,9 @@
 of tiny models — pushes, 30 % of them delivered again (same id), and deletions of some
 models — by 8 keep-alive clients at once. Each push runs register → sign → notify.
 
-Printed: deliveries/s, p50/p95/p99 of a delivery, the answers by status; goals ≥ 300
-deliveries/s and p95 ≤ 50 ms. The anchor is the same load without signing (register alone),
+Printed: deliveries/s, p50/p95/p99 of a delivery, the answers by status, and serve's CPU
+per delivery (user + system, over the load alone: a figure the other work on the machine
+moves far less than the rates); goals ≥ 300 deliveries/s and p95 ≤ 50 ms. The anchor is the same load without signing (register alone),
 in the same run.
 
 Run: `python -m tests.bench.bench_chain [--models N] [--clients C]` (part of `make bench`).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -108,7 +110,17 @@ def _serve(home: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
     return process
 
 
-def _run(models: int, clients: int, signing: bool) -> tuple[float, list[float], Counter[int]]:
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(
+    models: int, clients: int, signing: bool
+) -> tuple[float, list[float], Counter[int], float]:
+    """(seconds, latencies, answers by status, serve's CPU seconds) of one load."""
     from tests.unit.signing_material import make_key
 
     with tempfile.TemporaryDirectory(prefix="bench-chain-") as name:
@@ -119,7 +131,9 @@ def _run(models: int, clients: int, signing: bool) -> tuple[float, list[float], 
         port = free_port()
         process = _serve(home, port, *flags)
         try:
-            return _load(port, _deliveries(models), clients)
+            cpu = _cpu_seconds(process.pid)
+            seconds, latencies, statuses = _load(port, _deliveries(models), clients)
+            return seconds, latencies, statuses, _cpu_seconds(process.pid) - cpu
         finally:
             process.terminate()
             process.wait(timeout=10)
@@ -137,13 +151,14 @@ def main(argv: list[str]) -> list[Goal]:
     args = parser.parse_args(argv)
     figures = {}
     for label, signing in (("register alone (anchor)", False), ("with signing", True)):
-        seconds, latencies, statuses = _run(args.models, args.clients, signing)
+        seconds, latencies, statuses, cpu = _run(args.models, args.clients, signing)
         rate = len(latencies) / seconds
         figures[signing] = (rate, _pct(latencies, 95))
         print(
             f"  {label:24} {len(latencies)} deliveries in {seconds:.1f}s = {rate:.0f}/s; "
             f"p50 {statistics.median(latencies) * 1000:.0f} ms, p95 "
             f"{_pct(latencies, 95) * 1000:.0f} ms, p99 {_pct(latencies, 99) * 1000:.0f} ms; "
+            f"serve's CPU {cpu / len(latencies) * 1000:.2f} ms/delivery; "
             f"answers {dict(sorted(statuses.items()))}"
         )
     rate, p95 = figures[True]

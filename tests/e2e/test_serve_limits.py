@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
 from contextlib import closing as _closing
+from typing import Any
 
 import pytest
 import requests
@@ -96,6 +97,56 @@ def test_a_client_that_pipelines_without_reading_costs_bounded_memory(served: Se
         sent = _send_for(sock, requests_, 3)
     assert sent < 32 << 20, f"the server took {sent >> 20} MiB of unanswered requests"
     assert _peak_memory_of(served.process.pid) - peak_before < 64 << 20
+
+
+def test_pipelined_requests_are_each_answered_in_order(served: Served) -> None:
+    """Requests written back to back, bodies and all, well past the 64 KiB read ahead: each
+    is answered, in order, on the one connection (a request is parsed only once the one
+    before it is answered, the rest held unparsed)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    pad = "a" * 1000
+    sent = b"".join(
+        f"POST /functions/nope-{i} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(pad)}\r\n"
+        f"\r\n{pad}".encode()
+        for i in range(300)
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(sent)
+        answers = sock.makefile("rb")
+        for i in range(300):
+            status, body = _read_answer(answers)
+            assert status == 404
+            assert json.loads(body)["message"] == f"no function 'nope-{i}'"
+
+
+def test_headers_over_the_limit_are_answered_431_with_the_reason(served: Served) -> None:
+    """A request's line and headers over 64 KiB are refused with 431 and the reason, and the
+    connection closes: many headers, or one whose value does not end (the parser gathers a
+    value until it ends: unbounded, a client grew the server's memory until the timeout)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    many = b"X-Pad: " + b"a" * 200 + b"\r\n"
+    for head in (many * 350, b"X-Pad: " + b"a" * (70 << 10)):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + head)
+            answer = _read_to_close(sock)
+        assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer
+        assert b"connection: close" in answer.lower()
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {
+            "error": "headers_too_large",
+            "message": "the request headers are over the limit of 65536 bytes",
+        }
+    assert requests.get(f"{served.url}/healthz", timeout=5).status_code == 200
+
+
+def _read_answer(answers: Any) -> tuple[int, bytes]:
+    """One answer's status and body from a buffered reader of a connection."""
+    status = int(answers.readline().split()[1])
+    length = 0
+    while (line := answers.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, answers.read(length)
 
 
 def test_answers_left_unread_close_the_connection(served: Served) -> None:
