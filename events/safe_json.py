@@ -33,8 +33,8 @@ __all__ = [
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 40
 MAX_KEY_LENGTH = 256
-_KEY_BAD = re.compile(r"[\x00-\x1f\x7f]")
 _TEXT_BAD = re.compile(r"[\x00\ud800-\udfff]")
+_KEY_BAD = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")  # a control character, or as text
 
 
 def _int(text: str) -> int:
@@ -50,7 +50,7 @@ def _constant(name: str) -> Any:
 def loads(raw: bytes | str, where: str) -> Any:
     """Parse and check; BadRequest (naming `where` and the path) for anything unreadable."""
     try:
-        value = json.loads(raw, parse_int=_int, parse_constant=_constant)
+        value = _parse(raw)
     except RecursionError:
         raise BadRequest(f"{where}: JSON nested too deeply", field=where) from None
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
@@ -63,7 +63,7 @@ def loads_or_raw(raw: bytes, where: str) -> Any:
     """JSON checked as `loads` does, or the bytes themselves when they are not JSON at all
     (a Pub/Sub message's data may be anything)."""
     try:
-        value = json.loads(raw, parse_int=_int, parse_constant=_constant)
+        value = _parse(raw)
     except RecursionError:
         raise BadRequest(f"{where}: JSON nested too deeply", field=where) from None
     except (UnicodeDecodeError, ValueError):
@@ -74,9 +74,22 @@ def loads_or_raw(raw: bytes, where: str) -> Any:
 
 def check_text(value: str, where: str) -> str:
     """A string from a header or attribute: no NUL, no lone surrogate, no control character."""
-    if _KEY_BAD.search(value) or _TEXT_BAD.search(value):
+    if _KEY_BAD.search(value):
         raise BadRequest(f"{where}: holds a control character or a lone surrogate", field=where)
     return value
+
+
+# json.loads with these hooks, without making a decoder per call as json.loads does
+_DECODER = json.JSONDecoder(parse_int=_int, parse_constant=_constant)
+
+
+def _parse(raw: bytes | str) -> Any:
+    """`json.loads(raw, parse_int=_int, parse_constant=_constant)`, its errors included."""
+    if isinstance(raw, bytes | bytearray):
+        raw = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    elif raw.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+    return _DECODER.decode(raw)
 
 
 def _check(value: Any, path: str, depth: int) -> None:
@@ -91,11 +104,16 @@ def _check(value: Any, path: str, depth: int) -> None:
                 raise BadRequest(
                     f"{path}: a key of {len(key)} characters is over {MAX_KEY_LENGTH}", field=path
                 )
-            if _KEY_BAD.search(key) or _TEXT_BAD.search(key):
+            if _KEY_BAD.search(key):
                 raise BadRequest(f"{path}: key {key!r} holds a control character", field=path)
-            _check(item, f"{path}.{key}", depth + 1)
+            if isinstance(item, str):  # inline: most values are strings
+                if _TEXT_BAD.search(item):
+                    _check(item, f"{path}.{key}", depth + 1)
+            elif isinstance(item, dict | list):  # numbers, booleans, null: nothing to see
+                _check(item, f"{path}.{key}", depth + 1)
     elif isinstance(value, list):
         if depth >= MAX_DEPTH:
             raise BadRequest(f"{path}: nested deeper than {MAX_DEPTH} levels", field=path)
         for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]", depth + 1)
+            if isinstance(item, dict | list | str):
+                _check(item, f"{path}[{i}]", depth + 1)

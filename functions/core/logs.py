@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,20 +16,26 @@ _LOGGER = logging.getLogger("modelhooks")
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
-class JsonFormatter(logging.Formatter):
-    _encode = json.JSONEncoder(default=str).encode  # json.dumps(default=…) makes one a call
+_encode = json.JSONEncoder(default=str).encode  # json.dumps(default=…) makes one a call
 
+
+def _line(severity: str, message: str, created: float, logger: str, fields: dict[str, Any]) -> str:
+    doc: dict[str, Any] = {
+        "severity": severity,
+        "message": message,
+        "time": datetime.fromtimestamp(created, UTC).isoformat().replace("+00:00", "Z"),
+        "logger": logger,
+    }
+    doc.update(fields)
+    return _encode(doc)
+
+
+class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "severity": record.levelname,
-            "message": record.getMessage(),
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
-            "logger": record.name,
-        }
-        doc.update({k: v for k, v in vars(record).items() if k not in _RESERVED})
+        fields = {k: v for k, v in vars(record).items() if k not in _RESERVED}
         if record.exc_info:
-            doc["stack_trace"] = self.formatException(record.exc_info)
-        return self._encode(doc)
+            fields["stack_trace"] = self.formatException(record.exc_info)
+        return _line(record.levelname, record.getMessage(), record.created, record.name, fields)
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
@@ -37,6 +44,28 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
+
+    def write(self, line: str) -> None:
+        """`line` as emit writes a formatted record's: whole, then flushed."""
+        with self.lock:  # type: ignore[union-attr]
+            stream = self.stream = sys.stderr
+            try:
+                stream.write(line + self.terminator)
+                stream.flush()
+            except Exception:  # as emit: a broken stream never fails the caller
+                self.handleError(logging.makeLogRecord({"msg": line}))
+
+
+def _plain(handler: logging.Handler, level: int) -> bool:
+    """Whether `handler`, the logger's only one, writes every line at `level` as our
+    formatter makes it: nothing filters or reformats it."""
+    return (
+        level >= handler.level
+        and not _LOGGER.disabled
+        and not handler.filters
+        and not _LOGGER.filters
+        and type(handler.formatter) is JsonFormatter
+    )
 
 
 def configure(level: str = "INFO") -> None:
@@ -62,6 +91,12 @@ def log(
     if not _LOGGER.isEnabledFor(level):
         return
     extra = {f"{k}_" if k in _RESERVED else k: v for k, v in fields.items()}
+    handler = _LOGGER.handlers[0] if len(_LOGGER.handlers) == 1 else None
+    if exc_info is None and type(handler) is _Stderr and _plain(handler, level):
+        # the line its handler would write, without a LogRecord and the logging machinery
+        # around it (half a line's CPU; one per delivery is on the hot path)
+        handler.write(_line(logging.getLevelName(level), message, time.time(), _LOGGER.name, extra))
+        return
     exc = (type(exc_info), exc_info, exc_info.__traceback__) if exc_info else None
     # Logger.log without its caller lookup (a walk up the stack on every line), which no
     # field of ours uses: a line per delivery is on the hot path

@@ -13,8 +13,8 @@ modelhooks.delivery.server).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
-from typing import TYPE_CHECKING
+from functools import lru_cache, partial
+from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
 from modelhooks.delivery.broker import Broker, single
@@ -30,6 +30,7 @@ __all__ = [
     "create_app",
     "flask_app",
     "guarded",
+    "headers_of",
     "read_body",
     "routes",
     "to_flask",
@@ -138,18 +139,42 @@ def to_flask(resp: Response) -> flask.Response:
 def read_body(request: flask.Request, limit: int) -> bytes:
     """The request body, read no further than one byte past the limit (so an oversized
     delivery is refused without buffering it, whatever Content-Length claims)."""
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(
-            f"body of {request.content_length} bytes is over the limit of {limit}"
-        )
-    chunks, size = [], 0
-    while size <= limit:  # a stream read may return less than asked: loop to EOF or limit
-        chunk = request.stream.read(min(1 << 16, limit + 1 - size))
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(f"body of {length} bytes is over the limit of {limit}")
+    # to the length announced (no read to find the end: the stream ends there), else to EOF
+    # or one byte past the limit
+    want = limit + 1 if length is None else length
+    stream, chunks, size = request.stream, [], 0
+    while size < want:  # a stream read may return less than asked: loop
+        chunk = stream.read(min(1 << 16, want - size))
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def headers_of(environ: Mapping[str, Any]) -> dict[str, str]:
+    """A WSGI request's headers as `dict(request.headers)` has them (werkzeug's names: from
+    `HTTP_CE_ID`, `Ce-Id`), read from the environ at once instead of name by name."""
+    out = {}
+    for key, value in environ.items():
+        if key.startswith("HTTP_"):
+            if key not in _CONTENT:
+                out[_header_name(key[5:])] = value
+        elif key in _CONTENT_TYPE_OR_LENGTH and value:
+            out[_header_name(key)] = value
+    return out
+
+
+_CONTENT = frozenset({"HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"})
+_CONTENT_TYPE_OR_LENGTH = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})
+
+
+@lru_cache(maxsize=256)
+def _header_name(key: str) -> str:
+    return key.replace("_", "-").title()
 
 
 def flask_view(handler: Handler, limit: int) -> Callable[[], flask.Response]:
@@ -163,7 +188,8 @@ def flask_view(handler: Handler, limit: int) -> Callable[[], flask.Response]:
             body = read_body(request, limit)
         except ModelhooksError as exc:
             return to_flask(error_response(exc))
-        return to_flask(handler(request.method, request.path, dict(request.headers), body))
+        headers = headers_of(request.environ)
+        return to_flask(handler(request.method, request.path, headers, body))
 
     return view
 
@@ -180,7 +206,7 @@ def call_function(name: str, request: flask.Request, delivery: Delivery) -> Resp
             return refused(exc)
         return error_response(exc)
     handler = function_delivery(name, delivery)
-    return handler(request.method, request.path, dict(request.headers), body)
+    return handler(request.method, request.path, headers_of(request.environ), body)
 
 
 def create_app(broker: Broker) -> flask.Flask:

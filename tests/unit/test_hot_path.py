@@ -1,0 +1,170 @@
+"""The per-delivery shortcuts of the register path say exactly what the long ways said: the
+log line written without a LogRecord, the headers read from the WSGI environ, the body read
+to its announced length, JSON parsed by one decoder made once."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from werkzeug.test import EnvironBuilder
+from werkzeug.wrappers import Request
+
+from modelhooks.core import logs
+from modelhooks.delivery.http import headers_of, read_body
+from modelhooks.events.errors import BadRequest, PayloadTooLarge
+from modelhooks.events.safe_json import loads, loads_or_raw
+
+
+@pytest.fixture
+def stderr(capsys: pytest.CaptureFixture[str]) -> Callable[[], str]:
+    logs.configure("INFO")
+    return lambda: capsys.readouterr().err
+
+
+@contextmanager
+def alone() -> Iterator[logging.Handler]:
+    """Our handler alone on the logger, as in a served process (pytest adds its capturing
+    ones to it while a test runs)."""
+    handlers = logs._LOGGER.handlers[:]
+    (ours,) = [h for h in handlers if isinstance(h.formatter, logs.JsonFormatter)]
+    logs._LOGGER.handlers[:] = [ours]
+    try:
+        yield ours
+    finally:
+        logs._LOGGER.handlers[:] = handlers
+
+
+def _lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+FIELDS = {"event_id": "e1", "status": 200, "duration_ms": 0.5, "name": "a LogRecord name"}
+
+
+def test_a_log_line_is_the_line_the_formatter_writes(stderr: Callable[[], str]) -> None:
+    with alone() as handler:
+        logs.log(logging.INFO, "register ok", **FIELDS)  # the short way
+        handler.addFilter(lambda record: True)  # anything else takes the logging machinery
+        try:
+            logs.log(logging.INFO, "register ok", **FIELDS)
+        finally:
+            handler.filters.clear()
+    short, long = _lines(stderr())
+    assert list(short) == list(long)  # same fields, same order
+    assert {**short, "time": ""} == {**long, "time": ""}
+    assert short["name_"] == "a LogRecord name" and short["severity"] == "INFO"
+    assert str(short["time"]).endswith("Z")
+
+
+def test_a_filter_on_the_handler_still_filters(stderr: Callable[[], str]) -> None:
+    with alone() as handler:
+        handler.addFilter(lambda record: False)
+        try:
+            logs.log(logging.INFO, "dropped", event_id="e1")
+        finally:
+            handler.filters.clear()
+    assert stderr() == ""
+
+
+def test_a_line_below_the_level_is_not_written(stderr: Callable[[], str]) -> None:
+    logs.configure("WARNING")
+    try:
+        with alone():
+            logs.log(logging.INFO, "quiet", event_id="e1")
+            logs.log(logging.WARNING, "loud", event_id="e2")
+    finally:
+        logs.configure("INFO")
+    assert [line["message"] for line in _lines(stderr())] == ["loud"]
+
+
+def test_headers_from_the_environ_are_werkzeugs() -> None:
+    environ = EnvironBuilder(
+        method="POST",
+        data=b"{}",
+        content_type="application/json",
+        headers={"ce-id": "1", "Ce-Source": "/a b", "X-Goog-Pubsub-Message-Id": "m"},
+    ).get_environ()
+    environ["HTTP_CONTENT_TYPE"] = "text/plain"  # as werkzeug, CONTENT_TYPE is the one
+    request = Request(environ)
+    assert headers_of(environ) == dict(request.headers)
+    assert headers_of(environ)["Ce-Id"] == "1"
+    assert headers_of(environ)["Content-Type"] == "application/json"
+
+
+class _Trickle(io.RawIOBase):
+    """A request body that comes 3 bytes per read."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = min(3, len(buffer), len(self.data))
+        buffer[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_the_body_is_read_whole_however_it_trickles(length: bool) -> None:
+    body = b'{"model": "m", "version": "1"}'
+    environ = EnvironBuilder(method="POST", data=body).get_environ()
+    environ["wsgi.input"] = _Trickle(body)
+    if not length:
+        del environ["CONTENT_LENGTH"]
+        environ["wsgi.input_terminated"] = True
+    assert read_body(Request(environ), 1 << 20) == body
+    environ["wsgi.input"] = _Trickle(body)
+    if length:  # refused before reading
+        with pytest.raises(PayloadTooLarge):
+            read_body(Request(environ), 10)
+    else:  # read one byte past the limit, no further
+        assert read_body(Request(environ), 10) == body[:11]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": [1, "x", {"b": null}]}',
+        '{"a": 1}'.encode("utf-16"),
+        b"\xef\xbb\xbf{}",
+        "\ufeff{}",
+        b'{"a": "\\ud800"}',
+        b"[1, 2",
+        b"NaN",
+        b"1" * 41,
+        b"\xff",
+    ],
+)
+def test_json_is_parsed_as_json_loads_does(raw: bytes | str) -> None:
+    def hooked(value: bytes | str) -> object:
+        def too_long(text: str) -> int:
+            if len(text) > 40:
+                raise ValueError("too long")
+            return int(text)
+
+        def constant(name: str) -> object:
+            raise ValueError(name)
+
+        return json.loads(value, parse_int=too_long, parse_constant=constant)
+
+    try:
+        expected: object = hooked(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        expected = type(exc)
+    try:
+        got: object = loads(raw, "body")
+    except BadRequest:
+        got = "refused"
+    if isinstance(expected, type):
+        assert got == "refused" and loads_or_raw(raw, "x") == raw  # type: ignore[arg-type]
+    elif expected == {"a": "\ud800"}:
+        assert got == "refused"  # a lone surrogate, refused by the checks after parsing
+    else:
+        assert got == expected
