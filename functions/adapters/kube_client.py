@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,27 @@ def path(group: str, version: str, plural: str, name: str = "", *, namespace: st
     return f"{prefix}{scope}/{plural}" + (f"/{quote(name)}" if name else "")
 
 
+_TARGET = "_modelhooks_target"  # (until, host, headers), kept on the ApiClient
+AUTH_TTL = 1.0  # s the credentials the client's refresh hook gave are used again
+
+
+def _target(api_client: Any) -> tuple[str, dict[str, str]]:
+    """The host and headers (credentials included) of `api_client`'s requests, read again
+    through its refresh hook at most every AUTH_TTL seconds: the hook a kubeconfig's client
+    has reloads the whole user entry on each call (~0.1 ms, most of a request's own CPU)."""
+    now = time.monotonic()
+    kept = api_client.__dict__.get(_TARGET)
+    if kept is not None and now < kept[0]:
+        return kept[1], kept[2]
+    config = api_client.configuration
+    headers = {**api_client.default_headers, "Accept": "application/json"}
+    bearer = config.auth_settings().get("BearerToken")  # refreshed by the client's hook
+    if bearer and bearer.get("value"):
+        headers[bearer["key"]] = bearer["value"]
+    api_client.__dict__[_TARGET] = (now + AUTH_TTL, config.host, headers)
+    return config.host, headers
+
+
 def request(
     api_client: Any,
     method: str,
@@ -85,20 +107,18 @@ def request(
     signature changed in 37."""
     from kubernetes.client.exceptions import ApiException
 
-    config = api_client.configuration
-    headers = {**api_client.default_headers, "Accept": "application/json"}
-    bearer = config.auth_settings().get("BearerToken")  # refreshed by the client's hook
-    if bearer and bearer.get("value"):
-        headers[bearer["key"]] = bearer["value"]
-    data = None
+    host, kept = _target(api_client)
+    headers, data = dict(kept), None
     if body is not None:
         headers["Content-Type"] = content_type
         data = json.dumps(body).encode()  # JSON is YAML too (server-side apply)
     params = {k: v for k, v in (query or {}).items() if v is not None}
-    url = config.host + url_path + (f"?{urlencode(params)}" if params else "")
+    url = host + url_path + (f"?{urlencode(params)}" if params else "")
     answer = api_client.rest_client.pool_manager.request(
         method, url, body=data, headers=headers, timeout=timeout
     )
+    if answer.status == 401:  # a rotated or expired token: the next request reads it again
+        api_client.__dict__.pop(_TARGET, None)
     if not 200 <= answer.status <= 299:
         error = ApiException(status=answer.status, reason=answer.reason)
         error.body = answer.data.decode(errors="replace")
