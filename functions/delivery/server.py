@@ -78,10 +78,10 @@ class Asgi:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         read = _Reading()
         try:
-            body = await asyncio.wait_for(
-                self._body(headers, receive, read, self.limits.body_limit(scope["path"])),
-                self.limits.read_timeout,
-            )
+            async with asyncio.timeout(self.limits.read_timeout):  # no task, as wait_for made
+                body = await self._body(
+                    headers, receive, read, self.limits.body_limit(scope["path"])
+                )
         except TimeoutError:
             doc = {"error": "request_timeout", "message": "the request body did not arrive in time"}
             late = RequestTimeout("the request body did not arrive in time")
@@ -196,8 +196,9 @@ def _bounded_protocol(timeout: float) -> type[Any]:
     ~40 % of the event loop's CPU), bounded where uvicorn is not:
 
     - each request's headers must arrive within `timeout` (armed when a connection opens
-      and when a request starts; the app bounds the body), and be at most `_HEAD` bytes
-      (431): httptools bounds neither, and gathers a header's value until it ends;
+      and when a request's first bytes did not bring its headers whole; the app bounds the
+      body), and be at most `_HEAD` bytes (431): httptools bounds neither, and gathers a
+      header's value until it ends;
     - pipelined requests are read ahead up to `_PIPELINED` bytes, and parsed only once the
       requests before them are answered: uvicorn read on for each request and after each
       answer, so a client sending requests without reading the answers grew its memory
@@ -251,13 +252,14 @@ def _bounded_protocol(timeout: float) -> type[Any]:
                     if self._head > _HEAD:
                         message = f"the request headers are over the limit of {_HEAD} bytes"
                         self._refuse(431, "headers_too_large", message)
+            if self._head is not None:  # a request's headers are on the clock once they lag
+                self._arm("headers", self._headers_late)
             if len(self._held) > _PIPELINED:
                 self.flow.pause_reading()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._head = 0
-            self._arm("headers", self._headers_late)
 
         def on_headers_complete(self) -> None:
             self._head = None
@@ -361,6 +363,7 @@ def run(
         limit_concurrency=limits.max_connections,
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # no X-Forwarded-* is read: a middleware less on every request
         ssl_context_factory=(lambda *_: context) if context is not None else None,
     )
     uvicorn.Server(config).run(sockets=[sock])

@@ -85,6 +85,22 @@ def test_silent_and_trickling_connections_are_cut_off_and_free_their_slots(
         }
 
 
+def test_a_kept_alive_connection_whose_next_headers_stall_is_cut_off(served: Served) -> None:
+    """The headers' deadline holds for every request on a connection, not only its first: a
+    second request that sends half its headers is answered 408 after the read timeout."""
+    port = int(served.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = sock.makefile("rb")
+        assert _read_answer(answers)[0] == 200
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        status, body = _read_answer(answers)
+        assert answers.read() == b""  # closed
+    assert status == 408 and time.monotonic() - started < 5
+    assert json.loads(body)["message"] == "the request headers did not arrive in time"
+
+
 def test_a_client_that_pipelines_without_reading_costs_bounded_memory(served: Served) -> None:
     """Requests sent back to back on one connection, none of the answers read: the server
     reads ahead at most 64 KiB of them (uvicorn read on for each request and after each
