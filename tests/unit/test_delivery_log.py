@@ -71,3 +71,19 @@ def test_a_record_is_found_from_its_put_on(tmp_path: Path) -> None:
         assert all(log.get(("sign", "/s", str(n))) for n in range(0, 3000, 97))
     finally:
         log.close()
+
+
+def test_a_key_put_twice_answers_its_first_record_before_and_after_the_flush(
+    tmp_path: Path,
+) -> None:
+    """Two deliveries of one event that both missed put both: the table keeps the first
+    (INSERT OR IGNORE), and so does the lookup before the flush."""
+    log = SqliteDeliveryLog(tmp_path / "deliveries.db", size=1000)
+    try:
+        log.put(("register", "/s", "twice"), "d", b"[1]")
+        log.put(("register", "/s", "twice"), "d", b"[2]")
+        before = log.get(("register", "/s", "twice"))
+        log.flush()
+        assert before == log.get(("register", "/s", "twice")) == ("d", b"[1]")
+    finally:
+        log.close()

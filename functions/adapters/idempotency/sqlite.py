@@ -51,8 +51,10 @@ class SqliteDeliveryLog:
         self._db, self._checkpoints = connect(self.path)
         self._db.executescript(_SCHEMA)
         self._puts = 0
-        self._pending: list[tuple[str, str, str, str, bytes]] = []
-        self._flushing: list[tuple[str, str, str, str, bytes]] = []  # until they commit
+        # by key, as the table keeps them (the first for a key): a lookup is one probe, not
+        # a scan of the records not written yet (up to FLUSH_COUNT of them)
+        self._pending: dict[tuple[str, str, str], tuple[str, bytes]] = {}
+        self._flushing: dict[tuple[str, str, str], tuple[str, bytes]] = {}  # until committed
         self._readers = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._closed = threading.Event()
@@ -60,9 +62,9 @@ class SqliteDeliveryLog:
 
     def get(self, key: tuple[str, str, str]) -> tuple[str, bytes] | None:
         with self._lock:
-            for pending in (*reversed(self._pending), *self._flushing):
-                if pending[:3] == key:
-                    return pending[3], pending[4]
+            pending = self._flushing.get(key) or self._pending.get(key)  # the first first
+        if pending is not None:
+            return pending
         try:
             row = (
                 self._reader()
@@ -78,7 +80,7 @@ class SqliteDeliveryLog:
 
     def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
         with self._lock:
-            self._pending.append((*key, digest, replies))
+            self._pending.setdefault(key, (digest, replies))
             full = len(self._pending) >= FLUSH_COUNT
         if full:
             self.flush()
@@ -120,10 +122,11 @@ class SqliteDeliveryLog:
 
     def _flush(self) -> None:  # under self._writing
         with self._lock:
-            rows, self._pending = self._pending, []
-            self._flushing = rows
-        if not rows:
+            pending, self._pending = self._pending, {}
+            self._flushing = pending
+        if not pending:
             return
+        rows = [(*key, digest, replies) for key, (digest, replies) in pending.items()]
         try:
             self._run("BEGIN IMMEDIATE", ())
             try:
@@ -145,7 +148,7 @@ class SqliteDeliveryLog:
                 raise
         finally:
             with self._lock:
-                self._flushing = []
+                self._flushing = {}
 
     def _run(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
         try:
