@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
+
+import msgspec
 
 __all__ = [
     "FIELD_MANAGER",
@@ -42,8 +43,8 @@ _SUBJECT = re.compile(r"^/apis/modelhooks\.dev/[^/]+/namespaces/([^/]+)/models/(
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
-@dataclass(frozen=True)
-class Condition:
+# frozen msgspec Structs, not dataclasses: making a Struct class costs ~2 % of a dataclass's
+class Condition(msgspec.Struct, frozen=True):
     """One metav1.Condition (lastTransitionTime is decided by `merge`)."""
 
     type: str
@@ -73,8 +74,7 @@ def merge(
     return [by_type[t] for t in sorted(by_type)]
 
 
-@dataclass(frozen=True)
-class ModelEvent:
+class ModelEvent(msgspec.Struct, frozen=True):
     """An events.k8s.io/v1 Event regarding a Model; `name` is deterministic (`event_name`),
     so recording it twice records it once."""
 

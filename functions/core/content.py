@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from modelhooks.core.errors import NotFound
 from modelhooks.core.function import Skip
@@ -49,8 +50,7 @@ def content_digest(objects: Iterable[ObjectInfo], prefix: str, exclude: set[str]
     return PREFIX + h.hexdigest()
 
 
-@dataclass(frozen=True)
-class ContentResolver:
+class ContentResolver(msgspec.Struct, frozen=True):
     """Gives an object-store push its content digest (an OCI push is named by its manifest
     digest already). `exclude`: the ready marker's and the signature's names."""
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
+
+import msgspec
 
 from modelhooks.core.errors import ConfigError
 from modelhooks.events.model import CanonicalEvent
@@ -33,8 +34,9 @@ class Skip(Exception):
     answers 204 and logs the reason (`sign skipped: signing is off`)."""
 
 
-@dataclass(frozen=True)
-class Function:
+# A frozen msgspec Struct, not a dataclass: making its class costs ~2 % of a dataclass's
+# (~0.5 ms of CPU at every process's start, issue 22)
+class Function(msgspec.Struct, frozen=True):
     name: str
     accepts: frozenset[str]
     handle: Handler | WebhookHandler

@@ -30,10 +30,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from modelhooks.core.policy_files import entries
 from modelhooks.core.records import Manifest, Tag
@@ -58,8 +59,9 @@ _SEMVER = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Policy:
+# The records below are frozen msgspec Structs, not dataclasses: making a Struct class costs
+# ~2 % of a dataclass's (~0.5 ms of CPU each at the start of a process that imports them)
+class Policy(msgspec.Struct, frozen=True):
     streams: tuple[str, ...] = ()  # glob patterns; a tag in none of them is kept
     keep: int = 10  # the newest N of each stream
     protect: tuple[str, ...] = (r"^latest$",)  # regexes (full match)
@@ -73,15 +75,13 @@ class Policy:
             re.compile(pattern)  # a bad regex fails here, naming itself
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     tag: str  # "" for an untagged manifest
     digest: str
     reason: str
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     keep: tuple[Decision, ...] = ()  # tags kept
     delete: tuple[Decision, ...] = ()  # tags deleted
     manifests: tuple[Decision, ...] = ()  # manifests deleted (with their referrers)
@@ -199,8 +199,7 @@ def _manifests(
     )
 
 
-@dataclass(frozen=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     """What `apply` did: tags deleted, tags skipped (moved or gone since planning),
     referrers and manifests deleted."""
 
@@ -248,8 +247,7 @@ def apply(
     )
 
 
-@dataclass(frozen=True)
-class Policies:
+class Policies(msgspec.Struct, frozen=True):
     """Retention policies by repository (`host/repository` glob); the first match wins.
 
     >>> Policies(((("r.example/models/*"), Policy(keep=3)),)).for_repository("r.example/models/a").keep

@@ -17,7 +17,6 @@ nested names. A bad value fails start-up with a ConfigError naming the variable.
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -455,9 +454,8 @@ class Settings(_Section, frozen=True, kw_only=True):
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
 
-@dataclass(frozen=True)
-class SettingSpec:
-    """One row of the settings table."""
+class SettingSpec(msgspec.Struct, frozen=True):
+    """One row of the settings table (a Struct: cheaper to make than a dataclass)."""
 
     path: tuple[str, ...]
     env: str

@@ -14,8 +14,9 @@ Exactly one of:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from modelhooks.core.errors import BadRequest
 from modelhooks.events.model import StoreKind
@@ -25,8 +26,7 @@ __all__ = ["Source", "model_source"]
 _SHA256 = re.compile(r"[a-f0-9]{64}")
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a dataclass
     uri: str
     store: StoreKind
     digest: str = ""  # known from the spec alone: an @sha256 reference, http's sha256

@@ -15,8 +15,9 @@ alone; a second delivery finds nothing more to delete.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from datetime import UTC, datetime
+
+import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import parse_uri
@@ -103,7 +104,7 @@ def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[
         return None  # retention is for OCI repositories
     host, repo, ref = parse_uri(source.uri)
     if not ref.startswith("sha256:"):
-        policy = replace(policy, protect=(*policy.protect, f"^{re.escape(ref)}$"))
+        policy = msgspec.structs.replace(policy, protect=(*policy.protect, f"^{re.escape(ref)}$"))
     resolved = model.status.get("resolvedDigest")
     pinned = {d for d in (ref, resolved) if isinstance(d, str) and d.startswith("sha256:")}
     return f"oci://{host}/{repo}", policy, pinned

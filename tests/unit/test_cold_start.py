@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from modelhooks.bootstrap import DEPS
+from modelhooks.bootstrap import DEPS, _needs
 from modelhooks.handlers import NAMES, load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +33,9 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.adapters.signing.binding": {"signer", "model_verifier"},
     "modelhooks.delivery.router": set(),  # serve's broker routes by Triggers, a target does not
     "modelhooks.adapters.oci.clients": {"oci", "model_verifier"},
+    "modelhooks.adapters.oci.credentials": {"oci", "model_verifier", "transfers"},
+    # a push's content digest: only a function accepting pushes has them named (ingress)
+    "modelhooks.core.content": {"content"},
     # a registry's client and its auth: when an event first names one, never at start
     "modelhooks.adapters.oci.artifact_registry": set(),
     "modelhooks.adapters.oci.auth": set(),
@@ -64,7 +67,7 @@ def started(target: str, home: Path, **settings: str) -> set[str]:
 def test_a_target_imports_only_what_its_function_needs(target: str, tmp_path: Path) -> None:
     modules = started(target, tmp_path)
     assert f"modelhooks.handlers.{target}" in modules
-    needs = set(load(target).needs)
+    needs = _needs(load(target))  # what its handler names, and the content of its pushes
     assert needs <= set(DEPS)
     unneeded = {module for module, built_by in BUILT_BY.items() if not (built_by & needs)} | {
         f"modelhooks.handlers.{other}" for other in NAMES if other != target
