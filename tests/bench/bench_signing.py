@@ -1,7 +1,8 @@
 """Signing throughput, side by side with its anchors, in one run:
 
     python -m tests.bench.bench_signing [--size-mib 2560] [--files 5] [--skip-minio]
-        [--local-modes files,shards,blake3] [--rounds 5]
+        [--local-modes files,shards,blake3] [--rounds 5] [--skip-local] [--minio-rows big,many]
+        [--minio-rounds 3]
 
 Local (warm page cache, sha256): our streamed signing vs model_signing's own Python API on
 the same files (goal: >= 0.95x its shard mode), plus blake3 (goal: >= 1.0x upstream's at
@@ -9,6 +10,11 @@ the same files (goal: >= 0.95x its shard mode), plus blake3 (goal: >= 1.0x upstr
 vs download-then-sign vs raw ranged GETs (goal: >= 0.9x raw GET), a many-file model
 (--many-files files of 64 MiB in all: >= 0.5x the 5-file rate, <= 0.3 ms per file over the
 bytes' time at that rate), peak RSS (goal <= 256 MiB) and bytes written to disk (goal: 0).
+The many-file model is also read by its anchor, a GET of each object with the cheapest
+client there is (http.client, a kept-alive connection per thread, URLs presigned before the
+clock starts) at signing's concurrency, and signed with every read through botocore (as
+before direct reads): each prints its time, its own CPU and MinIO's per file, which says
+what is ours and what is the server's.
 
 Every measurement runs in its own child process, so peak RSS and disk writes are its own.
 The model is generated in a temporary directory and deleted afterwards.
@@ -39,8 +45,17 @@ def _disk_writes() -> int:
         return int(next(line for line in f if line.startswith("write_bytes")).split()[1])
 
 
-def _measure(run: Callable[[], int]) -> dict[str, float]:
+def _process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) of the process `pid` so far (0 without one)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(run: Callable[[], int], server_pid: int | None = None) -> dict[str, float]:
     writes = _disk_writes()
+    server = _process_cpu(server_pid)
     cpu = time.process_time()
     start = time.perf_counter()
     size = run()
@@ -48,6 +63,7 @@ def _measure(run: Callable[[], int]) -> dict[str, float]:
     return {
         "seconds": seconds,
         "cpu_seconds": time.process_time() - cpu,
+        "server_cpu_seconds": _process_cpu(server_pid) - server,
         "bytes": size,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "disk_write_mib": (_disk_writes() - writes) / MiB,
@@ -107,11 +123,13 @@ def _s3(endpoint: str, access: str, secret: str) -> Any:
     )
 
 
-def _minio_stream(client: Any, bucket: str, key: Path, prefix: str) -> int:
+def _minio_stream(
+    client: Any, bucket: str, key: Path, prefix: str, *, direct_reads: bool = True
+) -> int:
     from modelhooks.adapters.object_store.s3 import S3ObjectStore
     from modelhooks.adapters.signing import KeySigner, sign_model
 
-    store = S3ObjectStore(client)
+    store = S3ObjectStore(client, direct_reads=direct_reads)
     signed = sign_model(store, bucket, prefix, KeySigner.from_file(key), replace=True)
     store.delete(bucket, signed.key)
     return sum(i.size for i in store.list(bucket, f"{prefix}/"))
@@ -130,6 +148,56 @@ def _minio_raw_get(client: Any, bucket: str, chunk: int, parallel: int) -> int:
 
     with ThreadPoolExecutor(parallel) as pool:
         return sum(pool.map(get, ranges))
+
+
+def _presigned_gets(endpoint: str, access: str, secret: str, bucket: str) -> Callable[[], int]:
+    """The many-file model's anchor: a GET of each of its objects with the cheapest client
+    there is (http.client, one kept-alive connection per thread, URLs presigned with SigV4
+    before the clock starts), as many at once as signing reads them."""
+    import http.client
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    import boto3
+    from botocore.config import Config
+
+    from modelhooks.adapters.object_store.s3 import S3ObjectStore
+    from modelhooks.adapters.signing import HashOptions
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
+    workers = HashOptions().tuned(S3ObjectStore(client)).workers or 1
+    keys = [o.key for o in S3ObjectStore(client).list(bucket, "many/")]
+    targets = []
+    for key in keys:
+        url = urlsplit(client.generate_presigned_url("get_object", {"Bucket": bucket, "Key": key}))
+        targets.append(f"{url.path}?{url.query}")
+    host = urlsplit(endpoint).netloc
+    local = threading.local()
+
+    def get(target: str) -> int:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = http.client.HTTPConnection(host, timeout=60)
+        conn.request("GET", target)
+        response = conn.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET {target}: {response.status} {data[:200]!r}")
+        return len(data)
+
+    def run() -> int:
+        with ThreadPoolExecutor(workers) as pool:
+            return sum(pool.map(get, targets))
+
+    return run
 
 
 def _minio_download_then_sign(client: Any, bucket: str, key: Path) -> int:
@@ -151,11 +219,17 @@ def _child(args: argparse.Namespace) -> None:
 
     key = Path(args.key)
     KeySigner.from_file(key).sign(b"{}")
-    if args.case.startswith("minio-"):
+    server = int(args.server_pid) if args.server_pid else None
+    if args.case == "minio-raw-get-many":
+        run = _presigned_gets(args.endpoint, args.access, args.secret, args.bucket)
+    elif args.case.startswith("minio-"):
         client = _s3(args.endpoint, args.access, args.secret)
-        run: Callable[[], int] = {
+        run = {
             "minio-stream": lambda: _minio_stream(client, args.bucket, key, "bench"),
             "minio-stream-many": lambda: _minio_stream(client, args.bucket, key, "many"),
+            "minio-stream-many-botocore": lambda: _minio_stream(
+                client, args.bucket, key, "many", direct_reads=False
+            ),
             # the anchor (the issue's): raw ranged GETs, 8 MiB each, CPUs + 4 in flight
             "minio-raw-get": lambda: _minio_raw_get(
                 client, args.bucket, 8 * MiB, (os.cpu_count() or 1) + 4
@@ -167,7 +241,7 @@ def _child(args: argparse.Namespace) -> None:
         fn = _upstream if who == "upstream" else _ours_local
         model = Path(args.model)
         run = lambda: fn(model, key, mode)  # noqa: E731
-    print(json.dumps(_measure(run)))
+    print(json.dumps(_measure(run, server)))
 
 
 # --- parent ------------------------------------------------------------------------------
@@ -264,7 +338,18 @@ def _local(model: Path, key: Path, modes: list[str], rounds: int) -> list[Goal]:
     return goals
 
 
-def _minio(model: Path, many: Path, key: Path) -> list[Goal]:
+def _per_file(name: str, r: dict[str, float], count: int) -> str:
+    """Time, our CPU and MinIO's per file of the many-file model."""
+    ms = 1e3 / count
+    return (
+        f"  {name:<44} {r['seconds'] * ms:6.2f} ms/file   cpu: ours {r['cpu_seconds'] * ms:5.2f}"
+        f"  minio {r['server_cpu_seconds'] * ms:5.2f} ms/file"
+    )
+
+
+def _minio(
+    model: Path, many: Path, key: Path, rows: tuple[str, ...] = ("big", "many"), rounds: int = 3
+) -> list[Goal]:
     from tests.servers.objectstores import start_minio
     from tests.servers.recipes import RECIPES
 
@@ -281,23 +366,46 @@ def _minio(model: Path, many: Path, key: Path) -> list[Goal]:
             for path in sorted(many.iterdir()):
                 client.put_object(Bucket="bench", Key=f"many/{path.name}", Body=path.read_bytes())
             kw = {"endpoint": info.endpoint_url, "access": info.access_key,
-                  "secret": info.secret_key, "bucket": "bench", "key": str(key)}  # fmt: skip
-            cases = ("minio-raw-get", "minio-stream", "minio-download-then-sign")
-            results = _median_of(cases, kw, rounds=3)
-            many_files = _median_of(("minio-stream-many",), kw, rounds=3)["minio-stream-many"]
+                  "secret": info.secret_key, "bucket": "bench", "key": str(key),
+                  "server-pid": str(processes[0].pid)}  # fmt: skip
+            big = ("minio-raw-get", "minio-download-then-sign") if "big" in rows else ()
+            results = _median_of(("minio-stream", *big), kw, rounds=rounds)
+            many_cases = ("minio-raw-get-many", "minio-stream-many-botocore", "minio-stream-many")
+            per_file = _median_of(many_cases if "many" in rows else (), kw, rounds=rounds)
         finally:
             for p in processes:
                 p.stop()
-    anchor = _gbs(results["minio-raw-get"])
-    print("MinIO on loopback (goals: stream >= 0.9x raw GET, rss <= 256 MiB, 0 disk writes)")
-    for case, r in results.items():
-        print(_row(case, r, anchor, "of raw GET"))
-    stream, dl = results["minio-stream"], results["minio-download-then-sign"]
-    print(
-        f"  streaming sign vs download-then-sign: {dl['seconds'] / stream['seconds']:.2f}x faster"
-    )
-    ratio = _gbs(stream) / anchor
+    stream = results["minio-stream"]
+    goals = []
+    if "big" in rows:
+        anchor = _gbs(results["minio-raw-get"])
+        print("MinIO on loopback (goals: stream >= 0.9x raw GET, rss <= 256 MiB, 0 disk writes)")
+        for case, r in results.items():
+            print(_row(case, r, anchor, "of raw GET"))
+        dl = results["minio-download-then-sign"]
+        print(
+            f"  streaming sign vs download-then-sign: {dl['seconds'] / stream['seconds']:.2f}x "
+            "faster"
+        )
+        ratio = _gbs(stream) / anchor
+        goals.append(
+            Goal("MinIO streaming sign / raw GET", f"{ratio:.2f}x", ">= 0.9x", ratio >= 0.9)
+        )
+    else:
+        print(_row("minio-stream (5 files)", stream))
+    if "many" not in rows:
+        return goals
     count = sum(1 for _ in many.iterdir())
+    print(
+        f"MinIO, a model of {count} files, {_model_size(many) / MiB:.0f} MiB (median of {rounds})"
+    )
+    for name, case in (
+        ("raw GETs (anchor: http.client, presigned)", "minio-raw-get-many"),
+        ("sign, every read through botocore", "minio-stream-many-botocore"),
+        ("sign (direct reads)", "minio-stream-many"),
+    ):
+        print(_per_file(name, per_file[case], count))
+    many_files = per_file["minio-stream-many"]
     print(_row(f"minio-stream, {count} files", many_files, _gbs(stream), "of 5-file stream"))
     many_ratio = _gbs(many_files) / _gbs(stream)
     # the time beyond what its bytes take at the 5-file rate, per file
@@ -305,7 +413,7 @@ def _minio(model: Path, many: Path, key: Path) -> list[Goal]:
     rss = max(stream["peak_rss_mib"], many_files["peak_rss_mib"])
     written = max(stream["disk_write_mib"], many_files["disk_write_mib"])
     return [
-        Goal("MinIO streaming sign / raw GET", f"{ratio:.2f}x", ">= 0.9x", ratio >= 0.9),
+        *goals,
         Goal(
             f"MinIO {count}-file model / 5-file rate",
             f"{many_ratio:.2f}x",
@@ -341,7 +449,19 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         help="the local rows to measure (comma-separated: files, shards, blake3)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="local rounds (after a warm-up)")
-    for child_arg in ("case", "model", "key", "endpoint", "access", "secret", "bucket"):
+    parser.add_argument(
+        "--minio-rows",
+        default="big,many",
+        help="the MinIO rows (comma-separated: big = the 5-file model against raw ranged GETs, "
+        "many = the many-file model against its anchors; its goals need the 5-file stream, "
+        "always measured)",
+    )
+    parser.add_argument(
+        "--minio-rounds", type=int, default=3, help="MinIO rounds (after a warm-up)"
+    )
+    for child_arg in (
+        "case", "model", "key", "endpoint", "access", "secret", "bucket", "server-pid"
+    ):  # fmt: skip
         parser.add_argument(f"--{child_arg}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:
@@ -363,7 +483,8 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         if not args.skip_local:
             goals += _local(model, keys.private, args.local_modes.split(","), args.rounds)
         if not args.skip_minio:
-            goals += _minio(model, many, keys.private)
+            rows = tuple(args.minio_rows.split(","))
+            goals += _minio(model, many, keys.private, rows, args.minio_rounds)
         print("load average at the end: " + "/".join(f"{x:.1f}" for x in os.getloadavg()))
         return goals
     finally:

@@ -5,13 +5,20 @@ A conditional write is PutObject with `If-None-Match: *`; ranged reads are GetOb
 a Range header; an object's generation is its VersionId, or its ETag when unversioned.
 Listings are paginated underneath (ListObjectsV2, ListObjectVersions); `delete_many` is
 DeleteObjects, at most 1000 keys a request.
+
+Reads (GetObject, ListObjectsV2) of a bucket botocore has reached go out directly
+(`s3_direct`: signed here, through the client's own pool, a third of botocore's CPU a
+call); whatever does not succeed that way is sent again through botocore, whose retries
+and errors are the adapter's.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from modelhooks.adapters.object_store.s3_direct import DirectReads
 from modelhooks.core.errors import (
     Conflict,
     CredentialsRefused,
@@ -76,7 +83,9 @@ class S3ObjectStore:
         region: str | None = None,
         max_connections: int = 32,
         credentials: Mapping[str, str] | None = None,
+        direct_reads: bool = True,
     ) -> None:
+        """`direct_reads=False`: every request through botocore (for comparison)."""
         if client is None:  # its library is imported on first use: checked here, at build
             require("aws", "s3:// URIs (S3)")
         self._client = client
@@ -85,6 +94,9 @@ class S3ObjectStore:
         self._max_connections = max_connections
         # aws_access_key_id, aws_secret_access_key[, aws_session_token]; None: boto3's chain
         self._credentials = dict(credentials) if credentials else None
+        self._direct_reads = direct_reads
+        self._direct: DirectReads | None = None
+        self._direct_made = threading.Lock()
 
     def with_credentials(
         self, access_key_id: str, secret_access_key: str, session_token: str | None = None
@@ -99,6 +111,7 @@ class S3ObjectStore:
             region=self._region,
             max_connections=self._max_connections,
             credentials=keys,
+            direct_reads=self._direct_reads,
         )
 
     @property
@@ -121,6 +134,44 @@ class S3ObjectStore:
             )
         return self._client
 
+    @property
+    def direct(self) -> DirectReads | None:
+        """The client's direct reads (made with it), None when off."""
+        if self._direct is None and self._direct_reads:
+            with self._direct_made:  # one per store: it registers hooks on the client
+                if self._direct is None:
+                    self._direct = DirectReads(self.client)
+        return self._direct if self._direct is not None and self._direct.enabled else None
+
+    def _get(self, bucket: str, key: str, start: int, length: int) -> Any:
+        """The body of a ranged GetObject: direct when it can be, else botocore's (which
+        raises what it raises)."""
+        direct = self.direct
+        body = direct.get(bucket, key, start, length) if direct is not None else None
+        if body is not None:
+            return body
+        if direct is not None:
+            direct.before()
+        body = self.client.get_object(
+            Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
+        )["Body"]
+        if direct is not None:
+            direct.learn(bucket, key)
+        return body
+
+    def _list_page(self, bucket: str, prefix: str, token: str | None) -> dict[str, Any]:
+        direct = self.direct
+        page = direct.list_page(bucket, prefix, token) if direct is not None else None
+        if page is not None:
+            return page
+        if direct is not None:
+            direct.before()
+        more = {"ContinuationToken": token} if token else {}
+        page = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, **more)
+        if direct is not None:
+            direct.learn(bucket)
+        return dict(page)
+
     @staticmethod
     def _generation(meta: dict[str, Any]) -> tuple[str, str]:
         etag = str(meta.get("ETag", "")).strip('"')
@@ -139,15 +190,24 @@ class S3ObjectStore:
         return ObjectInfo(bucket, key, size, generation, etag, checksum=f"etag:{etag}")
 
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+        """ListObjectsV2, page by page (continuation tokens, as botocore's paginator)."""
+        token: str | None = None
         try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix
-            )
-            for page in pages:
+            while True:
+                page = self._list_page(bucket, prefix, token)
                 for item in page.get("Contents", []):
                     generation, etag = self._generation(item)
                     size = int(item["Size"])
                     yield ObjectInfo(bucket, item["Key"], size, generation, etag, f"etag:{etag}")
+                following = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+                if not following:
+                    return
+                if following == token:  # botocore's paginator refuses a loop too
+                    where = f"s3://{bucket}/{prefix}"
+                    raise Unavailable(f"S3 repeated a continuation token listing {where}")
+                token = following
+        except ModelhooksError:
+            raise
         except Exception as e:
             raise s3_error(e, bucket, prefix) from e
 
@@ -178,10 +238,7 @@ class S3ObjectStore:
         if length <= 0:
             return b""
         try:
-            response = self.client.get_object(
-                Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
-            )
-            data: bytes = response["Body"].read()
+            data: bytes = self._get(bucket, key, start, length).read()
         except Exception as e:
             if _code(e) in ("InvalidRange", "416"):  # start at or past the end
                 return b""
@@ -192,13 +249,11 @@ class S3ObjectStore:
         self, bucket: str, key: str, start: int, length: int, chunk_size: int
     ) -> Iterator[bytes]:
         """One ranged GetObject, its body read a piece at a time (a request per piece costs
-        the client and the server far more than the bytes: ~2 ms of botocore each)."""
+        the client and the server far more than the bytes)."""
         if length <= 0:
             return
         try:
-            body = self.client.get_object(
-                Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
-            )["Body"]
+            body = self._get(bucket, key, start, length)
         except Exception as e:
             if _code(e) in ("InvalidRange", "416"):  # start at or past the end
                 return
