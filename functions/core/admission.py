@@ -8,14 +8,15 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 __all__ = ["Decision", "Review"]
 
 
-@dataclass(frozen=True)
-class Review:
+# frozen msgspec Structs, not dataclasses: making a Struct class costs ~2 % of a dataclass's
+class Review(msgspec.Struct, frozen=True):
     """One admission request: which object, where, and whether the answer may mutate it."""
 
     uid: str
@@ -23,12 +24,11 @@ class Review:
     operation: str  # CREATE, UPDATE, DELETE, CONNECT
     namespace: str
     name: str
-    object: Mapping[str, Any] = field(default_factory=dict)
+    object: Mapping[str, Any] = msgspec.field(default_factory=dict)
     mutate: bool = False  # the mutating webhook asks: tags may be pinned to digests
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     """The answer: allowed or not (with the reason and an HTTP-like code), the warnings the
     client shows, and a JSONPatch (mutating only)."""
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from modelhooks.core.verification import Policy
 from modelhooks.core.workloads import POD_SPECS, image_uri
@@ -53,8 +54,8 @@ def _public() -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class _Volume:
+# frozen msgspec Structs, not dataclasses: making a Struct class costs ~2 % of a dataclass's
+class _Volume(msgspec.Struct, frozen=True):
     name: str
     uri: str
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+
+import msgspec
 
 from modelhooks.core.errors import ModelhooksError, Transient, VerificationFailed
 from modelhooks.core.ports import ModelRegistry
@@ -24,17 +25,16 @@ __all__ = ["Check", "registered_target", "run_checks"]
 _VERIFIABLE = ("oci://", "gs://", "s3://")
 
 
-@dataclass
-class Check:
+class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
     """One distinct reference: the policies covering it and how each one answered."""
 
     uri: str
-    covering: list[Policy] = field(default_factory=list)
+    covering: list[Policy] = msgspec.field(default_factory=list)
     digest: str = ""
     target: str = ""  # what is verified: the reference, or a registered model's artifact
     error: ModelhooksError | None = None  # the reference itself could not be resolved
-    accepted: list[tuple[Policy, str]] = field(default_factory=list)  # (policy, signer)
-    failed: list[tuple[Policy, ModelhooksError]] = field(default_factory=list)
+    accepted: list[tuple[Policy, str]] = msgspec.field(default_factory=list)  # (policy, signer)
+    failed: list[tuple[Policy, ModelhooksError]] = msgspec.field(default_factory=list)
     late: bool = False  # not done within admission.timeout
 
     def outcome(self) -> tuple[list[Policy], list[tuple[Policy, ModelhooksError]], bool]:

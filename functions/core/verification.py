@@ -22,8 +22,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import msgspec
 
 from modelhooks.core.errors import ConfigError
 
@@ -34,8 +35,8 @@ __all__ = ["MVO_LABEL", "Identity", "ModelVerifier", "Policy", "PolicySource", "
 MVO_LABEL = "validation.ml.sigstore.dev/ml"
 
 
-@dataclass(frozen=True)
-class Identity:
+# frozen msgspec Structs, not dataclasses: making a Struct class costs ~2 % of a dataclass's
+class Identity(msgspec.Struct, frozen=True):
     """A keyless signer: its OIDC issuer and certificate subject, each exact or an RE2-style
     regular expression (matched in full)."""
 
@@ -60,8 +61,7 @@ def _match(exact: str, pattern: str, value: str) -> bool:
     return exact == value
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(msgspec.Struct, frozen=True):
     name: str
     namespace: str  # "" for a ClusterVerificationPolicy
     uid: str
@@ -69,7 +69,7 @@ class Policy:
     keys: tuple[tuple[str, str], ...] = ()  # (name, PEM)
     chains: tuple[tuple[str, str], ...] = ()  # (name, PEM)
     identities: tuple[Identity, ...] = ()
-    selector: Mapping[str, Any] = field(default_factory=dict)  # over the workload's labels
+    selector: Mapping[str, Any] = msgspec.field(default_factory=dict)  # over the workload's labels
     references: tuple[str, ...] = ()  # globs over references; empty = every model
     mode: Literal["enforce", "warn"] = "enforce"
     failure_policy: Literal["Fail", "Ignore"] = "Fail"

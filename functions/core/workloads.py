@@ -21,8 +21,9 @@ carries the JSON pointer it was found at, so a mutating answer can pin it in pla
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from modelhooks.core.errors import BadRequest
 
@@ -56,8 +57,8 @@ _MAX_REFERENCES = 64  # more distinct references in one object is refused, not v
 Source = Literal["image-volume", "storageUri", "annotation", "model-source"]
 
 
-@dataclass(frozen=True)
-class Reference:
+# frozen msgspec Structs, not dataclasses: making a Struct class costs ~2 % of a dataclass's
+class Reference(msgspec.Struct, frozen=True):
     """One model reference: `uri` as verified (`oci://…`, `gs://…`, `s3://…`, or
     `model:<name>[/<version>]`), `pointer` where it sits in the object (RFC 6901), `raw` as
     written there."""
