@@ -195,7 +195,9 @@ class RequestCounting(KubernetesModelRegistry):
         self.requests: list[str] = []
 
     def _request(self, method: str, url_path: str, query: Any, body: Any) -> dict[str, Any]:
-        self.requests.append(f"{method} {url_path.removeprefix(f'/apis/{GROUP}/{VERSION}/')}")
+        cached = " (cache)" if (query or {}).get("resourceVersion") == "0" else ""
+        where = url_path.removeprefix(f"/apis/{GROUP}/{VERSION}/")
+        self.requests.append(f"{method} {where}{cached}")
         return super()._request(method, url_path, query, body)
 
 
@@ -217,7 +219,7 @@ def test_a_new_models_version_and_artifact_are_one_write(
             )
         ns = f"namespaces/{cluster[1]}"
         assert kube.requests == [
-            "GET registeredmodels",  # the find: a cluster-wide list
+            "GET registeredmodels (cache)",  # the find: a cluster-wide list, no wait
             f"POST {ns}/modelversions",  # no PUT of the version for its artifact
             f"POST {ns}/registeredmodels",
         ]
@@ -231,6 +233,40 @@ def test_a_new_models_version_and_artifact_are_one_write(
             assert [v.id for v in kube.list_versions(model2.id)] == [held.id]
     finally:
         kube.close()
+
+
+class CacheBehind(KubernetesModelRegistry):
+    """A watch cache that does not show anything yet (it lags etcd; here, always)."""
+
+    def _list(self, *args: Any, cached: bool = False, **kwargs: Any) -> list[dict[str, Any]]:
+        found = super()._list(*args, cached=cached, **kwargs)
+        return [] if cached else found
+
+
+def test_a_decision_on_what_the_watch_cache_did_not_show_yet_is_redone(
+    kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    """Not found in the cache, not created, but there: StaleWrite as the transaction ends,
+    and instead of a permanent error the transaction raised on it; a look again is fresh."""
+    behind = CacheBehind(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        name = unique("m")
+        model = other.create_model(name, properties={})
+        with pytest.raises(StaleWrite, match="was created while"), behind.transaction():
+            assert behind.get_model(name) is None
+        with pytest.raises(StaleWrite, match="was created while"), behind.transaction():
+            assert behind.get_version(model.id, "1") is None
+            other.create_version(model.id, "1", properties={})
+            raise Conflict("a decision on the version's absence")
+        with behind.transaction():  # a look again in one transaction reads fresh
+            assert behind.get_model(name) is None
+            assert behind.get_model(name) == model
+        with behind.transaction():  # nothing there: no StaleWrite
+            assert behind.get_model(unique("m")) is None
+    finally:
+        other.close()
+        behind.close()
 
 
 def test_a_held_back_version_another_delivery_created_meanwhile_ends_in_stale_write(

@@ -28,7 +28,9 @@ Uniqueness: in one namespace the API server's (a second create of the same deriv
 created; in a transaction, whose model is created as it ends, StaleWrite). Across namespaces a model name is still one model: a create first looks for the
 name cluster-wide and finds it taken (Conflict); a look its transaction made already (a
 find-or-create's find) counts, and is not repeated. Only two creates of one name in two
-namespaces racing past that look leave two holders; readers then all take the first
+namespaces racing past that look (which reads the watch cache: a holder created a moment
+before may not show yet) leave two holders, as only two tenants claiming one name can,
+whose outcome depends on their order anyway; readers then all take the first
 created (its versions, listed by label, are the model's wherever they are). Nothing
 deletes a record, so the functions need no delete verb to undo that race.
 
@@ -52,6 +54,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -99,6 +102,8 @@ NO_TENANT = ("", "default")  # a model's namespace property that means the share
 VARIABLE = "MODELHOOKS_REGISTRY_KUBECONFIG"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _REMEMBERED = 512  # objects a thread remembers outside a transaction (what its writes base on)
+_FRESH_AFTER_WRITE = 5.0  # s after this process wrote a record during which it reads it fresh
+_WRITTEN = 4096  # records whose last write time the process keeps
 Json = dict[str, Any]
 
 
@@ -124,14 +129,18 @@ def object_name(*parts: str) -> str:
 class _Seen(threading.local):
     """Per thread: the objects it last read or wrote (their resourceVersion is what its next
     write of them is conditional on), which of them it only read in the current transaction
-    (checked as it ends), the ids the current transaction looked for and found none of, the
-    ones it created, the creates it holds back (`create_version`), and how deep in
+    (checked as it ends), the ids the current transaction looked for and found none of
+    (`unsure`: those the watch cache did not show, checked as it ends; `looked`: every id it
+    looked for or tried to create, whose next look is fresh), the ones it created,
+    the creates it holds back (`create_model`, `create_version`), and how deep in
     `transaction()` it is."""
 
     def __init__(self) -> None:
         self.objects: OrderedDict[tuple[str, str], Json] = OrderedDict()
         self.read: set[tuple[str, str]] = set()
         self.absent: set[tuple[str, str]] = set()
+        self.unsure: set[tuple[str, str]] = set()
+        self.looked: set[tuple[str, str]] = set()
         self.created: set[tuple[str, str]] = set()
         self.pending: dict[tuple[str, str], Json] = {}
         self.depth = 0
@@ -140,6 +149,8 @@ class _Seen(threading.local):
         self.objects.clear()
         self.read.clear()
         self.absent.clear()
+        self.unsure.clear()
+        self.looked.clear()
         self.created.clear()
         self.pending.clear()
 
@@ -168,6 +179,7 @@ class KubernetesModelRegistry:
         self._timeout = timeout
         self._lock = threading.Lock()
         self._seen = _Seen()
+        self._written: OrderedDict[tuple[str, str], float] = OrderedDict()  # key → when
 
     def close(self) -> None:
         with self._lock:
@@ -214,7 +226,18 @@ class KubernetesModelRegistry:
         the version at once (its Conflict is the find-or-create's), and a version created
         before the model's create lost is found there, as any version is.
 
-        Without a transaction, writes are still conditional on this thread's last read."""
+        A transaction's first look for a record reads the API server's watch cache
+        (resourceVersion=0: no wait for the cache to be known fresh, which is most of a new
+        Model's time), unless this process wrote that record in the last seconds, and so
+        may be stale: what it found is checked as it ends (by a GET
+        from etcd, as every read is), and what it did not find and did not create is looked
+        for again, fresh (a create that succeeds shows the name was free). A look again in
+        the same transaction, and every listing of many (a model's versions), is fresh. The
+        same checks run when the transaction ends in an error other than a Transient one: a
+        decision taken on a stale read ends in StaleWrite (redone), not in its answer.
+
+        Without a transaction, every read is fresh and writes are still conditional on this
+        thread's last read."""
         seen = self._seen
         if seen.depth == 0:
             seen.clear()
@@ -224,6 +247,16 @@ class KubernetesModelRegistry:
             if seen.depth == 1:
                 self._flush()
                 self._validate(seen.read)
+        except Transient:
+            raise
+        except Exception as exc:  # a decision on a stale read is redone, not answered
+            if seen.depth == 1:
+                seen.pending.clear()  # what it held back is not created
+                try:
+                    self._validate(seen.read)
+                except StaleWrite as stale:
+                    raise stale from exc
+            raise
         finally:
             seen.depth -= 1
             if seen.depth == 0:
@@ -232,7 +265,15 @@ class KubernetesModelRegistry:
     def _validate(self, read: set[tuple[str, str]]) -> None:
         """StaleWrite when an object read (and not written since) has changed or gone: a GET
         where it was read (a read from etcd; a list waits for the watch cache to be known
-        fresh, up to its 100 ms progress tick)."""
+        fresh, up to its 100 ms progress tick), or one the watch cache did not show (and
+        that was not created since) exists."""
+        for plural, name in sorted(self._seen.unsure):
+            if self._list(plural, name, remember=False):
+                raise StaleWrite(
+                    f"registry: {KINDS[plural]} {name!r} was created while a delivery acted on "
+                    "its absence; a redelivery reads it",
+                    namespace=self.namespace,
+                )
         for plural, name in sorted(read):
             namespace = _namespace(self._seen.objects[(plural, name)])
             try:
@@ -384,6 +425,7 @@ class KubernetesModelRegistry:
         seen.objects[key] = obj
         seen.objects.move_to_end(key)
         seen.absent.discard(key)
+        seen.unsure.discard(key)
         if seen.depth == 0:
             while len(seen.objects) > _REMEMBERED:
                 seen.objects.popitem(last=False)
@@ -420,32 +462,66 @@ class KubernetesModelRegistry:
     def _get(self, plural: str, name: str, *, remember: bool = True) -> Json | None:
         """The record named `name` in whichever namespace holds it: a cluster-wide list by
         its id label (ids name the identity, not the namespace)."""
-        found = self._list(plural, name, remember=False)
+        seen, key = self._seen, (plural, name)
+        # a transaction's first look reads the watch cache (checked as it ends); again: fresh
+        cached = (
+            remember
+            and seen.depth > 0
+            and key not in seen.looked
+            and key not in seen.objects
+            and not self._wrote_lately(key)
+        )
+        seen.looked.add(key)
+        found = self._list(plural, name, remember=False, cached=cached)
         if not found:
-            if remember and self._seen.depth:
-                self._seen.absent.add((plural, name))
+            if remember and seen.depth:
+                seen.absent.add(key)
+                if cached:
+                    seen.unsure.add(key)
+                else:
+                    seen.unsure.discard(key)
             return None
         # Two namespaces hold it only when two creates raced (each looked first and found
         # none): every reader takes the same one, the first created.
         obj = min(found, key=lambda o: (o["metadata"].get("creationTimestamp", ""), _namespace(o)))
         return self._remember(plural, obj, read=True) if remember else obj
 
+    def _wrote(self, plural: str, obj: Json) -> Json:
+        """`obj` as this process just wrote it: read fresh for a while (its own next delivery
+        of the model, a redelivery, must not meet the watch cache not showing it yet)."""
+        with self._lock:
+            key = (plural, obj["metadata"]["name"])
+            self._written[key] = time.monotonic()
+            self._written.move_to_end(key)
+            while len(self._written) > _WRITTEN:
+                self._written.popitem(last=False)
+        return obj
+
+    def _wrote_lately(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            at = self._written.get(key)
+        return at is not None and time.monotonic() - at < _FRESH_AFTER_WRITE
+
     def _list(
-        self, plural: str, name: str = "", *, remember: bool = True, label: str = ""
+        self,
+        plural: str,
+        name: str = "",
+        *,
+        remember: bool = True,
+        label: str = "",
+        cached: bool = False,
     ) -> list[Json]:
         """This registry's `plural` in all namespaces: the one with id `name`, those
-        labelled `label`, or all."""
+        labelled `label`, or all; `cached`: as the watch cache has them (resourceVersion=0,
+        one page), which may be stale."""
         selector = self._selector(plural, name) + (f",{label}" if label else "")
         items: list[Json] = []
         token = ""
         while True:
-            page = self._call(
-                "GET",
-                f"LIST {plural}",
-                plural,
-                namespace="",
-                query={"labelSelector": selector, "limit": 500, "continue": token or None},
-            )
+            query = {"labelSelector": selector, "limit": 500, "continue": token or None}
+            if cached:
+                query = {"labelSelector": selector, "resourceVersion": "0"}
+            page = self._call("GET", f"LIST {plural}", plural, namespace="", query=query)
             for obj in page.get("items") or ():
                 items.append(self._remember(plural, obj, read=True) if remember else obj)
             token = (page.get("metadata") or {}).get("continue") or ""
@@ -474,7 +550,10 @@ class KubernetesModelRegistry:
         self, plural: str, name: str, namespace: str, labels: Mapping[str, str], spec: Json
     ) -> Json:
         body = self._body(plural, name, namespace, labels, spec)
-        obj = self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
+        self._seen.looked.add((plural, name))  # a Conflict's find reads fresh
+        obj = self._wrote(
+            plural, self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
+        )
         if self._seen.depth:
             self._seen.created.add((plural, name))
         return self._remember(plural, obj, read=False)
@@ -488,6 +567,7 @@ class KubernetesModelRegistry:
             namespace = _namespace(body)
             try:
                 obj = self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
+                self._wrote(plural, obj)
             except Conflict as exc:
                 raise StaleWrite(
                     f"registry: {KINDS[plural]} {name!r} was created by another delivery while "
@@ -513,7 +593,7 @@ class KubernetesModelRegistry:
                 "a redelivery reads it again",
                 namespace=namespace,
             ) from exc
-        return self._remember(plural, stored, read=False)
+        return self._remember(plural, self._wrote(plural, stored), read=False)
 
     def _call(
         self,
