@@ -329,8 +329,9 @@ def _in_cluster() -> bool:
 
 def _needs(fn: Function) -> set[str]:
     """The dependencies a function's code paths use: those its handler names, and the
-    ingress's content resolver when it accepts pushes (Delivery.enter)."""
-    return set(fn.needs) | ({"content"} if ArtifactPushed.TYPE in fn.accepts else set())
+    ingress's content resolver when it acts on object-store pushes (Delivery.enter)."""
+    pushes = ArtifactPushed.TYPE in fn.accepts and fn.object_pushes
+    return set(fn.needs) | ({"content"} if pushes else set())
 
 
 def extras_of(fn: Function) -> tuple[str, ...]:

@@ -46,6 +46,10 @@ class Function(msgspec.Struct, frozen=True):
     # "events": CloudEvents through its Trigger; "admission": AdmissionReviews on its own
     # paths (modelhooks.delivery.admission), accepting no events and having no Trigger.
     kind: Literal["events", "admission"] = "events"
+    # Whether it acts on object-store pushes, which the ingress names by their content (one
+    # listing of the version, Delivery.enter) before it runs; prune acts on OCI pushes
+    # only, which their manifest digest names: its process lists nothing, nor builds a store.
+    object_pushes: bool = True
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -59,5 +63,4 @@ class Function(msgspec.Struct, frozen=True):
         if missing:
             raise ConfigError(f"function {self.name!r} needs {', '.join(missing)}, not provided")
         given = {name: available[name] for name in self.needs}
-        bound = partial(self.handle, **given)
-        return Function(self.name, self.accepts, bound, self.extras, self.kind)
+        return msgspec.structs.replace(self, handle=partial(self.handle, **given))

@@ -128,4 +128,5 @@ FUNCTION = Function(
     ),
     handle=handle,
     extras=("gcp",),  # Artifact Registry's API
+    object_pushes=False,  # a gs:// or s3:// push is not its business: not named, not listed
 )

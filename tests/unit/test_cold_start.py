@@ -88,3 +88,34 @@ def test_signing_with_a_key_imports_no_sigstore_at_start(tmp_path: Path) -> None
     unneeded = ("modelhooks.adapters.signing.keyless", "modelhooks.adapters.signing.trust",
                 "sigstore", "sigstore_models", "pydantic", "model_signing", "cryptography.x509")  # fmt: skip
     assert sorted(m for m in modules if m.startswith(unneeded)) == []
+
+
+def test_prune_answers_a_gcs_push_without_listing_it(tmp_path: Path) -> None:
+    """prune acts on OCI pushes only (Function.object_pushes): its target names no gs://
+    push by its content, so its first such event lists nothing (before, a listing against a
+    store that did not answer made it 503, redelivered) and imports no store client."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELHOOKS_")}
+    env |= {"FUNCTION_TARGET": "prune", "MODELHOOKS_HOME": str(tmp_path)}
+    env |= {"MODELHOOKS_LOG_LEVEL": "WARNING", "MODELHOOKS_STORE_BACKEND": "cloud"}
+    env |= {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"}  # nothing answers there
+    code = """if True:
+        import json, sys, main
+        from modelhooks.bootstrap import build
+        from modelhooks.delivery.http import function_delivery
+        from modelhooks.events import samples
+        doc = samples.load("gcs-eventarc-finalized-marker")
+        headers = {f"ce-{k}": str(v) for k, v in doc.items() if k != "data"}
+        headers["content-type"] = "application/json"
+        answer = function_delivery("prune", build().delivery)(
+            "POST", "/", headers, json.dumps(doc["data"]).encode()
+        )
+        print(json.dumps([answer.status, sorted(sys.modules)]))
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    status, modules = json.loads(out.stdout.splitlines()[-1])
+    assert status == 204
+    unneeded = ("modelhooks.core.content", "modelhooks.core.stores", "modelhooks.adapters.object_store", "urllib3")  # fmt: skip
+    assert sorted(m for m in modules if m.startswith(unneeded)) == []

@@ -115,7 +115,7 @@ def test_each_function_s_extras_cover_every_backend_of_its_dependencies(name: st
     expected = {
         "register": {"gcp", "aws", "k8s"},  # GCS/S3 listings, the Kubernetes registry
         "sign": {"gcp", "aws", "k8s", "signing"},
-        "prune": {"gcp", "aws", "k8s"},  # Artifact Registry's API; pushes it accepts
+        "prune": {"gcp", "k8s"},  # Artifact Registry's API; OCI pushes only (no store)
         "cleanup": {"gcp", "aws", "k8s"},
         "notify": {"k8s"},
     }
