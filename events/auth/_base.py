@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from modelhooks.events.errors import ConfigError, Unauthenticated
 
@@ -17,8 +18,7 @@ Secrets = Mapping[str, str | bytes] | Sequence[str | bytes] | str | bytes
 """One secret, or several for rotation: named (name -> secret) or positional (``#0``, ...)."""
 
 
-@dataclass(frozen=True)
-class Principal:
+class Principal(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a dataclass
     """Who a delivery came from: ``scheme`` as in `from_spec`, ``subject`` an email or key name."""
 
     scheme: str

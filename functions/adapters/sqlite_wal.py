@@ -20,20 +20,20 @@ import atexit
 import os
 import sqlite3
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 __all__ = ["Checkpointer", "connect"]
 
 
-@dataclass(eq=False)
-class Checkpointer:
+class Checkpointer(msgspec.Struct, eq=False):  # a Struct: cheaper to make than a dataclass
     """The thread checkpointing one database; `close()` stops it and waits for it (its
     connection closes, and with it the log's files go: nothing writes after that)."""
 
     path: Path
     every: float
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = msgspec.field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
     def start(self) -> None:
