@@ -49,11 +49,19 @@ def encode_replies(replies: Sequence[CanonicalEvent]) -> Response:
 
 def binary(event: CanonicalEvent, status: int = 200) -> Response:
     """A CloudEvent in binary mode: attributes in ce-* headers, data as the body."""
+    attrs = event.attributes()
+    attrs.pop("datacontenttype", None)  # the Content-Type
+    # one search over them all finds whether any needs encoding (mostly none does)
+    clean = not _NEEDS_ENCODING.search("".join(attrs.values()))
     headers = {"Content-Type": "application/json"}
-    for name, value in event.attributes().items():
-        if name != "datacontenttype":
-            headers[f"ce-{name}"] = _percent_encode(value)
+    for name, value in attrs.items():
+        headers[_HEADER.get(name) or f"ce-{name}"] = value if clean else _percent_encode(value)
     return Response(status, headers, event.data.to_json())
+
+
+_HEADER = {
+    n: f"ce-{n}" for n in ("specversion", "id", "source", "type", "dataschema", "subject", "time")
+}
 
 
 def structured(event: CanonicalEvent) -> dict[str, Any]:

@@ -168,3 +168,30 @@ def test_json_is_parsed_as_json_loads_does(raw: bytes | str) -> None:
         assert got == "refused"  # a lone surrogate, refused by the checks after parsing
     else:
         assert got == expected
+
+
+def test_a_reply_in_binary_mode_encodes_only_the_attributes_that_need_it() -> None:
+    from modelhooks.delivery.encoding import binary
+    from modelhooks.events.model import CanonicalEvent, ModelDeleted
+
+    reply = CanonicalEvent(
+        id="e1/deleted-before",
+        source="modelhooks/register",
+        type=ModelDeleted.TYPE,
+        data=ModelDeleted(name="m"),
+        subject='models/a b "é" 100%',
+    )
+    headers = binary(reply).headers
+    assert headers["ce-subject"] == "models/a%20b%20%22%C3%A9%22%20100%25"
+    assert headers["ce-id"] == "e1/deleted-before" and headers["ce-source"] == reply.source
+    assert list(headers) == [
+        "Content-Type",
+        "ce-specversion",
+        "ce-id",
+        "ce-source",
+        "ce-type",
+        "ce-dataschema",
+        "ce-subject",
+    ]
+    plain = binary(reply.replace(subject="models/a-b")).headers
+    assert plain["ce-subject"] == "models/a-b"
