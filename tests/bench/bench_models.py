@@ -328,6 +328,16 @@ def run(
     else:
         p50 = p95 = p99 = float("nan")
     print(f"throughput: {len(ready.ready)} Ready in {span:.1f} s = {rate:.1f} Models Ready/s")
+    log = (tmp / "watch.log").read_text(errors="replace").splitlines()
+    refused = collections.Counter(
+        line.partition(": ")[2].rpartition("; again in ")[0][:60]
+        for line in log
+        if "; again in " in line
+    )
+    print(
+        f"redelivered by watch-models (refused as transient): {sum(refused.values())}"
+        + "".join(f"\n  {n}x {why}" for why, n in refused.most_common(3))
+    )
     print(
         f"Events: {len(events)} ({', '.join(f'{r} {c}' for r, c in sorted(reasons.items()))}); "
         f"ModelVersions: {len(versions)} for {len(per_model)} Models"
