@@ -125,14 +125,21 @@ def _s3(endpoint: str, access: str, secret: str) -> Any:
 
 def _minio_stream(
     client: Any, bucket: str, key: Path, prefix: str, *, direct_reads: bool = True
-) -> int:
+) -> Callable[[], int]:
+    """Signing the model under `prefix` (its size is listed before the clock starts)."""
     from modelhooks.adapters.object_store.s3 import S3ObjectStore
     from modelhooks.adapters.signing import KeySigner, sign_model
 
-    store = S3ObjectStore(client, direct_reads=direct_reads)
-    signed = sign_model(store, bucket, prefix, KeySigner.from_file(key), replace=True)
-    store.delete(bucket, signed.key)
-    return sum(i.size for i in store.list(bucket, f"{prefix}/"))
+    size = sum(i.size for i in S3ObjectStore(client).list(bucket, f"{prefix}/"))
+    signer = KeySigner.from_file(key)
+
+    def run() -> int:
+        store = S3ObjectStore(client, direct_reads=direct_reads)
+        signed = sign_model(store, bucket, prefix, signer, replace=True)
+        store.delete(bucket, signed.key)
+        return size
+
+    return run
 
 
 def _minio_raw_get(client: Any, bucket: str, chunk: int, parallel: int) -> int:
@@ -222,14 +229,14 @@ def _child(args: argparse.Namespace) -> None:
     server = int(args.server_pid) if args.server_pid else None
     if args.case == "minio-raw-get-many":
         run = _presigned_gets(args.endpoint, args.access, args.secret, args.bucket)
+    elif args.case.startswith("minio-stream"):  # -many: the many-file model; -botocore: as before
+        client = _s3(args.endpoint, args.access, args.secret)
+        prefix = "many" if "-many" in args.case else "bench"
+        direct = not args.case.endswith("-botocore")
+        run = _minio_stream(client, args.bucket, key, prefix, direct_reads=direct)
     elif args.case.startswith("minio-"):
         client = _s3(args.endpoint, args.access, args.secret)
         run = {
-            "minio-stream": lambda: _minio_stream(client, args.bucket, key, "bench"),
-            "minio-stream-many": lambda: _minio_stream(client, args.bucket, key, "many"),
-            "minio-stream-many-botocore": lambda: _minio_stream(
-                client, args.bucket, key, "many", direct_reads=False
-            ),
             # the anchor (the issue's): raw ranged GETs, 8 MiB each, CPUs + 4 in flight
             "minio-raw-get": lambda: _minio_raw_get(
                 client, args.bucket, 8 * MiB, (os.cpu_count() or 1) + 4
@@ -338,12 +345,19 @@ def _local(model: Path, key: Path, modes: list[str], rounds: int) -> list[Goal]:
     return goals
 
 
-def _per_file(name: str, r: dict[str, float], count: int) -> str:
-    """Time, our CPU and MinIO's per file of the many-file model."""
+def _overhead(r: dict[str, float], count: int, rate: float) -> float:
+    """The time beyond what its bytes take at `rate` (GB/s), in ms per file."""
+    return (r["seconds"] - r["bytes"] / rate / 1e9) / count * 1e3
+
+
+def _per_file(name: str, r: dict[str, float], count: int, rate: float) -> str:
+    """Time, our CPU and MinIO's per file of the many-file model, and the time beyond what
+    its bytes take at `rate` (the 5-file stream's)."""
     ms = 1e3 / count
     return (
-        f"  {name:<44} {r['seconds'] * ms:6.2f} ms/file   cpu: ours {r['cpu_seconds'] * ms:5.2f}"
-        f"  minio {r['server_cpu_seconds'] * ms:5.2f} ms/file"
+        f"  {name:<42} {r['seconds'] * ms:5.2f} ms/file (over the bytes: "
+        f"{_overhead(r, count, rate):5.2f})  cpu: ours {r['cpu_seconds'] * ms:5.2f}  "
+        f"minio {r['server_cpu_seconds'] * ms:5.2f} ms/file"
     )
 
 
@@ -371,7 +385,7 @@ def _minio(
             big = ("minio-raw-get", "minio-download-then-sign") if "big" in rows else ()
             results = _median_of(("minio-stream", *big), kw, rounds=rounds)
             many_cases = ("minio-raw-get-many", "minio-stream-many-botocore", "minio-stream-many")
-            per_file = _median_of(many_cases if "many" in rows else (), kw, rounds=rounds)
+            many_runs = _median_of(many_cases if "many" in rows else (), kw, rounds=rounds)
         finally:
             for p in processes:
                 p.stop()
@@ -404,12 +418,12 @@ def _minio(
         ("sign, every read through botocore", "minio-stream-many-botocore"),
         ("sign (direct reads)", "minio-stream-many"),
     ):
-        print(_per_file(name, per_file[case], count))
-    many_files = per_file["minio-stream-many"]
+        print(_per_file(name, many_runs[case], count, _gbs(stream)))
+    many_files = many_runs["minio-stream-many"]
     print(_row(f"minio-stream, {count} files", many_files, _gbs(stream), "of 5-file stream"))
     many_ratio = _gbs(many_files) / _gbs(stream)
     # the time beyond what its bytes take at the 5-file rate, per file
-    per_file = (many_files["seconds"] - many_files["bytes"] / _gbs(stream) / 1e9) / count * 1e3
+    overhead = _overhead(many_files, count, _gbs(stream))
     rss = max(stream["peak_rss_mib"], many_files["peak_rss_mib"])
     written = max(stream["disk_write_mib"], many_files["disk_write_mib"])
     return [
@@ -422,9 +436,9 @@ def _minio(
         ),
         Goal(
             f"MinIO {count}-file model: overhead per file",
-            f"{per_file:.2f} ms",
+            f"{overhead:.2f} ms",
             "<= 0.3 ms",
-            per_file <= 0.3,
+            overhead <= 0.3,
         ),
         Goal(
             f"MinIO streaming peak RSS (incl. {count} files)",
