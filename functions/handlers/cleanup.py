@@ -28,7 +28,6 @@ from typing import Any
 
 import msgspec
 
-from modelhooks.adapters.credentials_from_secret import clients_for
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import parse_uri
 from modelhooks.core.cleanup import (
@@ -174,6 +173,9 @@ def _acting_as(
             "cleanup has no cluster access: run it in the cluster or set "
             "MODELHOOKS_CLEANUP_KUBECONFIG"
         )
+    # imported here: only a Model naming a Secret needs clients of its own (and every store's)
+    from modelhooks.adapters.credentials_from_secret import clients_for
+
     secret = secrets.get(data.namespace, name)
     (target,) = found  # a secretRef comes with the Model's own source: one location
     return clients_for(secret, target.uri, stores=stores, oci=oci, where=where)
