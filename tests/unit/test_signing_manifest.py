@@ -331,37 +331,55 @@ def test_sign_hashes_the_listing_it_compares(model: Path, tmp_path: Path) -> Non
 
 
 class KeyedStore(LocalObjectStore):
-    """Knows which object each thread reads."""
+    """Knows which object each thread reads and the largest piece of each; with `together`,
+    no piece comes out until that many objects are being read (all units in flight)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, together: int = 1) -> None:
         super().__init__(root)
         self.reading = threading.local()
+        self.largest: dict[str, int] = {}
+        self.together = threading.Barrier(together, timeout=10)
 
     def read_chunks(
         self, bucket: str, key: str, start: int, length: int, chunk_size: int
     ) -> Iterator[memoryview]:
         self.reading.key = key
-        return super().read_chunks(bucket, key, start, length, chunk_size)
+        self.together.wait()
+        for piece in super().read_chunks(bucket, key, start, length, chunk_size):
+            self.largest[key] = max(self.largest.get(key, 0), len(piece))
+            yield piece
 
 
 @pytest.mark.parametrize(
-    ("first_size", "expected"),
-    [(8000, {"e"}), (9000, {"a", "e"})],
-    ids=["a-core-s-share", "more-than-a-core-s-share"],
+    ("sizes", "workers", "expected"),
+    [
+        ([5000] * 5, 5, set()),
+        ([21000, 5000, 5000, 5000, 5000], 5, {"a"}),
+        ([5000] * 5, 1, {"e"}),
+    ],
+    ids=["all-in-flight", "more-than-a-core-s-share", "the-last-one-alone"],
 )
 def test_blake3_spreads_over_the_cores_only_what_no_other_unit_can_balance(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_size: int, expected: set[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sizes: list[int],
+    workers: int,
+    expected: set[str],
 ) -> None:
-    """On 2 cores, a unit gets blake3's threads when it is more than half the bytes from it
-    on (the last one always); the others are hashed one core each, side by side."""
+    """On 2 cores, a unit gets blake3's threads when it is more than half the bytes not
+    hashed yet as it starts: five equal files hashed side by side get none (the last one
+    got them when the bytes "from it on" were counted, as if the four in flight were done),
+    one by one the last one does, and so does one bigger than all the others. A threaded
+    unit reads pieces of 4 chunks."""
     from modelhooks.adapters.signing import streaming
     from modelhooks.adapters.signing.streaming import list_model
 
     model = tmp_path / "m"
     model.mkdir()
-    for name, size in [("a", first_size), ("b", 2000), ("c", 2000), ("d", 2000), ("e", 2000)]:
+    names = "abcde"
+    for name, size in zip(names, sizes, strict=True):
         (model / name).write_bytes(name.encode() * size)
-    store = KeyedStore(tmp_path)
+    store = KeyedStore(tmp_path, together=workers)
     threaded: dict[str, bool] = {}
     new_hasher = streaming._new_hasher
 
@@ -371,11 +389,13 @@ def test_blake3_spreads_over_the_cores_only_what_no_other_unit_can_balance(
 
     monkeypatch.setattr(streaming, "_new_hasher", spy)
     monkeypatch.setattr(streaming, "_cpus", lambda: 2)
-    opts = HashOptions(hash_type="blake3", chunk_size=1024, workers=4)
+    opts = HashOptions(hash_type="blake3", chunk_size=1024, workers=workers)
     serialization = opts.serialization()
     files = list_model(store, "m", "", serialization.ignore_paths)  # as sign passes them
     manifest = hash_model(store, "m", "", serialization, options=opts, files=files)
     assert {k for k, t in threaded.items() if t} == expected and len(threaded) == 5
+    assert store.largest == {n: 4096 if n in expected else 1024 for n in names}
+    assert max(store.largest.values()) * workers <= opts.max_buffered(store)
     config = hashing.Config().use_file_serialization(hashing_algorithm="blake3")
     assert {r.name: r.digest for r in manifest.resources} == upstream(model, config)
 
@@ -385,15 +405,11 @@ def test_a_streamed_listing_decides_the_threads_when_it_ends() -> None:
 
     units = [("a", "a", 0, 10), ("b", "b", 0, 10), ("c", "c", 0, 30)]
     plan = _Plan(iter(units), 2)
-    numbered = iter(plan)
-    assert next(numbered) == (0, units[0])
-    assert not plan.threads(0)  # more may come: one core
-    assert [i for i, _ in numbered] == [1, 2]
-    assert [plan.threads(i) for i in range(3)] == [False, False, True]
-    listed = _Plan(units, 2)  # a listing at hand: decided at once
-    assert [listed.threads(i) for i in range(3)] == [False, False, True]
-    assert [_Plan([("a", "a", 0, 41), *units[1:]], 2).threads(i) for i in range(3)] == [
-        True,
-        False,
-        True,
-    ]
+    listed = iter(plan)
+    assert next(listed) == units[0]
+    assert plan.threads(10) is None  # more may come: one core
+    assert list(listed) == units[1:]
+    assert [plan.threads(n) for n in (10, 25, 26)] == [False, False, True]  # of 50 bytes
+    plan.hashed(20)  # a and b are done: c is more than a core's share of what is left
+    assert plan.threads(30) is True and plan.threads(15) is False
+    assert _Plan(units, 2).threads(26) is True  # a listing at hand: decided at once

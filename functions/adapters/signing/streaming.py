@@ -6,8 +6,9 @@ ranged GET streamed a piece at a time, or a local file read into a reused buffer
 hashed piece by piece by the worker that reads it: hashlib and blake3 release the GIL, and
 the socket's buffer keeps the link busy while a piece is hashed. `workers` units are in
 flight at once, as they are listed (a small file is one short GET); memory is therefore
-bounded by `workers * chunk_size` whatever the model size. A blake3 unit is hashed on one
-core, unless it is too big for the others to balance (`_Plan`: one big file, the last one).
+bounded by `workers * chunk_size` whatever the model size (4x that for blake3). A blake3
+unit is hashed on one core, unless it is too big for the others to balance (`_Plan`: one
+big file; the last big one), then by blake3's threads in pieces of 4 chunks.
 
 >>> manifest = hash_model(store, "models", "bert/1/", HashOptions().serialization())  # doctest: +SKIP
 """
@@ -42,6 +43,7 @@ __all__ = ["HashOptions", "Progress", "hash_model", "list_model", "model_name", 
 
 MiB = 1 << 20
 _RESUMES = 5  # how many times one unit's broken stream is resumed
+_WIDE = 4  # a unit hashed by blake3's threads reads pieces of this many chunks
 
 
 class Progress(Protocol):
@@ -110,9 +112,11 @@ class HashOptions:
         )
 
     def max_buffered(self, store: ObjectReader) -> int:
-        """Upper bound of the bytes one `hash_model` call holds in memory for `store`."""
+        """Upper bound of the bytes one `hash_model` call holds in memory for `store` (a
+        blake3 unit hashed by blake3's threads reads `_WIDE` chunks at a time)."""
         t = self.tuned(store)
-        return (t.workers or 1) * (t.chunk_size or 1)
+        wide = _WIDE if self.hash_type == "blake3" else 1
+        return (t.workers or 1) * (t.chunk_size or 1) * wide
 
 
 @functools.cache
@@ -134,38 +138,44 @@ _Unit = tuple[str, str, int, int]  # resource name, key, start, end
 
 
 class _Plan:
-    """The units, numbered, and which of them get blake3's own threads: those larger than
-    a core's share of the bytes from them on (a model's last unit, one big file), spread
-    over every core as upstream does. The others are hashed one core each, side by side,
-    which costs the least per byte (blake3 handing each piece to its pool and waiting for
-    it costs ~15 % more CPU on 2 cores), and keep the other cores busy while a big one is
-    hashed. Decided once the listing is known whole (a list: at once; a streamed listing:
-    when it ends); until then a unit is one core's."""
+    """The units, and which of them get blake3's own threads: a unit larger than
+    a core's share of the bytes not hashed yet when it starts (one big file; the last big
+    one, once the others are done), which nothing else could keep the other cores busy
+    beside. The others are hashed one core each, side by side, which costs the least per
+    byte: blake3 hands each piece to its pool and waits for it, and with idle cores its
+    threads sleep and wake for every piece (with the cores to itself, a threaded unit cost
+    2-3x the CPU per byte of a one-core one; five 512 MiB files all in flight gave the last one
+    threads under the rule this replaced, "larger than a core's share of the bytes from it
+    on", which counted the units still in flight as done). Decided once the listing is
+    known whole (a list: at once; a streamed listing: when it ends); until then a unit is
+    one core's."""
 
     def __init__(self, units: Iterable[_Unit], cpus: int) -> None:
         self._units, self._cpus = units, cpus
-        self._sizes: list[int] = []
-        self._threaded: list[bool] | None = None
+        self._total: int | None = None
+        self._hashed = 0
+        self._lock = threading.Lock()
         if isinstance(units, Sequence):
-            self._decide([end - start for _, _, start, end in units])
+            self._total = sum(end - start for _, _, start, end in units)
 
-    def __iter__(self) -> Iterator[tuple[int, _Unit]]:
+    def __iter__(self) -> Iterator[_Unit]:
+        total = 0
         for unit in self._units:
-            self._sizes.append(unit[3] - unit[2])
-            yield len(self._sizes) - 1, unit
-        if self._threaded is None:
-            self._decide(self._sizes)
+            total += unit[3] - unit[2]
+            yield unit
+        if self._total is None:
+            self._total = total
 
-    def _decide(self, sizes: Sequence[int]) -> None:
-        left, threaded = 0, []
-        for size in reversed(sizes):
-            left += size
-            threaded.append(size * self._cpus > left)
-        self._threaded = threaded[::-1]
+    def hashed(self, n: int) -> None:
+        """`n` more bytes were hashed (by any unit)."""
+        with self._lock:
+            self._hashed += n
 
-    def threads(self, index: int) -> bool:
-        threaded = self._threaded
-        return threaded is not None and threaded[index]
+    def threads(self, size: int) -> bool | None:
+        """Whether a unit of `size` bytes starting now gets blake3's threads; None while
+        the listing goes on."""
+        total = self._total
+        return None if total is None else size * self._cpus > total - self._hashed
 
 
 def _prefix(prefix: str) -> str:
@@ -250,27 +260,33 @@ def hash_model(
     if progress is not None:  # told the total first
         progress.start(sum(end - start for _, _, start, end in units))
     plan = _Plan(units, _cpus())
+    spread = serialization.hash_type == "blake3"  # only blake3 can spread over the cores
 
     failed = threading.Event()
 
-    def hash_unit(numbered: tuple[int, _Unit]) -> Resource:
-        index, (name, key, start, end) = numbered
+    def hash_unit(unit: _Unit) -> Resource:
+        name, key, start, end = unit
+        threads = plan.threads(end - start) if spread else False
+        # a threaded unit reads wider pieces: blake3's pool is woken, and waited for, once a
+        # piece (4 MiB: 1.5x the bytes per CPU-second of 1 MiB with the cores to itself)
+        piece = chunk * _WIDE if threads else chunk
         hasher: _Hasher | None = None  # made with the first piece: by then the end of a
         done = resumed = 0  # short streamed listing is known (a one-file model gets threads)
         try:
             while True:
                 before = done
-                pieces = store.read_chunks(bucket, key, start + done, end - start - done, chunk)
+                pieces = store.read_chunks(bucket, key, start + done, end - start - done, piece)
                 try:
                     for data in pieces:
                         if failed.is_set():  # another unit failed: the result is lost anyway
                             break
                         if hasher is None:
-                            hasher = _new_hasher(
-                                serialization.hash_type, threads=plan.threads(index)
-                            )
+                            if threads is None:
+                                threads = bool(plan.threads(end - start))
+                            hasher = _new_hasher(serialization.hash_type, threads=threads)
                         hasher.update(data)
                         done += len(data)
+                        plan.hashed(len(data))
                         if progress is not None:
                             progress.advance(len(data))
                     break
@@ -303,7 +319,7 @@ def hash_model(
     pending = iter(plan)
     resources: tuple[Resource, ...] = ()
     first = next(pending, None)
-    if first is not None and first[1][3] - first[1][2] <= chunk:
+    if first is not None and first[3] - first[2] <= chunk:
         resources, first = (hash_unit(first),), next(pending, None)
     if first is None:
         return Manifest(model_name(bucket, prefix), serialization, resources)
