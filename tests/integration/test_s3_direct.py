@@ -132,3 +132,35 @@ def test_a_direct_body_cut_short_is_transient(bucket: tuple[Any, str]) -> None:
             list(store.read_chunks(name, "m/plain.bin", 0, 100, 64))
     finally:
         client.meta.events.unregister("before-send.s3.GetObject", cut)
+
+
+def test_a_bucket_that_refuses_direct_requests_is_left_to_botocore(
+    bucket: tuple[Any, str],
+) -> None:
+    """A direct GET refused (403) where botocore's then succeeds: the bucket's reads go
+    through botocore alone from then on (one request more, once)."""
+    import urllib3
+    from botocore.awsrequest import AWSResponse
+
+    client, name = bucket
+    store = S3ObjectStore(client)
+    assert store.read_range(name, "m/plain.bin", 0, 4) == KEYS["m/plain.bin"][:4]
+    direct: list[bool] = []
+
+    def refuse_direct(request: Any, **_: Any) -> Any:
+        direct.append("amz-sdk-invocation-id" not in request.headers)  # botocore's header
+        if not direct[-1]:
+            return None
+        body = b"<Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
+        raw = urllib3.HTTPResponse(body=body, status=403, preload_content=False)
+        return AWSResponse(request.url, 403, {"content-length": str(len(body))}, raw)
+
+    client.meta.events.register("before-send.s3.GetObject", refuse_direct)
+    try:
+        for start in range(3):
+            data = store.read_range(name, "m/plain.bin", start, 4)
+            assert data == KEYS["m/plain.bin"][start : start + 4]
+    finally:
+        client.meta.events.unregister("before-send.s3.GetObject", refuse_direct)
+    assert direct == [True, False, False, False]
+    assert len(list(store.list(name, "m/"))) == len(KEYS)  # (through botocore too)

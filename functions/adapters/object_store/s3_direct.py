@@ -13,7 +13,10 @@ botocore sent for that bucket with success, on the same thread (its `before-send
 Until then, and for any answer but a success (an error status, a redirect, a failed
 connection, a body that is not a listing), `get` and `list_page` answer None and the
 caller sends the same request through botocore: its retries, redirects and error parsing
-apply exactly as before, and its success teaches the bucket again.
+apply exactly as before, and its success teaches the bucket again. A bucket whose direct
+request was refused (a redirect, 400, 403) where botocore's then succeeded is botocore's
+from then on: a store that takes botocore's requests and not these costs one request more,
+once.
 
 Everything else is the client's: its credentials (as it refreshes them), its HTTP session
 (proxies, TLS verification, client certificate, timeouts, pool) and its `before-send`
@@ -41,6 +44,7 @@ _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _SCOPE = re.compile(r"AWS4-HMAC-SHA256 Credential=[^/]+/\d{8}/([^/]+)/(s3)/aws4_request\b")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _BUCKETS = 256  # buckets remembered (they come from events: bounded)
+_REFUSED = frozenset({301, 307, 400, 403})  # this request is wrong here, not the moment
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,9 @@ class DirectReads:
         self._credentials: Any = getter() if callable(getter) else None
         self._session: Any = getattr(getattr(client, "_endpoint", None), "http_session", None)
         self._events = client.meta.events
-        self._buckets: dict[str, _Bucket] = {}
-        self._sent = threading.local()  # the last request botocore sent on this thread
+        self._buckets: dict[str, _Bucket | None] = {}  # None: botocore's alone
+        # on this thread: the last request botocore sent, the bucket of a refused direct one
+        self._sent = threading.local()
         self._key: tuple[tuple[str, str, str, str], bytes] | None = None  # signing key
         self.enabled = self._credentials is not None and self._session is not None
         if self.enabled:
@@ -96,7 +101,11 @@ class DirectReads:
     def learn(self, bucket: str, key: str | None = None) -> None:
         """botocore just read `key` of `bucket` (None: listed it) on this thread."""
         request, self._sent.request = getattr(self._sent, "request", None), None
+        refused, self._sent.refused = getattr(self._sent, "refused", None), None
         if request is None or not self.enabled:
+            return
+        if refused == bucket or (bucket in self._buckets and self._buckets[bucket] is None):
+            self._buckets[bucket] = None  # refused directly, taken from botocore
             return
         auth = request.headers.get("Authorization") or b""
         scope = _SCOPE.match(auth.decode() if isinstance(auth, bytes) else str(auth))
@@ -111,7 +120,7 @@ class DirectReads:
             self._buckets.pop(bucket, None)
             return
         if len(self._buckets) >= _BUCKETS and bucket not in self._buckets:
-            self._buckets.clear()
+            self._buckets.clear()  # (buckets botocore alone reads included: tried again)
         root = f"{parts.scheme}://{parts.netloc}"
         region, service = scope.groups()
         self._buckets[bucket] = _Bucket(root, parts.path.rstrip("/"), _host(url), region, service)
@@ -125,6 +134,7 @@ class DirectReads:
         at = self._buckets.get(bucket)
         if at is None:
             return None
+        self._sent.refused = None
         path = f"{at.path}/{quote(key, safe='/~')}"
         headers = self._signed(at, path, "", {"range": f"bytes={start}-{start + length - 1}"})
         response = self._send(f"{at.root}{path}", headers, "GetObject")
@@ -137,6 +147,7 @@ class DirectReads:
         _discard(response)
         if response.status_code == 416:  # the range starts at or past the end: nothing
             return StreamingBody(io.BytesIO(), 0)
+        self._refused(bucket, response.status_code)
         return None
 
     def list_page(self, bucket: str, prefix: str, token: str | None) -> dict[str, Any] | None:
@@ -145,6 +156,7 @@ class DirectReads:
         at = self._buckets.get(bucket)
         if at is None:
             return None
+        self._sent.refused = None
         params = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
         if token:
             params["continuation-token"] = token
@@ -157,11 +169,16 @@ class DirectReads:
             return None
         if response.status_code != 200:
             _discard(response)
+            self._refused(bucket, response.status_code)
             return None
         try:
             return _listing(response.content)
         except Exception:  # not a listing (a proxy's page, a truncated body): botocore's turn
             return None
+
+    def _refused(self, bucket: str, status: int) -> None:
+        if status in _REFUSED:
+            self._sent.refused = bucket
 
     def _send(self, url: str, headers: dict[str, str], operation: str) -> Any:
         from botocore.awsrequest import AWSPreparedRequest
