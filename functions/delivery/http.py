@@ -142,17 +142,18 @@ def read_body(request: flask.Request, limit: int) -> bytes:
     length = request.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge(f"body of {length} bytes is over the limit of {limit}")
-    # to the length announced (no read to find the end: the stream ends there), else to EOF
-    # or one byte past the limit
-    want = limit + 1 if length is None else length
-    stream, chunks, size = request.stream, [], 0
-    while size < want:  # a stream read may return less than asked: loop
-        chunk = stream.read(min(1 << 16, want - size))
+    if length is not None:
+        # the stream ends at the length announced: read it as functions-framework does
+        # after every response (it reads the body then, cached, rather than twice)
+        return request.get_data()
+    chunks, size = [], 0
+    while size <= limit:  # a stream read may return less than asked: loop to EOF or limit
+        chunk = request.stream.read(min(1 << 16, limit + 1 - size))
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return b"".join(chunks)
 
 
 def headers_of(environ: Mapping[str, Any]) -> dict[str, str]:
