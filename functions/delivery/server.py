@@ -20,6 +20,7 @@ within them keeps its connection, one that does not is answered with `Connection
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -366,4 +367,8 @@ def run(
         proxy_headers=False,  # no X-Forwarded-* is read: a middleware less on every request
         ssl_context_factory=(lambda *_: context) if context is not None else None,
     )
+    # what start-up built (modules, settings, adapters) lives as long as the process: out of
+    # the collector's sight, a full collection no longer walks it (64,000 objects: 22 ms of
+    # CPU, 30-140 ms on the loaded machine, every delivery in flight stopped meanwhile)
+    gc.freeze()
     uvicorn.Server(config).run(sockets=[sock])
