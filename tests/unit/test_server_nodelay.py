@@ -4,6 +4,7 @@ accepted connection: without it each second request on a kept-alive connection w
 
 from __future__ import annotations
 
+import gc
 import socket
 from typing import Any
 
@@ -36,3 +37,4 @@ def test_the_listening_socket_is_tcp_so_connections_get_nodelay(
         accepted.close()
     finally:
         sock.close()
+        gc.unfreeze()  # server.run froze this test process's objects
