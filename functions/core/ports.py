@@ -275,8 +275,11 @@ class Cluster(Protocol):
     Unavailable (the API server did not answer) as the API server answers.
     """
 
-    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Model, or None when it does not exist."""
+    def get_model(
+        self, namespace: str, name: str, *, cached: bool = False
+    ) -> dict[str, Any] | None:
+        """The Model, or None when it does not exist; `cached`: as the API server's watch
+        cache has it, maybe a moment old (for a write conditional on its resourceVersion)."""
         ...
 
     def list_models(self, namespace: str) -> list[dict[str, Any]]:

@@ -24,7 +24,9 @@ the Model of the event's namespace being deleted whose spec.source is that locat
 
 Every delivery records one Event on the Model, named after the CloudEvent's identity, and
 computes the status from the Model's current one plus this event: a redelivery records and
-changes nothing, and the result does not depend on the order of the events.
+changes nothing, and the result does not depend on the order of the events. The Model a
+status is computed from is read from the API server's watch cache (no read of etcd): the
+apply is conditional on its resourceVersion, so one a moment old is refused and read again.
 """
 
 from __future__ import annotations
@@ -130,13 +132,17 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
 def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None:
     data = event.data
     named = model_of_subject(event.subject)
+    if isinstance(data, ModelRegistered | ModelSigned):
+        if named:
+            return _status_base(cluster, *named)
+        if is_resource_name(data.model):
+            found = _status_base(cluster, data.namespace, data.model, version=data.version)
+            return found if found and found["spec"].get("version") == data.version else None
+        return None
     if named:
         return cluster.get_model(*named)
     if isinstance(data, ModelCreated | ModelUpdated):
         return cluster.get_model(data.namespace, data.name)
-    if isinstance(data, ModelRegistered | ModelSigned) and is_resource_name(data.model):
-        found = cluster.get_model(data.namespace, data.model)
-        return found if found and found["spec"].get("version") == data.version else None
     if isinstance(data, ArtifactPurged):
         if data.model and is_resource_name(data.model):  # cleanup names the deleted Model
             found = cluster.get_model(data.namespace, data.model)
@@ -146,6 +152,22 @@ def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None
             if _deleting(found) and _source_uri(found["spec"].get("source")) == data.uri:
                 return found
     return None
+
+
+def _status_base(
+    cluster: Cluster, namespace: str, name: str, *, version: str = ""
+) -> dict[str, Any] | None:
+    """The Model a status is computed from: the watch cache's (no read of etcd), as the
+    apply is conditional on its resourceVersion (a stale one is a Conflict, read again); read
+    fresh when the cache's would decide to write nothing (none, paused, another version)."""
+    found = cluster.get_model(namespace, name, cached=True)
+    if (
+        found is None
+        or found["spec"].get("paused")
+        or (version and found["spec"].get("version") != version)
+    ):
+        return cluster.get_model(namespace, name)
+    return found
 
 
 def _apply(cluster: Cluster, model: dict[str, Any], desired: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ the port under test and whose other members act as the cluster's admin (kubectl)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -65,6 +66,21 @@ class ClusterContract:
         assert found["metadata"]["generation"] == 1 and found["metadata"]["uid"]
         assert place.cluster.get_model(ns, "other") is None
         assert [m["metadata"]["name"] for m in place.cluster.list_models(ns)] == ["bert"]
+
+    def test_a_cached_read_is_the_model_as_it_was_at_some_resource_version(
+        self, place: Place
+    ) -> None:
+        """From the watch cache: the Model once the cache shows it (until then none, or an
+        older one), none for a Model that does not exist."""
+        ns = place.namespace()
+        created = place.create(ns, model("bert"))
+        deadline = time.monotonic() + 10
+        while (found := place.cluster.get_model(ns, "bert", cached=True)) is None:
+            assert time.monotonic() < deadline, "the cache never showed the Model"
+            time.sleep(0.05)
+        assert found["metadata"]["uid"] == created["metadata"]["uid"]
+        assert found["spec"] == created["spec"]
+        assert place.cluster.get_model(ns, "other", cached=True) is None
 
     def test_status_apply_is_conditional_and_a_repeat_changes_nothing(self, place: Place) -> None:
         ns = place.namespace()

@@ -27,6 +27,7 @@ class InMemoryCluster:
         # (namespace, kind, name) → (its annotations, its pods' annotations)
         self.workloads: dict[tuple[str, str, str], tuple[dict[str, str], dict[str, str]]] = {}
         self._owned: dict[tuple[str, str], set[str]] = {}  # status keys / condition types
+        self.cache_behind: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._versions = itertools.count(1)
 
     # --- the admin's side ---------------------------------------------------------------
@@ -68,8 +69,13 @@ class InMemoryCluster:
 
     # --- the port -----------------------------------------------------------------------
 
-    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found = self.models.get((namespace, name))
+    def get_model(
+        self, namespace: str, name: str, *, cached: bool = False
+    ) -> dict[str, Any] | None:
+        """`cached`: what `cache_behind` holds for it, if anything (a watch cache that has not
+        caught up yet: None for a Model not in it), else the Model as it is."""
+        key = (namespace, name)
+        found = self.cache_behind.get(key, self.models.get(key)) if cached else self.models.get(key)
         return copy.deepcopy(found) if found else None
 
     def list_models(self, namespace: str) -> list[dict[str, Any]]:

@@ -319,11 +319,14 @@ def test_rollout_rights_are_opt_in_per_namespace() -> None:
 class CountingCluster(InMemoryCluster):
     def __init__(self) -> None:
         super().__init__()
-        self.reads = 0
+        self.reads = self.cached = 0
 
-    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_model(
+        self, namespace: str, name: str, *, cached: bool = False
+    ) -> dict[str, Any] | None:
         self.reads += 1
-        return super().get_model(namespace, name)
+        self.cached += cached
+        return super().get_model(namespace, name, cached=cached)
 
 
 def test_a_retained_model_event_reads_nothing_and_a_later_policy_holds(tmp_path: Path) -> None:
@@ -342,3 +345,39 @@ def test_a_retained_model_event_reads_nothing_and_a_later_policy_holds(tmp_path:
     notify.handle(_event(created, "c1"))
     held = cluster.get_model(NS, "bert")
     assert held is not None and held["metadata"]["finalizers"] == [FINALIZER]
+
+
+def test_a_status_computed_from_a_stale_cache_is_computed_again(world: World) -> None:
+    """The status is computed from the watch cache's Model; one older than the Model (signed
+    meanwhile) is refused by the apply (its resourceVersion), read again, and the result is
+    what a fresh read gives: signed and registered, both kept."""
+    world.model(signing={"enabled": True, "method": "keyless"})
+    world.cluster.cache_behind[(NS, "bert")] = world.get()  # before the signature
+    world.notify.handle(_event(_signed(), "e1"))
+    world.notify.handle(_event(_registered(), "e2"))  # its cached read lacks Signed
+    conditions = world.conditions()
+    assert {t: c["status"] for t, c in conditions.items()} == {
+        "Ready": "True",
+        "Registered": "True",
+        "Signed": "True",
+    }
+
+
+def test_a_model_the_cache_does_not_show_yet_is_read_fresh(tmp_path: Path) -> None:
+    """None, paused or another version in the cache would write nothing: read fresh."""
+    for behind in (None, {"paused": True}, {"version": "0"}):
+        world = World(tmp_path)
+        created = world.model()
+        stale = None if behind is None else {**created, "spec": {**created["spec"], **behind}}
+        world.cluster.cache_behind[(NS, "bert")] = stale
+        world.notify.handle(_event(_registered()))
+        assert world.conditions()["Ready"]["status"] == "True", behind
+
+
+def test_a_status_is_computed_from_the_watch_caches_model(tmp_path: Path) -> None:
+    """No read of etcd for it: the apply's resourceVersion precondition catches a stale one."""
+    cluster = CountingCluster()
+    notify = build(load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}), cluster=cluster)
+    cluster.create(NS, model("bert"))
+    notify.function("notify").handle(_event(_registered()))
+    assert (cluster.reads, cluster.cached) == (1, 1)

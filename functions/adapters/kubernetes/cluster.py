@@ -111,9 +111,17 @@ class KubernetesCluster:
             ),
         )
 
-    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_model(
+        self, namespace: str, name: str, *, cached: bool = False
+    ) -> dict[str, Any] | None:
+        """`cached`: from the API server's watch cache (resourceVersion=0: no read of etcd)."""
         try:
-            return self._request(f"Model {namespace}/{name}", "GET", _model_path(namespace, name))
+            return self._request(
+                f"Model {namespace}/{name}",
+                "GET",
+                _model_path(namespace, name),
+                query={"resourceVersion": "0"} if cached else None,
+            )
         except NotFound:
             return None
 
