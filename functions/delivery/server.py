@@ -207,6 +207,7 @@ def _bounded_protocol(timeout: float) -> type[Any]:
     - an answer the client does not read for `timeout` seconds aborts the connection (it
       waited for the client for good, holding a connection slot; a close waited too).
     """
+    import httptools
     from uvicorn.protocols.http.flow_control import FlowControl
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -247,7 +248,7 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             before it to be answered (at most one is parsed ahead)."""
             while self._held and not self.pipeline and not self.transport.is_closing():
                 piece, self._held = self._held[:_SLICE], self._held[_SLICE:]
-                super().data_received(piece)  # type: ignore[arg-type]  # httptools takes views
+                self._feed(piece)
                 if self._head is not None:
                     self._head += len(piece)
                     if self._head > _HEAD:
@@ -257,6 +258,17 @@ def _bounded_protocol(timeout: float) -> type[Any]:
                 self._arm("headers", self._headers_late)
             if len(self._held) > _PIPELINED:
                 self.flow.pause_reading()
+
+        def _feed(self, piece: memoryview) -> None:
+            """uvicorn's data_received, a refused request answered with the parser's reason
+            (uvicorn's said "Invalid HTTP request received.", in plain text)."""
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserUpgrade:
+                pass  # answered as a plain request: serve upgrades to nothing (ws="none")
+            except httptools.HttpParserError as exc:
+                self._refuse(400, "bad_request", f"not a valid HTTP/1.1 request: {exc}")
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -364,6 +376,7 @@ def run(
         limit_concurrency=limits.max_connections,
         log_level="warning",
         access_log=False,
+        ws="none",  # an Upgrade header is not acted on
         proxy_headers=False,  # no X-Forwarded-* is read: a middleware less on every request
         ssl_context_factory=(lambda *_: context) if context is not None else None,
     )

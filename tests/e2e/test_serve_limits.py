@@ -154,6 +154,29 @@ def test_headers_over_the_limit_are_answered_431_with_the_reason(served: Served)
     assert requests.get(f"{served.url}/healthz", timeout=5).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("request_", "reason"),
+    [
+        (b"HELLO THERE\r\n\r\n", "Invalid method encountered"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon\r\n\r\n", "Invalid header token"),
+    ],
+    ids=["method", "header"],
+)
+def test_a_request_that_is_not_http_is_answered_400_with_the_reason(
+    served: Served, request_: bytes, reason: str
+) -> None:
+    port = int(served.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request_)
+        answer = _read_to_close(sock)
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+    assert b"connection: close" in answer.lower()
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {
+        "error": "bad_request",
+        "message": f"not a valid HTTP/1.1 request: {reason}",
+    }
+
+
 def _read_answer(answers: Any) -> tuple[int, bytes]:
     """One answer's status and body from a buffered reader of a connection."""
     status = int(answers.readline().split()[1])
