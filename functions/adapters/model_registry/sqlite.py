@@ -10,7 +10,6 @@ properties are a JSON object per row: a `Typed` value keeps its JSON type there.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import threading
@@ -57,7 +56,6 @@ class SqliteModelRegistry:
         self._lock = threading.RLock()
         self._depth = 0
         self._db, self._checkpoints = connect(self.path)  # checkpoints off the request path
-        self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
 
@@ -93,7 +91,7 @@ class SqliteModelRegistry:
             if self._depth == 0:
                 self._cursor("COMMIT", ())
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._cursor(sql, params).fetchall()
 
@@ -103,7 +101,7 @@ class SqliteModelRegistry:
 
     # registered models
     def get_model(self, name: str) -> RegisteredModel | None:
-        rows = self._rows("SELECT * FROM registered_models WHERE name=?", (name,))
+        rows = self._rows(f"SELECT {_MODEL} FROM registered_models WHERE name=?", (name,))
         return _model(rows[0]) if rows else None
 
     def create_model(self, name: str, *, properties: Mapping[str, str]) -> RegisteredModel:
@@ -124,19 +122,22 @@ class SqliteModelRegistry:
         return model
 
     def list_models(self) -> list[RegisteredModel]:
-        return [_model(r) for r in self._rows("SELECT * FROM registered_models ORDER BY name")]
+        return [
+            _model(r) for r in self._rows(f"SELECT {_MODEL} FROM registered_models ORDER BY name")
+        ]
 
     # versions
     def get_version(self, model_id: str, name: str) -> ModelVersion | None:
         rows = self._rows(
-            "SELECT * FROM model_versions WHERE model_id=? AND name=?", (int(model_id), name)
+            f"SELECT {_VERSION} FROM model_versions WHERE model_id=? AND name=?",
+            (int(model_id), name),
         )
         return _version(rows[0]) if rows else None
 
     def get_version_by_id(self, version_id: str) -> ModelVersion | None:
         if not version_id.isdigit():
             return None
-        rows = self._rows("SELECT * FROM model_versions WHERE id=?", (int(version_id),))
+        rows = self._rows(f"SELECT {_VERSION} FROM model_versions WHERE id=?", (int(version_id),))
         return _version(rows[0]) if rows else None
 
     def create_version(
@@ -160,21 +161,24 @@ class SqliteModelRegistry:
 
     def list_versions(self, model_id: str) -> list[ModelVersion]:
         rows = self._rows(
-            "SELECT * FROM model_versions WHERE model_id=? ORDER BY id", (int(model_id),)
+            f"SELECT {_VERSION} FROM model_versions WHERE model_id=? ORDER BY id", (int(model_id),)
         )
         return [_version(r) for r in rows]
 
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
         rows = self._rows(
-            "SELECT * FROM model_artifacts WHERE version_id=? ORDER BY id", (int(version_id),)
+            f"SELECT {_ARTIFACT} FROM model_artifacts WHERE version_id=? ORDER BY id",
+            (int(version_id),),
         )
         return [_artifact(r) for r in rows]
 
     def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
         if not artifact_id.isdigit():
             return None
-        rows = self._rows("SELECT * FROM model_artifacts WHERE id=?", (int(artifact_id),))
+        rows = self._rows(
+            f"SELECT {_ARTIFACT} FROM model_artifacts WHERE id=?", (int(artifact_id),)
+        )
         return _artifact(rows[0]) if rows else None
 
     def upsert_artifact(self, artifact: ModelArtifact) -> ModelArtifact:
@@ -201,7 +205,15 @@ class SqliteModelRegistry:
                 props,
             ),
         )
-        return dataclasses.replace(artifact, id=id)
+        return ModelArtifact(  # dataclasses.replace, without its generic walk over fields
+            id=id,
+            version_id=artifact.version_id,
+            name=artifact.name,
+            uri=artifact.uri,
+            digest=artifact.digest,
+            state=artifact.state,
+            custom_properties=artifact.custom_properties,
+        )
 
     def _update(self, table: str, id: str, **cols: Any) -> None:
         sets = ", ".join(f"{c}=?" for c in cols)
@@ -215,39 +227,50 @@ def _json(properties: Mapping[str, str]) -> str:
     return json.dumps(json_values(properties))
 
 
-def _props(row: sqlite3.Row) -> dict[str, str]:
-    stored = json.loads(row["properties"])
+# Columns by position (a tuple row: sqlite3.Row's lookups by name cost more than the rest)
+_MODEL = "id, name, state, description, properties"
+_VERSION = "id, model_id, name, state, description, properties"
+_ARTIFACT = "id, version_id, name, uri, digest, state, properties"
+_MODEL_STATES = {state.value: state for state in ModelState}
+_ARTIFACT_STATES = {state.value: state for state in ArtifactState}
+
+
+def _props(text: str) -> dict[str, str]:
+    stored = json.loads(text)
     return {k: v if isinstance(v, str) else Typed(v) for k, v in stored.items()}
 
 
-def _model(row: sqlite3.Row) -> RegisteredModel:
+def _model(row: tuple[Any, ...]) -> RegisteredModel:
+    id, name, state, description, properties = row
     return RegisteredModel(
-        id=str(row["id"]),
-        name=row["name"],
-        state=ModelState(row["state"]),
-        description=row["description"],
-        custom_properties=_props(row),
+        id=str(id),
+        name=name,
+        state=_MODEL_STATES.get(state) or ModelState(state),
+        description=description,
+        custom_properties=_props(properties),
     )
 
 
-def _version(row: sqlite3.Row) -> ModelVersion:
+def _version(row: tuple[Any, ...]) -> ModelVersion:
+    id, model_id, name, state, description, properties = row
     return ModelVersion(
-        id=str(row["id"]),
-        model_id=str(row["model_id"]),
-        name=row["name"],
-        state=ModelState(row["state"]),
-        description=row["description"],
-        custom_properties=_props(row),
+        id=str(id),
+        model_id=str(model_id),
+        name=name,
+        state=_MODEL_STATES.get(state) or ModelState(state),
+        description=description,
+        custom_properties=_props(properties),
     )
 
 
-def _artifact(row: sqlite3.Row) -> ModelArtifact:
+def _artifact(row: tuple[Any, ...]) -> ModelArtifact:
+    id, version_id, name, uri, digest, state, properties = row
     return ModelArtifact(
-        id=str(row["id"]),
-        version_id=str(row["version_id"]),
-        name=row["name"],
-        uri=row["uri"],
-        digest=row["digest"],
-        state=ArtifactState(row["state"]),
-        custom_properties=_props(row),
+        id=str(id),
+        version_id=str(version_id),
+        name=name,
+        uri=uri,
+        digest=digest,
+        state=_ARTIFACT_STATES.get(state) or ArtifactState(state),
+        custom_properties=_props(properties),
     )
