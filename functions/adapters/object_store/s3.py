@@ -135,7 +135,7 @@ class S3ObjectStore:
         return self._client
 
     @property
-    def direct(self) -> DirectReads | None:
+    def _directly(self) -> DirectReads | None:
         """The client's direct reads (made with it), None when off."""
         if self._direct is None and self._direct_reads:
             with self._direct_made:  # one per store: it registers hooks on the client
@@ -146,7 +146,7 @@ class S3ObjectStore:
     def _get(self, bucket: str, key: str, start: int, length: int) -> Any:
         """The body of a ranged GetObject: direct when it can be, else botocore's (which
         raises what it raises)."""
-        direct = self.direct
+        direct = self._directly
         body = direct.get(bucket, key, start, length) if direct is not None else None
         if body is not None:
             return body
@@ -160,7 +160,7 @@ class S3ObjectStore:
         return body
 
     def _list_page(self, bucket: str, prefix: str, token: str | None) -> dict[str, Any]:
-        direct = self.direct
+        direct = self._directly
         page = direct.list_page(bucket, prefix, token) if direct is not None else None
         if page is not None:
             return page
