@@ -249,7 +249,7 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             while self._held and not self.pipeline and not self.transport.is_closing():
                 piece, self._held = self._held[:_SLICE], self._held[_SLICE:]
                 self._feed(piece)
-                if self._head is not None:
+                if self._head is not None and not self.transport.is_closing():
                     self._head += len(piece)
                     if self._head > _HEAD:
                         message = f"the request headers are over the limit of {_HEAD} bytes"
