@@ -180,6 +180,35 @@ def test_a_local_read_lands_in_a_page_aligned_buffer(tmp_path: Path) -> None:
     assert isinstance(small.obj, bytearray) and bytes(small) == b"w" * 1000
 
 
+def test_a_thread_reads_every_file_into_the_same_buffer(tmp_path: Path) -> None:
+    """Mapping, faulting in and unmapping a buffer for every file cost 2.6x the CPU of
+    hashing 300 files of 2 MiB: a thread keeps its buffer for its next read; a read within
+    another, or in another thread, has its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (tmp_path / "m").mkdir()
+    for name in "abc":
+        (tmp_path / "m" / name).write_bytes(name.encode() * 1_500_000)
+    store = LocalObjectStore(tmp_path)
+    first = [
+        bytes(p[:1]) + bytes(p[-1:]) for p in store.read_chunks("m", "a", 0, 1_500_000, 1 << 20)
+    ]
+    (piece,) = store.read_chunks("m", "b", 0, 1 << 20, 1 << 20)
+    mapping = piece.obj  # kept alive: a new mapping could not take its place
+    assert first == [b"aa", b"aa"] and bytes(piece[-1:]) == b"b"
+    (again,) = store.read_chunks("m", "c", 0, 1 << 20, 1 << 20)
+    assert again.obj is mapping and bytes(again[:1]) == b"c"  # the same buffer, refilled
+
+    outer = store.read_chunks("m", "a", 0, 1 << 20, 1 << 20)
+    (a,) = [next(outer)]
+    (b,) = store.read_chunks("m", "b", 0, 1 << 20, 1 << 20)
+    assert a.obj is not b.obj and bytes(a[-1:]) == b"a"  # nested: a buffer of its own
+    outer.close()
+    with ThreadPoolExecutor(1) as other:
+        theirs = other.submit(lambda: next(store.read_chunks("m", "c", 0, 1 << 20, 1 << 20)))
+        assert theirs.result().obj not in (a.obj, b.obj)
+
+
 class PagedStore(LocalObjectStore):
     """Lists its first object, then waits until some object is being read."""
 
