@@ -11,7 +11,8 @@ creates the watcher is killed (SIGKILL) and started again with its state file, u
 --no-restart.
 
 Printed: per Model, its create call → the watch event that shows Ready=True: p50 / p95 / p99 /
-max; Models Ready per second (first create → last Ready); Events by reason; the API requests
+max; Models Ready per second (first create → last Ready); how many deliveries watch-models
+sent again after a transient refusal (StaleWrite, 503), and why; Events by reason; the API requests
 the chain made per Model (apiserver_request_total, less the bench's own creates and watch);
 the CPU each process used per Model from the first create to the last Ready (kube-apiserver,
 etcd, serve, watch-models, the bench itself: on 2 cores, 80 Models/s leaves 25 ms for all of
