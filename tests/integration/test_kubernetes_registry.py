@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.kubernetes import (
     GROUP,
+    MODELS,
     MODEL_LABEL,
     REGISTRY_LABEL,
     VERSION,
@@ -317,6 +318,34 @@ def test_a_held_back_model_another_delivery_created_meanwhile_ends_in_stale_writ
             assert [a.digest for a in kube.list_artifacts(again.id)] == ["d"]
     finally:
         other.close()
+
+
+def test_a_version_left_by_a_crash_before_its_models_create_does_not_block_the_redelivery(
+    kube: KubernetesModelRegistry, kubeconfig: Path, cluster: tuple[Any, str]
+) -> None:
+    """A new model's version is created before the model: a crash between the two leaves
+    the version alone. The redelivery's version create is refused; it still creates the
+    model, so the one after finds both (and is not refused forever)."""
+    name = unique("m")
+    with kube.transaction():
+        model = kube.create_model(name, properties={"by": "crashed"})
+        kube.create_version(model.id, "1", properties={"by": "crashed"})
+    _custom(cluster).delete_namespaced_custom_object(  # the state a crash there leaves
+        GROUP, VERSION, cluster[1], MODELS, model.id
+    )
+    redelivered = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
+    try:
+        with pytest.raises(StaleWrite), redelivered.transaction():
+            assert redelivered.get_model(name) is None
+            again = redelivered.create_model(name, properties={"by": "redelivery"})
+            redelivered.create_version(again.id, "1", properties={"by": "redelivery"})
+        with redelivered.transaction():  # the next redelivery finds both
+            found = redelivered.get_model(name)
+            assert found is not None and found.custom_properties == {"by": "redelivery"}
+            kept = redelivered.get_version(found.id, "1")
+            assert kept is not None and kept.custom_properties == {"by": "crashed"}
+    finally:
+        redelivered.close()
 
 
 def test_artifacts_live_in_their_version_and_keep_versions_fields(

@@ -563,18 +563,27 @@ class KubernetesModelRegistry:
         versions first, so that whoever finds the model finds its versions too."""
         pending = sorted(self._seen.pending.items(), key=lambda item: item[0][0] != VERSIONS)
         self._seen.pending.clear()
+        lost: tuple[str, str, str, Conflict] | None = None
         for (plural, name), body in pending:
             namespace = _namespace(body)
             try:
                 obj = self._call("POST", f"CREATE {name}", plural, namespace=namespace, body=body)
                 self._wrote(plural, obj)
             except Conflict as exc:
-                raise StaleWrite(
-                    f"registry: {KINDS[plural]} {name!r} was created by another delivery while "
-                    "this one created it; a redelivery reads it",
-                    namespace=namespace,
-                ) from exc
+                # A version taken already is one a racing delivery created, or one a crash
+                # left before its model's create: the model is still created (the version
+                # exists), so the redelivery finds both rather than meeting it again.
+                if lost is None:
+                    lost = (KINDS[plural], name, namespace, exc)
+                continue
             self._remember(plural, obj, read=False)
+        if lost is not None:
+            kind, name, namespace, exc = lost
+            raise StaleWrite(
+                f"registry: {kind} {name!r} was created by another delivery while this one "
+                "created it; a redelivery reads it",
+                namespace=namespace,
+            ) from exc
 
     def _replace(self, plural: str, obj: Json) -> Json:
         name, namespace = obj["metadata"]["name"], _namespace(obj)
