@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.kubernetes import (
     GROUP,
-    MODELS,
     MODEL_LABEL,
+    MODELS,
     REGISTRY_LABEL,
     VERSION,
     KubernetesModelRegistry,
