@@ -434,15 +434,19 @@ def _model_verifier(settings: Settings, oci: OciClients, stores: Stores) -> Mode
 def _verifier_root(settings: Settings) -> Callable[[], str]:
     """The trusted root (JSON) of the private Sigstore instance keyless identities verify
     against here (signing.trust_config, SIGSTORE_TRUSTED_ROOT or SIGSTORE_TUF_URL), read on
-    first use and kept; "" for the public-good instance, which the init container knows."""
+    first use and kept; "" for the public-good instance, which the init container knows.
+    The trust module is imported then too: only `verifyOn: node` policies with identities ask."""
     import functools
-    from pathlib import Path
 
-    from modelhooks.adapters.signing.trust import SigstoreTrust
+    @functools.cache
+    def root() -> str:
+        from modelhooks.adapters.signing.trust import SigstoreTrust
 
-    configured = settings.signing.trust_config
-    trust = SigstoreTrust.from_env(trust_config=Path(configured) if configured else None)
-    return functools.cache(trust.root_json) if trust.private else lambda: ""
+        configured = settings.signing.trust_config
+        trust = SigstoreTrust.from_env(trust_config=Path(configured) if configured else None)
+        return trust.root_json() if trust.private else ""
+
+    return root
 
 
 def _transfers(settings: Settings) -> Transfers:

@@ -46,6 +46,8 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.core.verification": {"policies", "model_verifier", "verdicts"},
     "modelhooks.core.retention": {"retention"},
     "modelhooks.core.cleanup": {"cleanup"},
+    # the private Sigstore trust: signing's, and admission's init containers' root when first asked
+    "modelhooks.adapters.signing.trust": {"signer", "hash_options"},  # signing.config reads it
     # a Model's own Secret's clients: when a deletion names one (spec.source.secretRef)
     "modelhooks.adapters.credentials_from_secret": set(),
 }
