@@ -97,6 +97,7 @@ def _upstream(model: Path, key: Path, mode: str) -> int:
 
 def _ours_local(model: Path, key: Path, mode: str) -> int:
     from modelhooks.adapters.signing import HashOptions, KeySigner, local_model, sign_model
+    from modelhooks.adapters.signing.binding import binding_key
 
     options = {
         "files": HashOptions(),
@@ -106,6 +107,7 @@ def _ours_local(model: Path, key: Path, mode: str) -> int:
     store, bucket, prefix = local_model(model)
     signed = sign_model(store, bucket, prefix, KeySigner.from_file(key), options=options)
     store.delete(bucket, signed.key)
+    store.delete(bucket, binding_key(signed.key))  # upstream's next run would hash it
     return _model_size(model)
 
 
@@ -129,6 +131,7 @@ def _minio_stream(
     """Signing the model under `prefix` (its size is listed before the clock starts)."""
     from modelhooks.adapters.object_store.s3 import S3ObjectStore
     from modelhooks.adapters.signing import KeySigner, sign_model
+    from modelhooks.adapters.signing.binding import binding_key
 
     size = sum(i.size for i in S3ObjectStore(client).list(bucket, f"{prefix}/"))
     signer = KeySigner.from_file(key)
@@ -137,6 +140,7 @@ def _minio_stream(
         store = S3ObjectStore(client, direct_reads=direct_reads)
         signed = sign_model(store, bucket, prefix, signer, replace=True)
         store.delete(bucket, signed.key)
+        store.delete(bucket, binding_key(signed.key))  # the next run would hash it
         return size
 
     return run
