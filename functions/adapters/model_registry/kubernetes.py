@@ -578,12 +578,12 @@ class KubernetesModelRegistry:
                 continue
             self._remember(plural, obj, read=False)
         if lost is not None:
-            kind, name, namespace, exc = lost
+            kind, name, namespace, refused = lost
             raise StaleWrite(
                 f"registry: {kind} {name!r} was created by another delivery while this one "
                 "created it; a redelivery reads it",
                 namespace=namespace,
-            ) from exc
+            ) from refused
 
     def _replace(self, plural: str, obj: Json) -> Json:
         name, namespace = obj["metadata"]["name"], _namespace(obj)
