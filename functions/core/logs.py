@@ -62,6 +62,7 @@ def _plain(handler: logging.Handler, level: int) -> bool:
     return (
         level >= handler.level
         and not _LOGGER.disabled
+        and not _LOGGER.propagate  # no handler above it to hand the record to
         and not handler.filters
         and not _LOGGER.filters
         and type(handler.formatter) is JsonFormatter

@@ -82,6 +82,26 @@ def test_a_line_below_the_level_is_not_written(stderr: Callable[[], str]) -> Non
     assert [line["message"] for line in _lines(stderr())] == ["loud"]
 
 
+def test_a_logger_set_to_propagate_still_hands_its_lines_up(stderr: Callable[[], str]) -> None:
+    """An embedding application that lets our lines propagate gets them at its own handler."""
+    records: list[logging.LogRecord] = []
+    above = logging.Handler()
+    above.emit = records.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    root.addHandler(above)
+    try:
+        with alone():
+            logs._LOGGER.propagate = True
+            try:
+                logs.log(logging.WARNING, "seen above", event_id="e1")
+            finally:
+                logs._LOGGER.propagate = False
+    finally:
+        root.removeHandler(above)
+    assert [r.getMessage() for r in records] == ["seen above"]
+    assert [line["message"] for line in _lines(stderr())] == ["seen above"]
+
+
 def test_headers_from_the_environ_are_werkzeugs() -> None:
     environ = EnvironBuilder(
         method="POST",
