@@ -85,8 +85,12 @@ def test_a_line_below_the_level_is_not_written(stderr: Callable[[], str]) -> Non
 def test_a_logger_set_to_propagate_still_hands_its_lines_up(stderr: Callable[[], str]) -> None:
     """An embedding application that lets our lines propagate gets them at its own handler."""
     records: list[logging.LogRecord] = []
-    above = logging.Handler()
-    above.emit = records.append  # type: ignore[method-assign]
+
+    class Above(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    above = Above()
     root = logging.getLogger()
     root.addHandler(above)
     try:
