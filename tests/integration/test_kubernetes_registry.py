@@ -12,7 +12,7 @@ import ssl
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -270,20 +270,30 @@ def test_a_decision_on_what_the_watch_cache_did_not_show_yet_is_redone(
         behind.close()
 
 
+def _lost_push(kube: KubernetesModelRegistry, name: str, race: Callable[[], object]) -> None:
+    """A new model's push (version "1" and its artifact) whose transaction `race` overtakes
+    past the model's absence: it ends in StaleWrite."""
+    with pytest.raises(StaleWrite, match="created by another delivery"), kube.transaction():
+        model = kube.create_model(name, properties={"by": "me"})
+        race()
+        version = kube.create_version(model.id, "1", properties={"by": "me"})
+        kube.upsert_artifact(
+            ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="d")
+        )
+
+
 def test_a_held_back_version_another_delivery_created_meanwhile_ends_in_stale_write(
     kube: KubernetesModelRegistry, kubeconfig: Path, cluster: tuple[Any, str]
 ) -> None:
     other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
     try:
         name = unique("m")
-        with pytest.raises(StaleWrite, match="created by another delivery"), kube.transaction():
-            model = kube.create_model(name, properties={})
-            theirs = other.create_model(name, properties={})  # the race, past its absence
+
+        def race() -> None:
+            theirs = other.create_model(name, properties={})
             other.create_version(theirs.id, "1", properties={"by": "other"})
-            version = kube.create_version(model.id, "1", properties={"by": "me"})
-            kube.upsert_artifact(
-                ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="d")
-            )
+
+        _lost_push(kube, name, race)
         with kube.transaction():  # the redelivery: the model is found, the version exists
             found = kube.get_model(name)
             assert found is not None
@@ -303,13 +313,7 @@ def test_a_held_back_model_another_delivery_created_meanwhile_ends_in_stale_writ
     other = KubernetesModelRegistry(namespace=cluster[1], kubeconfig=str(kubeconfig))
     try:
         name = unique("m")
-        with pytest.raises(StaleWrite, match="created by another delivery"), kube.transaction():
-            model = kube.create_model(name, properties={"by": "me"})
-            other.create_model(name, properties={"by": "other"})  # the race, past its absence
-            version = kube.create_version(model.id, "1", properties={"by": "me"})
-            kube.upsert_artifact(
-                ModelArtifact(id="", version_id=version.id, name="model", uri="u", digest="d")
-            )
+        _lost_push(kube, name, lambda: other.create_model(name, properties={"by": "other"}))
         with kube.transaction():  # the redelivery: the model and the version are found
             found = kube.get_model(name)
             assert found is not None and found.custom_properties == {"by": "other"}
