@@ -74,6 +74,17 @@ def test_a_listing_teaches_the_bucket_too(
     assert store.read_range(name, "m/sp ace/+plus=%2F", 0, 100) == KEYS["m/sp ace/+plus=%2F"]
 
 
+def _error(request: Any, status: int, code: str) -> Any:
+    """An S3 error answer to `request`, as a `before-send` hook returns one instead of
+    sending it (the fault the server cannot be asked for)."""
+    import urllib3
+    from botocore.awsrequest import AWSResponse
+
+    body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+    raw = urllib3.HTTPResponse(body=body, status=status, preload_content=False)
+    return AWSResponse(request.url, status, {"content-length": str(len(body))}, raw)
+
+
 def test_what_fails_directly_is_sent_through_botocore(bucket: tuple[Any, str]) -> None:
     """A direct GET answered 503 is sent again by botocore (whose retries and errors
     apply); a missing key is NotFound and a read past the end empty, as before."""
@@ -83,16 +94,8 @@ def test_what_fails_directly_is_sent_through_botocore(bucket: tuple[Any, str]) -
     sent: list[str] = []
 
     def slow_down_once(request: Any, **_: Any) -> Any:
-        from botocore.awsrequest import AWSResponse
-
         sent.append(str(request.headers.get("Authorization", "")))
-        if len(sent) > 1:
-            return None
-        body = b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
-        import urllib3
-
-        raw = urllib3.HTTPResponse(body=body, status=503, preload_content=False)
-        return AWSResponse(request.url, 503, {"content-length": str(len(body))}, raw)
+        return _error(request, 503, "SlowDown") if len(sent) == 1 else None
 
     client.meta.events.register("before-send.s3.GetObject", slow_down_once)
     try:
@@ -139,9 +142,6 @@ def test_a_bucket_that_refuses_direct_requests_is_left_to_botocore(
 ) -> None:
     """A direct GET refused (403) where botocore's then succeeds: the bucket's reads go
     through botocore alone from then on (one request more, once)."""
-    import urllib3
-    from botocore.awsrequest import AWSResponse
-
     client, name = bucket
     store = S3ObjectStore(client)
     assert store.read_range(name, "m/plain.bin", 0, 4) == KEYS["m/plain.bin"][:4]
@@ -149,11 +149,7 @@ def test_a_bucket_that_refuses_direct_requests_is_left_to_botocore(
 
     def refuse_direct(request: Any, **_: Any) -> Any:
         direct.append("amz-sdk-invocation-id" not in request.headers)  # botocore's header
-        if not direct[-1]:
-            return None
-        body = b"<Error><Code>AccessDenied</Code><Message>injected</Message></Error>"
-        raw = urllib3.HTTPResponse(body=body, status=403, preload_content=False)
-        return AWSResponse(request.url, 403, {"content-length": str(len(body))}, raw)
+        return _error(request, 403, "AccessDenied") if direct[-1] else None
 
     client.meta.events.register("before-send.s3.GetObject", refuse_direct)
     try:
