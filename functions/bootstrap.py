@@ -255,6 +255,8 @@ def _elsewhere(settings: Settings) -> dict[str, str]:
 def _access_token_user(settings: Settings) -> bool:
     """oci.username is Artifact Registry's access-token user, without a password: ADC's
     token is the password (the credentials module is imported by what names a registry)."""
+    if not settings.oci.username:  # no user: not its module either (cold start)
+        return False
     from modelhooks.adapters.oci.credentials import OAUTH2_ACCESS_TOKEN
 
     return settings.oci.username == OAUTH2_ACCESS_TOKEN and not settings.oci.password
@@ -591,12 +593,15 @@ def _oci(settings: Settings) -> OciClients:
     """Registries named by events: only public addresses unless store.allow_local_targets.
     `oauth2accesstoken` without a password: Application Default Credentials' access token."""
     from modelhooks.adapters.oci.clients import OciClients
-    from modelhooks.adapters.oci.credentials import credentials_for
 
     user, password = settings.oci.username, settings.oci.password
-    secret = resolve_value(password, "MODELHOOKS_OCI_PASSWORD") if user else ""
+    auth = None
+    if user:  # the credentials' module only then (cold start)
+        from modelhooks.adapters.oci.credentials import credentials_for
+
+        auth = credentials_for(user, resolve_value(password, "MODELHOOKS_OCI_PASSWORD"))
     return OciClients(
-        credentials_for(user, secret),
+        auth,
         allow_local=settings.store.allow_local_targets,
         allowed_hosts=_allowed_hosts(settings),
         artifact_registry_endpoint=settings.oci.artifact_registry_endpoint,

@@ -33,7 +33,9 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.adapters.signing.binding": {"signer", "model_verifier"},
     "modelhooks.delivery.router": set(),  # serve's broker routes by Triggers, a target does not
     "modelhooks.adapters.oci.clients": {"oci", "model_verifier"},
-    "modelhooks.adapters.oci.credentials": {"oci", "model_verifier", "transfers"},
+    # the registries' credentials: not by the OCI clients unless oci.username names some;
+    # cleanup's, prune's and transfer's handlers parse OCI addresses (oci.distribution's)
+    "modelhooks.adapters.oci.credentials": {"model_verifier", "transfers", "cleanup", "retention"},
     # a push's content digest: only a function accepting pushes has them named (ingress)
     "modelhooks.core.content": {"content"},
     # a registry's client and its auth: when an event first names one, never at start
@@ -123,3 +125,42 @@ def test_prune_answers_a_gcs_push_without_listing_it(tmp_path: Path) -> None:
     assert status == 204
     unneeded = ("modelhooks.core.content", "modelhooks.core.stores", "modelhooks.adapters.object_store", "urllib3")  # fmt: skip
     assert sorted(m for m in modules if m.startswith(unneeded)) == []
+
+
+def test_sign_on_a_cloud_store_imports_no_local_store_nor_registry_credentials(
+    tmp_path: Path,
+) -> None:
+    """sign's target on GCS with a key and no registry user: signing's tuning tells a local
+    store by its module only once something made one, and the OCI clients take the
+    credentials' module only with credentials (oci.username)."""
+    from tests.unit.signing_material import make_key
+
+    key = make_key(tmp_path).private
+    modules = started(
+        "sign",
+        tmp_path / "home",
+        MODELHOOKS_SIGNING_KEY=str(key),
+        MODELHOOKS_STORE_BACKEND="cloud",
+    )
+    assert "modelhooks.adapters.signing.streaming" in modules  # signing is built
+    unneeded = ("modelhooks.adapters.object_store.local", "mmap", "modelhooks.adapters.oci.credentials")  # fmt: skip
+    assert sorted(m for m in modules if m in unneeded) == []
+    with_user = started(
+        "register", tmp_path / "home2", MODELHOOKS_OCI_USERNAME="bob", MODELHOOKS_OCI_PASSWORD="x"
+    )
+    assert "modelhooks.adapters.oci.credentials" in with_user  # built at start, as before
+
+
+def test_signing_still_tunes_a_local_store_as_local(tmp_path: Path) -> None:
+    """The local store's workers (CPUs + 4) and a remote one's (4 x CPUs + 4), told apart
+    without signing importing the local store's module."""
+    from modelhooks.adapters.object_store.local import LocalObjectStore
+    from modelhooks.adapters.signing.streaming import HashOptions, _cpus
+
+    class Remote:  # any store that is not the local one (signing reads only through it)
+        pass
+
+    cpus = _cpus()
+    assert HashOptions().tuned(LocalObjectStore(tmp_path)).workers == min(32, cpus + 4)
+    assert HashOptions().tuned(Remote()).workers == min(32, 4 * cpus + 4)  # type: ignore[arg-type]
+    assert HashOptions(workers=3).tuned(LocalObjectStore(tmp_path)).workers == 3

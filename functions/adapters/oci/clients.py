@@ -15,7 +15,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.oci.credentials import Credentials, StaticCredentials
 from modelhooks.core.extras import missing
 
 # The clients' modules are imported when an event first names a registry: a function built
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     import urllib.request
 
     from modelhooks.adapters.oci.auth import RegistryAuth
+    from modelhooks.adapters.oci.credentials import Credentials
     from modelhooks.adapters.oci.distribution import DistributionRegistry
     from modelhooks.core.ports import OciRegistry
 
@@ -50,7 +50,11 @@ class OciClients:
         artifact_registry_endpoint: str | None = None,
         artifact_registry_credentials: Any = None,
     ) -> None:
-        self.auth = StaticCredentials(*auth) if isinstance(auth, tuple) else auth
+        if isinstance(auth, tuple):  # the credentials' module only with some (cold start)
+            from modelhooks.adapters.oci.credentials import StaticCredentials
+
+            auth = StaticCredentials(*auth)
+        self.auth = auth
         self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
         self._opener: urllib.request.OpenerDirector | None = None
         self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)

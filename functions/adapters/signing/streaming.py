@@ -19,13 +19,13 @@ import functools
 import hashlib
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from modelhooks.adapters.object_store.local import LocalObjectStore
 from modelhooks.adapters.signing.manifest import (
     DEFAULT_IGNORED,
     HashType,
@@ -104,7 +104,9 @@ class HashOptions:
     def tuned(self, store: ObjectReader) -> HashOptions:
         """These options with every `None` tuning knob decided for `store`."""
         cpus = _cpus()
-        local = isinstance(store, LocalObjectStore)
+        # a local store's module is imported by whoever made one (cold start: not by signing)
+        local_module = sys.modules.get("modelhooks.adapters.object_store.local")
+        local = local_module is not None and isinstance(store, local_module.LocalObjectStore)
         return replace(
             self,
             chunk_size=self.chunk_size or MiB,
