@@ -86,7 +86,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """`--version`: the installed version, looked up only when asked (a look through the
+    installed distributions' metadata, ~20 ms of every start otherwise)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"modelhooks {_version()}")  # on stdout, as argparse's version action
+        parser.exit()
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `argv` naming a command, that command's alone (each
+    command's module, and what it imports, is loaded to build its parser)."""
     from modelhooks.cli.common import settings_parser
 
     parser = _Parser(
@@ -94,10 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"modelhooks {_version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     everything = settings_parser()
-    for name in COMMANDS:
+    first = next((a for a in argv or () if not a.startswith("-")), "")
+    named = [name for name in COMMANDS if name.replace("_", "-") == first]
+    for name in named or COMMANDS:
         module = importlib.import_module(f"{__name__}.{name}")
         sections = getattr(module, "SETTINGS", None)  # the settings the command uses
         module.add_parser(sub, everything if sections is None else settings_parser(sections))
@@ -109,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     and at most a few lines on stderr, never a traceback (MODELHOOKS_DEBUG=1 shows the
     traceback of an internal error)."""
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(argv)
         args, extra = parser.parse_known_args(argv)
         if extra:  # name the command whose usage it is, not the top level's
             commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -164,3 +164,22 @@ def test_signing_still_tunes_a_local_store_as_local(tmp_path: Path) -> None:
     assert HashOptions().tuned(LocalObjectStore(tmp_path)).workers == min(32, cpus + 4)
     assert HashOptions().tuned(Remote()).workers == min(32, 4 * cpus + 4)  # type: ignore[arg-type]
     assert HashOptions(workers=3).tuned(LocalObjectStore(tmp_path)).workers == 3
+
+
+def test_a_command_line_start_loads_only_the_named_commands_module() -> None:
+    """`modelhooks watch-models …` builds its own parser, not serve's (whose module brings
+    the HTTP server) nor any other command's; and reads no installed metadata unless
+    `--version` asks."""
+    code = (
+        "import json, sys\n"
+        "from modelhooks.cli import build_parser\n"
+        "build_parser(['watch-models', '--help'])\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    assert "modelhooks.cli.watch_models" in loaded
+    others = {f"modelhooks.cli.{name}" for name in ("serve", "transfer", "prune", "sign")}
+    assert not loaded & others
+    assert "importlib.metadata" not in loaded
