@@ -181,11 +181,11 @@ class DirectReads:
             self._sent.refused = bucket
 
     def _send(self, url: str, headers: dict[str, str], operation: str) -> Any:
-        from botocore.awsrequest import AWSPreparedRequest
-        from urllib3 import HTTPHeaderDict
+        from botocore.awsrequest import AWSPreparedRequest, HeadersDict
 
-        # names read case-insensitively, as botocore's own requests' (by hooks too)
-        request = AWSPreparedRequest("GET", url, HTTPHeaderDict(headers), None, True)
+        # botocore's own requests' headers (names read case-insensitively, by hooks too);
+        # not urllib3's HTTPHeaderDict, which urllib3 1.x (boto3 allows it) does not export
+        request = AWSPreparedRequest("GET", url, HeadersDict(headers), None, True)
         try:
             answers = self._events.emit(f"before-send.s3.{operation}", request=request)
             answered = next((r for _, r in answers if r is not None), None)
