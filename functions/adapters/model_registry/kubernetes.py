@@ -25,14 +25,15 @@ each object again by name, where it was read).
 
 Uniqueness: in one namespace the API server's (a second create of the same derived name is
 409 AlreadyExists, i.e. Conflict, and the caller's find-or-create reads what the winner
-created; in a transaction, whose model is created as it ends, StaleWrite). Across namespaces a model name is still one model: a create first looks for the
-name cluster-wide and finds it taken (Conflict); a look its transaction made already (a
+created; in a transaction, whose model is created as it ends, StaleWrite). Across
+namespaces a model name is still one model: a create first looks for the name
+cluster-wide and finds it taken (Conflict); a look its transaction made already (a
 find-or-create's find) counts, and is not repeated. Only two creates of one name in two
 namespaces racing past that look (which reads the watch cache: a holder created a moment
 before may not show yet) leave two holders, as only two tenants claiming one name can,
-whose outcome depends on their order anyway; readers then all take the first
-created (its versions, listed by label, are the model's wherever they are). Nothing
-deletes a record, so the functions need no delete verb to undo that race.
+whose outcome depends on their order anyway; readers then all take the first created
+(its versions, listed by label, are the model's wherever they are). Nothing deletes a
+record, so the functions need no delete verb to undo that race.
 
 Every write is conditional: an update PUTs the object as this thread last read it, with
 that resourceVersion, so a write based on a stale read is refused (409) instead of
