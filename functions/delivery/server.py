@@ -79,6 +79,8 @@ class Asgi:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         read = _Reading()
         try:
+            if scope.get("http_version") == "1.1" and "host" not in headers:
+                raise BadRequest("an HTTP/1.1 request must carry a Host header (RFC 9112, 3.2)")
             async with asyncio.timeout(self.limits.read_timeout):  # no task, as wait_for made
                 body = await self._body(
                     headers, receive, read, self.limits.body_limit(scope["path"])

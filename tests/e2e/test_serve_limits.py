@@ -177,6 +177,31 @@ def test_a_request_that_is_not_http_is_answered_400_with_the_reason(
     }
 
 
+def test_an_http_1_1_request_without_host_is_answered_400_and_its_body_not_handled(
+    served: Served,
+) -> None:
+    """RFC 9112 3.2: a server answers 400 to an HTTP/1.1 request with no Host (httptools
+    parses one; h11 refused it). The body is read and dropped; HTTP/1.0 needs no Host."""
+    port = int(served.url.rsplit(":", 1)[1])
+    body = b'{"specversion": "1.0"}'
+    request_ = b"POST /functions/register HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request_ + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = sock.makefile("rb")
+        status, answer = _read_answer(answers)
+        assert status == 400
+        assert json.loads(answer)["message"] == (
+            "an HTTP/1.1 request must carry a Host header (RFC 9112, 3.2)"
+        )
+        assert _read_answer(answers)[0] == 200  # the connection goes on: the body was read
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert _read_to_close(sock).startswith(b"HTTP/1.1 200 ")
+
+
 def _read_answer(answers: Any) -> tuple[int, bytes]:
     """One answer's status and body from a buffered reader of a connection."""
     status = int(answers.readline().split()[1])
