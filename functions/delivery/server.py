@@ -239,9 +239,12 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             if transport.get_extra_info("sslcontext") is None:
                 transport.set_write_buffer_limits(high=0)
             self._due: dict[str, asyncio.TimerHandle] = {}
+            self._refusal: tuple[int, str, str] | None = None  # once those before are answered
             self._arm("headers", self._headers_late)
 
         def data_received(self, data: bytes) -> None:
+            if self._refusal is not None:
+                return  # what follows a refused request is never parsed
             self._held = memoryview(bytes(self._held) + data) if self._held else memoryview(data)
             self._parse()
 
@@ -256,7 +259,7 @@ def _bounded_protocol(timeout: float) -> type[Any]:
                     if self._head > _HEAD:
                         message = f"the request headers are over the limit of {_HEAD} bytes"
                         self._refuse(431, "headers_too_large", message)
-            if self._head is not None:  # a request's headers are on the clock once they lag
+            if self._head is not None and self._refusal is None:  # on the clock once they lag
                 self._arm("headers", self._headers_late)
             if len(self._held) > _PIPELINED:
                 self.flow.pause_reading()
@@ -283,7 +286,10 @@ def _bounded_protocol(timeout: float) -> type[Any]:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()  # starts the next pipelined request, if parsed
-            if not self.transport.is_closing():
+            if self._refusal is not None:
+                if not self._answering():
+                    self._refuse(*self._refusal)
+            elif not self.transport.is_closing():
                 self._parse()  # the one after it, if held
                 self.flow.resume_reading()  # when that left the bytes held short enough
 
@@ -320,8 +326,21 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             else:  # part of a request came: say why it is cut off
                 self._refuse(408, "request_timeout", "the request headers did not arrive in time")
 
+        def _answering(self) -> bool:
+            """Whether a request parsed before is still being answered (or waits to be)."""
+            cycle = self.cycle
+            return bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+
         def _refuse(self, status: int, error: str, message: str) -> None:
-            """Answer a request whose headers are refused, and close."""
+            """Answer a request whose headers are refused, and close: once the requests
+            pipelined before it are answered, so each of them gets its own answer (the client
+            reads answers in order: answered at once, this one would be taken for theirs)."""
+            if self._answering():
+                self._refusal = self._refusal or (status, error, message)  # the first reason
+                self._disarm("headers")
+                self._held = memoryview(b"")
+                self.flow.pause_reading()
+                return
             answer = json_response(status, {"error": error, "message": message})
             head = "".join(f"{k}: {v}\r\n" for k, v in answer.headers.items())
             reason = HTTPStatus(status).phrase

@@ -177,6 +177,20 @@ def test_a_request_that_is_not_http_is_answered_400_with_the_reason(
     }
 
 
+def test_requests_pipelined_before_a_refused_one_are_answered_first(served: Served) -> None:
+    """Requests sent in one packet before one the parser refuses each get their own answer,
+    in order, then the refusal (answered at once, the 400 was read as the first one's)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    ok = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(ok * 3 + b"HELLO THERE\r\n\r\n" + ok)
+        answers = sock.makefile("rb")
+        assert [_read_answer(answers)[0] for _ in range(3)] == [200, 200, 200]
+        status, answer = _read_answer(answers)
+        assert (status, json.loads(answer)["error"]) == (400, "bad_request")
+        assert answers.read() == b""  # closed: nothing after the refused request is read
+
+
 def test_an_http_1_1_request_without_host_is_answered_400_and_its_body_not_handled(
     served: Served,
 ) -> None:
