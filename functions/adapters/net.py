@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 from modelhooks.core.addresses import ALLOW_HINT, refused_address
 from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 
-__all__ = ["endpoint_pool", "environment_proxy", "guarded_opener", "read_environment_once"]
+__all__ = ["environment_proxy", "guarded_opener", "read_environment_once"]
 
 # getaddrinfo's answers that a name does not exist (not a transient DNS failure: EAI_AGAIN)
 _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
@@ -278,43 +278,6 @@ def read_environment_once(session: Any, endpoint: str) -> Any:
         session.verify = bundle
     session.trust_env = False
     return session
-
-
-def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) -> Any:
-    """A urllib3 PoolManager for a configured `endpoint` (not a host an event names), set up
-    as requests would on every request, from the environment read once: through the proxy
-    for `endpoint` (`environment_proxy`; its user:password as Proxy-Authorization, socks://
-    through urllib3's SOCKS support), verifying TLS with `ca` (PEM text), else
-    REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, else certifi's bundle (requests'). Its connections
-    are kept alive, at most `maxsize` per host (a request beyond them opens another, closed
-    after use); a request through it costs about half of a requests Session's CPU (no
-    per-request merging of settings and hooks). requests itself is not imported (a cold
-    start's first GCS listing paid ~25 ms of CPU for it)."""
-    import os
-
-    import certifi
-    import urllib3
-
-    tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED"}
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if ca:
-        tls["ca_cert_data"] = ca
-    elif bundle and os.path.isdir(bundle):
-        tls["ca_cert_dir"] = bundle
-    else:
-        tls["ca_certs"] = bundle or certifi.where()
-    options = {"maxsize": maxsize, **tls}
-    proxy = environment_proxy(endpoint)
-    if not proxy:
-        return urllib3.PoolManager(**options)
-    proxy = proxy if "://" in proxy else f"http://{proxy}"  # host:port alone: an HTTP proxy
-    user, password = _credentials(proxy)
-    if proxy.lower().startswith("socks"):
-        from urllib3.contrib.socks import SOCKSProxyManager
-
-        return SOCKSProxyManager(proxy, username=user, password=password, **options)
-    headers = urllib3.make_headers(proxy_basic_auth=f"{user}:{password}") if user else {}
-    return urllib3.proxy_from_url(proxy, proxy_headers=headers, **options)
 
 
 def environment_proxy(url: str) -> str | None:

@@ -87,10 +87,10 @@ def http_reason(status: int, text: str) -> str:
 
 
 def http_pool(url: str) -> Any:
-    """Kept-alive connections for POSTing to `url` (`net.endpoint_pool`: its proxy and CA
+    """Kept-alive connections for POSTing to `url` (`endpoints.endpoint_pool`: its proxy and CA
     bundle from the environment, read once; a POST costs about half a requests Session's
     CPU, which was most of watch-models' own in a burst of Models)."""
-    from modelhooks.adapters.net import endpoint_pool
+    from modelhooks.adapters.endpoints import endpoint_pool
 
     return endpoint_pool(url)
 
@@ -118,26 +118,26 @@ def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any
 def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
     """(status, reason) of one POST through `pool` (`http_pool`); Unavailable when `url`
     does not answer."""
-    import urllib3
-
     try:  # no retries, as requests: a delivery's retries are the caller's
-        resp = pool.request("POST", url, body=body, headers=headers, timeout=60.0, retries=False)
-    except urllib3.exceptions.HTTPError as exc:
+        resp = pool.request("POST", url, body=body, headers=headers, timeout=60.0)
+    except OSError as exc:  # endpoints.HttpFailed: no answer
         raise Unavailable(f"{url} did not answer: {_why(exc)}", url=url) from None
     if resp.status < 300:
         return resp.status, ""
     return resp.status, http_reason(resp.status, resp.data.decode(errors="replace"))
 
 
-def _why(exc: Exception) -> str:
-    """The reason under a urllib3 error's layers: "Connection refused", a timeout, …"""
-    import urllib3
-
-    errors = urllib3.exceptions  # a refused connection is a ConnectTimeoutError there too
-    if isinstance(exc, errors.TimeoutError) and not isinstance(exc, errors.NewConnectionError):
+def _why(exc: OSError) -> str:
+    """The reason under the pool's failure (its `reason`): "Connection refused", a timeout, …"""
+    reason = getattr(exc, "reason", None) or exc
+    if isinstance(reason, TimeoutError):
         return "no answer within 60 s"
-    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
-    return found.group(1).strip() if found else type(exc).__name__
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(reason))
+    return (
+        found.group(1).strip()
+        if found
+        else getattr(reason, "strerror", None) or type(reason).__name__
+    )
 
 
 def model_and_version(registry: Any, text: str) -> tuple[str, str]:

@@ -3,7 +3,7 @@ in a fresh interpreter as functions-framework starts it, answer an Eventarc fina
 real model on fake-gcs-server (register lists it for its content digest; sign lists, reads
 and hashes it, and writes the signature next to it) without importing google-cloud-storage
 and what it brings (google-api-core, protobuf, grpc): the store speaks GCS's JSON API
-(modelhooks.adapters.object_store.gcs_json); nor requests; and sign with a key, nothing of
+(modelhooks.adapters.object_store.gcs_json); nor requests or urllib3; and sign with a key, nothing of
 pydantic, Sigstore, model_signing or x509."""
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 # what the google-cloud-storage client imports, and the store must not, nor requests (the
-# store's pool reads the proxy settings as requests does: net.environment_proxy)
-STORAGE = ("google.cloud.storage", "google.api_core", "google.protobuf", "grpc", "requests")
+# store's pool reads the proxy settings as requests does: net.environment_proxy), nor
+# urllib3 (the pool is http.client's: endpoints.endpoint_pool)
+STORAGE = ("google.cloud.storage", "google.api_core", "google.protobuf", "grpc", "requests",
+           "urllib3")  # fmt: skip
 # what signing with a key needs none of: sigstore_models' pydantic models (a bundle is written
 # as their JSON: signing.bundle), model_signing (verification's), cryptography's x509 (a
 # certificate's)

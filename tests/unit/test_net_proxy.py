@@ -1,5 +1,6 @@
-"""A configured endpoint's pool (net.endpoint_pool) takes its proxy from the environment as
-requests does, without importing requests (a cold start's first GCS listing paid for it):
+"""A configured endpoint's pool (endpoints.endpoint_pool) takes its proxy from the environment
+as requests does, without importing requests or urllib3 (a cold start's first GCS listing
+paid for them):
 the same proxy as requests' own functions for every environment and URL below."""
 
 from __future__ import annotations
@@ -69,11 +70,12 @@ def test_the_proxy_credentials_are_the_ones_requests_reads(proxy: str) -> None:
     assert _credentials(proxy) == get_auth_from_url(proxy)
 
 
-def test_an_endpoint_pool_does_not_import_requests() -> None:
+def test_an_endpoint_pool_imports_neither_requests_nor_urllib3() -> None:
     code = (
-        "import sys; from modelhooks.adapters.net import endpoint_pool; "
+        "import sys; from modelhooks.adapters.endpoints import endpoint_pool; "
         "endpoint_pool('https://storage.googleapis.com'); "
-        "assert 'requests' not in sys.modules, 'requests imported'"
+        "endpoint_pool('http://registry:8080/api'); "
+        "assert not {'requests', 'urllib3'} & set(sys.modules), 'requests or urllib3 imported'"
     )
     env = {"PATH": "/usr/bin:/bin", "HTTPS_PROXY": "http://proxy:3128"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -372,7 +372,7 @@ def test_the_registry_is_reached_as_upstreams_client_reaches_it(
     )
     registry = _registry(cfg)
     assert registry._headers["Authorization"] == "Bearer t0ken"
-    assert registry._http.connection_pool_kw["ca_cert_data"] == ca.read_text()  # the path's PEM
+    assert registry._http._tls == {"cadata": ca.read_text()}  # the path's PEM
     registry.close()
 
 

@@ -1,5 +1,5 @@
 """`KubeflowModelRegistry`: the Kubeflow Model Registry REST API (v1alpha3) through a
-urllib3 pool (`net.endpoint_pool`, imported when the adapter is built).
+pool of kept-alive connections (`endpoints.endpoint_pool`, imported when the adapter is built).
 
 Mapping: RegisteredModel, ModelVersion and ModelArtifact (artifactType "model-artifact")
 map one to one; ids are the server's string ids; an artifact's digest is its custom
@@ -102,7 +102,7 @@ from modelhooks.core.records import (
 )
 
 if TYPE_CHECKING:
-    import urllib3
+    from modelhooks.adapters.endpoints import EndpointPool, Response
 
 __all__ = [
     "ARTIFACT",
@@ -312,12 +312,12 @@ class KubeflowModelRegistry:
     ) -> None:
         """`connections`: the most requests in flight (`registry.connections`; see the
         module); a request waits up to `timeout` for its turn, then is Unavailable."""
-        from modelhooks.adapters.net import endpoint_pool  # urllib3: not at import
+        from modelhooks.adapters.endpoints import endpoint_pool  # http.client: not at import
 
         base = base_url.rstrip("/")
         self.api_url = base if base.endswith(API_PATH) else base + API_PATH
         self._timeout = timeout
-        self._http: urllib3.PoolManager = endpoint_pool(self.api_url, ca=ca, maxsize=connections)
+        self._http: EndpointPool = endpoint_pool(self.api_url, ca=ca, maxsize=connections)
         self._turns = _Turns(connections)
         self._headers = {"Accept": "application/json"}
         if token:
@@ -653,8 +653,6 @@ class KubeflowModelRegistry:
         json: Json | None = None,
     ) -> Json:
         """One request; its JSON object answer ({} for a 404 when `missing_ok`)."""
-        import urllib3
-
         where = f"{method} {path}"
         url = self.api_url + path + (f"?{urlencode(params)}" if params else "")
         headers, body = self._headers, None
@@ -673,12 +671,10 @@ class KubeflowModelRegistry:
                 body=body,
                 headers=headers,
                 timeout=self._timeout,
-                retries=False,
-                redirect=False,
             )
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            reason = getattr(exc, "reason", None) or exc  # a MaxRetryError's, a ProxyError's
-            if isinstance(reason, urllib3.exceptions.SSLError):  # our CA does not trust it
+        except OSError as exc:  # endpoints.HttpFailed: no answer
+            reason = getattr(exc, "reason", None) or exc
+            if getattr(exc, "tls", False):  # our CA does not trust it
                 raise CredentialsRefused(
                     f"model registry: {where}: TLS verification failed ({reason}); is "
                     "MODELHOOKS_REGISTRY_CA the CA that signed its certificate?",
@@ -760,7 +756,7 @@ class KubeflowModelRegistry:
         return [item for page in self.pages(fallback) for item in page if keep(item)]
 
 
-def _message(response: urllib3.BaseHTTPResponse) -> str:
+def _message(response: Response) -> str:
     text = response.data.decode(errors="replace").strip()[:300]
     try:
         body = _loads(response.data)

@@ -1,4 +1,4 @@
-"""`GcsObjectStore`: Google Cloud Storage over its JSON API (gcs_json: a urllib3 pool
+"""`GcsObjectStore`: Google Cloud Storage over its JSON API (gcs_json: http.client connections
 authorized by google.auth, as google-cloud-storage's client would be, without importing that
 client: a cold start's first work is a listing and, for sign, reads and a write). The client
 itself (`client`, imported on first use) is for transfer's resumable uploads alone.
@@ -220,7 +220,7 @@ class GcsObjectStore:
         also throttles each part of a batch like a request of its own. Measured against
         fake-gcs-server on 2 cores, 2,500 deletes: 1 worker 4.5 s, 4: 3.2 s, 8: 3.1 s,
         16: 2.9 s, 32: 2.8 s (the emulator, not the client, is the limit there). The JSON
-        API's pool keeps 64 connections (net.endpoint_pool), more than `workers`.
+        API's pool keeps 64 connections (endpoints.endpoint_pool), more than `workers`.
         """
         if not objects:
             return {}

@@ -1,12 +1,13 @@
-"""GCS's JSON API over a urllib3 pool, without google-cloud-storage.
+"""GCS's JSON API over kept-alive connections, without google-cloud-storage.
 
 A push's first work is to list its version's prefix (its content digest, at ingress), and
 sign's is to read the objects and write the signature: with google-cloud-storage that first
 request imported the library, requests, protobuf, google-api-core and grpc, ~190 ms of CPU
 in a cold start that a bare functions-framework function answers in ~200 ms (issue 22).
-Here each call is one request over a urllib3 pool (`net.endpoint_pool`: the environment's
-proxy, NO_PROXY and CA bundle, as requests reads them), authorized as google-cloud-storage's
-client would be:
+Here each call is one request over an http.client pool (`endpoints.endpoint_pool`: the
+environment's proxy, NO_PROXY and CA bundle, as requests reads them; not urllib3, whose
+import cost that first listing ~15 ms of CPU), authorized as google-cloud-storage's client
+would be:
 
 - the endpoint: STORAGE_EMULATOR_HOST (anonymous unless credentials are given, as the
   client; then google.auth is not even imported), else API_ENDPOINT_OVERRIDE, else
@@ -88,9 +89,9 @@ class JsonApi:
         headers: Mapping[str, str] | None = None,
         stream: bool = False,
     ) -> Any:
-        """`method` on the API's `path` (e.g. "/storage/v1/b/B/o"): the urllib3 response
-        (its body unread with `stream`); GcsStatus for an error status but 416, urllib3's
-        or google.auth's exceptions for a failed connection or token. A 401 refreshes the
+        """`method` on the API's `path` (e.g. "/storage/v1/b/B/o"): the endpoints.Response
+        (its body unread with `stream`); GcsStatus for an error status but 416,
+        endpoints.HttpFailed or google.auth's exceptions for a failed connection or token. A 401 refreshes the
         token and is sent once more, as google.auth's authorized sessions do."""
         credentials, base, pool = self._setup()
         url = base + path + (f"?{urlencode(params)}" if params else "")
@@ -105,8 +106,6 @@ class JsonApi:
                 body=body,
                 headers=sent,
                 timeout=60,
-                retries=False,
-                redirect=False,
                 preload_content=not stream,
             )
 
@@ -154,7 +153,7 @@ def object_path(bucket: str, key: str | None = None, *, prefix: str = "") -> str
 
 def _setup(credentials: Any, endpoint: str | None) -> tuple[Any, str, Any]:
     """As google.cloud.storage.Client(credentials=...) chooses its endpoint and credentials."""
-    from modelhooks.adapters.net import endpoint_pool
+    from modelhooks.adapters.endpoints import endpoint_pool
 
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     endpoint = endpoint or emulator or os.environ.get("API_ENDPOINT_OVERRIDE")
