@@ -12,7 +12,6 @@ True
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cached_property
 
 import msgspec
@@ -28,8 +27,7 @@ class ModelPath(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than 
     prefix: str
 
 
-@dataclass(frozen=True)
-class ObjectLayout:
+class ObjectLayout(msgspec.Struct, frozen=True, dict=True):  # dict: its cached regex
     pattern: str = "models/{name}/{version}/"
     marker: str = "_SUCCESS"
 

@@ -86,9 +86,11 @@ class EventData(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         return msgspec.structs.replace(self, **changes)
 
 
-_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
-_FIELD = re.compile(r"field `(?P<name>[^`]+)`")
-_CHECK = re.compile(r"^(?P<name>[a-z_]+(?:\.[a-z_]+)*): (?P<msg>.+)$")  # a __post_init__'s
+# A validation error's parts: patterns compiled when an error first needs them (re's own
+# cache), not at every start
+_AT = r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$"
+_FIELD = r"field `(?P<name>[^`]+)`"
+_CHECK = r"^(?P<name>[a-z_]+(?:\.[a-z_]+)*): (?P<msg>.+)$"  # a __post_init__'s
 
 
 def parse(cls: type[D], raw: Any, where: str = "data") -> D:
@@ -96,10 +98,10 @@ def parse(cls: type[D], raw: Any, where: str = "data") -> D:
     try:
         return msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
-        m = _AT.match(str(exc))
+        m = re.match(_AT, str(exc))
         msg = m["msg"] if m else str(exc)
         path = (m["path"] or "").lstrip(".") if m else ""
-        named = _FIELD.search(msg) or _CHECK.match(msg)
+        named = re.search(_FIELD, msg) or re.match(_CHECK, msg)
         if named:  # "Object missing required field `model`": the field is the subject
             path = f"{path}.{named['name']}" if path else named["name"]
             msg = named["msg"] if "msg" in named.groupdict() else msg

@@ -15,7 +15,6 @@ uses it. Tests swap any dependency in one place:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
@@ -190,7 +189,7 @@ def _default_settings() -> Settings:
 
 def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
     configure_logs(settings.log_level)
-    unknown = set(overrides) - set(DEPS) - {f.name for f in dataclasses.fields(Delivery)}
+    unknown = set(overrides) - set(DEPS) - set(Delivery.__struct_fields__)
     if unknown:
         raise TypeError(f"build() got unknown overrides: {', '.join(sorted(unknown))}")
     elsewhere = _elsewhere(settings)
@@ -237,7 +236,7 @@ def _assemble(settings: Settings, overrides: dict[str, Any]) -> App:
         resolve=deps.content if "content" in needs else None,
         max_review_bytes=settings.admission.max_review_bytes,
     )
-    delivery = dataclasses.replace(
+    delivery = msgspec.structs.replace(
         delivery, **{k: v for k, v in overrides.items() if k not in DEPS}
     )
     return App(settings, deps, delivery, extras)

@@ -9,13 +9,14 @@ registry's models, versions, artifacts and signatures. `modelhooks registry expo
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from modelhooks.cli import common
 from modelhooks.core.errors import BadRequest, ConfigError, NotFound
@@ -90,7 +91,7 @@ def _plain(record: Any) -> dict[str, Any]:
     """A record as JSON: typed custom properties as their JSON values (0.95, not "0.95")."""
     from modelhooks.core.records import json_values
 
-    doc = dataclasses.asdict(record)
+    doc = msgspec.structs.asdict(record)
     doc["custom_properties"] = json_values(record.custom_properties)
     return {k: (v.value if hasattr(v, "value") else v) for k, v in doc.items()}
 

@@ -18,11 +18,12 @@ imported typed; a backend that keeps text only keeps their text.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
+
+import msgspec
 
 from modelhooks.core.errors import BadRequest, Conflict, Permanent
 from modelhooks.core.ports import ModelRegistry
@@ -225,11 +226,11 @@ def _ensure(
 
 
 def _same(a: Any, b: Any) -> bool:
-    return bool(dataclasses.replace(a, id="") == dataclasses.replace(b, id=""))
+    return bool(msgspec.structs.replace(a, id="") == msgspec.structs.replace(b, id=""))
 
 
 def _model_like(m: Json, key: str) -> Callable[[RegisteredModel], RegisteredModel]:
-    return lambda r: dataclasses.replace(
+    return lambda r: msgspec.structs.replace(
         r,
         state=ModelState(m.get("state", ModelState.LIVE)),
         description=m.get("description", ""),
@@ -238,7 +239,7 @@ def _model_like(m: Json, key: str) -> Callable[[RegisteredModel], RegisteredMode
 
 
 def _version_like(v: Json, key: str) -> Callable[[ModelVersion], ModelVersion]:
-    return lambda r: dataclasses.replace(
+    return lambda r: msgspec.structs.replace(
         r,
         state=ModelState(v.get("state", ModelState.LIVE)),
         description=v.get("description", ""),
@@ -265,7 +266,7 @@ def _typed(value: Any) -> str:
 
 def _plain(record: Any) -> Json:
     """A record as JSON: its enums as their values, its typed properties as JSON values."""
-    doc = dataclasses.asdict(record)
+    doc = msgspec.structs.asdict(record)
     doc["custom_properties"] = json_values(record.custom_properties)
     return {k: (v.value if hasattr(v, "value") else v) for k, v in doc.items()}
 

@@ -543,14 +543,14 @@ def load_settings(
     try:
         return msgspec.convert(merged, Settings, strict=False, dec_hook=_decode)
     except msgspec.ValidationError as exc:
-        m = _ERROR.match(str(exc))
+        m = re.match(_ERROR, str(exc))
         msg, loc = (
             (m["msg"], tuple(filter(None, (m["path"] or "").split(".")))) if m else (str(exc), ())
         )
-        named = _UNKNOWN.search(msg) or _FIELD_FIRST.match(msg)
+        named = re.search(_UNKNOWN, msg) or re.match(_FIELD_FIRST, msg)
         if named:
             loc = (*loc, named["name"])
-            msg = _FIELD_FIRST.sub("", msg)
+            msg = re.sub(_FIELD_FIRST, "", msg)
         where = origin.get(loc) or ".".join(loc) or "settings"
         spec = next((s for s in specs if s.path == loc), None)
         if spec is not None and spec.choices:
@@ -558,9 +558,11 @@ def load_settings(
         raise ConfigError(f"invalid setting {where}: {msg}") from None
 
 
-_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_UNKNOWN = re.compile(r"unknown field `(?P<name>[^`]+)`")
-_FIELD_FIRST = re.compile(r"^(?P<name>[a-z_]+): ")
+# A validation error's parts: patterns compiled when an error first needs them (re's own
+# cache), not at every start
+_ERROR = r"(?s)^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$"
+_UNKNOWN = r"unknown field `(?P<name>[^`]+)`"
+_FIELD_FIRST = r"^(?P<name>[a-z_]+): "
 
 
 def _decode(kind: type, value: Any) -> Any:

@@ -35,10 +35,11 @@ and a Model being deleted arrives as model.deleted (the ApiServerSource translat
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
+
+import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.content import ContentResolver
@@ -312,7 +313,7 @@ def _update(write: Callable[[R], R], record: R, facts: Mapping[str, str], live: 
     state = ModelState.LIVE if live else ModelState.ARCHIVED
     if props == record.custom_properties and state == record.state:
         return record
-    return write(dataclasses.replace(record, custom_properties=props, state=state))
+    return write(msgspec.structs.replace(record, custom_properties=props, state=state))
 
 
 def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tuple[T, bool]:

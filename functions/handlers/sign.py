@@ -13,9 +13,10 @@ this answers Unavailable so the platform redelivers. Signing off (no signer) →
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
+
+import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
@@ -107,7 +108,7 @@ def sign_artifact(
     with registry.transaction():
         current = _registered_version(registry, pushed)
         props = {**current.custom_properties, **signature}
-        registry.update_version(dataclasses.replace(current, custom_properties=props))
+        registry.update_version(msgspec.structs.replace(current, custom_properties=props))
     return [_reply(event, pushed, props)]
 
 

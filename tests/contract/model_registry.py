@@ -5,9 +5,9 @@ Use: subclass `ModelRegistryContract` and provide a `registry` fixture.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import Conflict, NotFound
@@ -71,8 +71,8 @@ class ModelRegistryContract:
     def test_archive_model_and_version(self, registry: ModelRegistry) -> None:
         model = registry.create_model(unique("m"), properties={})
         version = registry.create_version(model.id, "1", properties={})
-        registry.update_model(dataclasses.replace(model, state=ModelState.ARCHIVED))
-        registry.update_version(dataclasses.replace(version, state=ModelState.ARCHIVED))
+        registry.update_model(msgspec.structs.replace(model, state=ModelState.ARCHIVED))
+        registry.update_version(msgspec.structs.replace(version, state=ModelState.ARCHIVED))
         got_model = registry.get_model(model.name)
         got_version = registry.get_version(model.id, "1")
         assert got_model is not None and got_model.state == ModelState.ARCHIVED
@@ -92,7 +92,7 @@ class ModelRegistryContract:
             )
         )
         assert artifact.id
-        registry.upsert_artifact(dataclasses.replace(artifact, state=ArtifactState.LIVE))
+        registry.upsert_artifact(msgspec.structs.replace(artifact, state=ArtifactState.LIVE))
         (stored,) = registry.list_artifacts(version.id)
         assert stored.id == artifact.id
         assert stored.state == ArtifactState.LIVE
@@ -149,7 +149,7 @@ class ModelRegistryContract:
             ModelArtifact("", version.id, "model", "s3://b/m/1/", "d", custom_properties=TYPED)
         )
         registry.update_version(  # an update keeps what it does not change
-            dataclasses.replace(version, custom_properties={**TYPED, "stage": "prod"})
+            msgspec.structs.replace(version, custom_properties={**TYPED, "stage": "prod"})
         )
         got_version = registry.get_version(model.id, "1")
         got_model = registry.get_model(model.name)

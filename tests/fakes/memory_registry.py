@@ -3,11 +3,12 @@ the real backends (tests/contract), so handler tests over it mean something."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from threading import RLock
+
+import msgspec
 
 from modelhooks.core.errors import Conflict, NotFound
 from modelhooks.core.records import ModelArtifact, ModelVersion, RegisteredModel
@@ -100,6 +101,6 @@ class InMemoryModelRegistry:
                     raise NotFound(f"no model version {artifact.version_id}")
                 if any(a.name == artifact.name for a in self.list_artifacts(artifact.version_id)):
                     raise Conflict(f"artifact {artifact.name!r} exists")
-                artifact = dataclasses.replace(artifact, id=self._id())
+                artifact = msgspec.structs.replace(artifact, id=self._id())
             self.artifacts[artifact.id] = artifact
             return artifact

@@ -4,7 +4,6 @@ the same contract as every backend, plus what only this backend can get wrong.""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import socket
 import socketserver
 import ssl
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import requests
 
@@ -78,14 +78,14 @@ def test_artifact_is_a_model_artifact_with_its_digest(
     assert body["customProperties"]["digest"]["string_value"] == "etag:abc"
     assert body["externalId"] == external_id(version.id, "model")  # found by it, exactly
     (listed,) = kubeflow.list_artifacts(version.id)
-    assert listed == dataclasses.replace(artifact, state=ArtifactState.PENDING)
+    assert listed == msgspec.structs.replace(artifact, state=ArtifactState.PENDING)
     assert listed.custom_properties == {"source_event": "e1"}
 
 
 def test_update_replaces_properties_and_description(kubeflow: KubeflowModelRegistry) -> None:
     model = kubeflow.create_model(unique("m"), properties={"a": "1", "b": "2"})
     updated = kubeflow.update_model(
-        dataclasses.replace(model, description="d", custom_properties={"a": "3"})
+        msgspec.structs.replace(model, description="d", custom_properties={"a": "3"})
     )
     assert updated.custom_properties == {"a": "3"}
     assert kubeflow.get_model(model.name) == updated
@@ -188,7 +188,7 @@ def test_register_and_sign_never_list(kubeflow: KubeflowModelRegistry) -> None:
         version = kubeflow.get_version(model.id, "2")
         assert version is not None
         props = {**version.custom_properties, "signature.signer": "key abc"}
-        kubeflow.update_version(dataclasses.replace(version, custom_properties=props))
+        kubeflow.update_version(msgspec.structs.replace(version, custom_properties=props))
     assert recorder.listings() == []
     # a redelivery finds everything: its one write, creating the version, conflicts
     assert [(m, p, s) for m, p, s in sent[1] if m != "GET"] == [("POST", "model_versions", 409)]
@@ -245,7 +245,7 @@ def test_typed_properties_and_fields_both_ways(
         "kubeflow.owner": "alice",
     }
     props = {**model.custom_properties, "epochs": "13", "new": "x"}
-    kubeflow.update_model(dataclasses.replace(model, custom_properties=props))
+    kubeflow.update_model(msgspec.structs.replace(model, custom_properties=props))
     after = _raw(api, "GET", f"/registered_models/{raw['id']}")
     assert after["owner"] == "alice"
     held = after["customProperties"]
@@ -282,7 +282,7 @@ def test_typed_properties_and_fields_both_ways(
     assert stored["description"] == "the weights" and stored["state"] == "PENDING"
     assert set(stored["customProperties"]) == {"digest"}  # fields are fields, not properties
     failed = kubeflow.upsert_artifact(
-        dataclasses.replace(
+        msgspec.structs.replace(
             artifact,
             state=ArtifactState.ABANDONED,
             custom_properties={**fields, FAILURE_REASON: "copy failed: 403 from s3"},
@@ -372,8 +372,8 @@ def test_a_write_over_another_writers_change_is_stale(
             assert mine is not None
             theirs = two.get_model(name)
             assert theirs is not None
-            two.update_model(dataclasses.replace(theirs, custom_properties={"n": "2"}))
-            one.update_model(dataclasses.replace(mine, custom_properties={"n": "1"}))
+            two.update_model(msgspec.structs.replace(theirs, custom_properties={"n": "2"}))
+            one.update_model(msgspec.structs.replace(mine, custom_properties={"n": "1"}))
         assert isinstance(caught.value, Transient)
         got = one.get_model(name)
         assert got is not None and got.custom_properties == {"n": "2"}  # theirs stands
@@ -381,14 +381,14 @@ def test_a_write_over_another_writers_change_is_stale(
         with pytest.raises(StaleWrite), one.transaction():
             mine = one.get_model(name)
             assert mine is not None
-            one.update_model(dataclasses.replace(mine, custom_properties={"n": "3"}))
+            one.update_model(msgspec.structs.replace(mine, custom_properties={"n": "3"}))
             theirs = two.get_model(name)
             assert theirs is not None
-            two.update_model(dataclasses.replace(theirs, custom_properties={"n": "4"}))
+            two.update_model(msgspec.structs.replace(theirs, custom_properties={"n": "4"}))
         with one.transaction():  # the redelivery: reads, writes, nobody interferes
             mine = one.get_model(name)
             assert mine is not None
-            one.update_model(dataclasses.replace(mine, custom_properties={"n": "5"}))
+            one.update_model(msgspec.structs.replace(mine, custom_properties={"n": "5"}))
     finally:
         one.close()
         two.close()
@@ -410,8 +410,8 @@ def test_an_update_of_a_listed_version_over_another_writers_change_is_stale(
             theirs = two.get_version(model.id, "1")
             assert theirs is not None
             signed = {**theirs.custom_properties, "signature.signer": "key abc"}
-            two.update_version(dataclasses.replace(theirs, custom_properties=signed))
-            one.update_version(dataclasses.replace(listed, state=ModelState.ARCHIVED))
+            two.update_version(msgspec.structs.replace(theirs, custom_properties=signed))
+            one.update_version(msgspec.structs.replace(listed, state=ModelState.ARCHIVED))
         got = one.get_version(model.id, "1")
         assert got is not None and got.custom_properties["signature.signer"] == "key abc"
         assert got.state == ModelState.LIVE

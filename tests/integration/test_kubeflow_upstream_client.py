@@ -11,7 +11,6 @@ register at all; what it writes here goes through the same API calls minus that 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import requests
 
@@ -74,7 +74,7 @@ def test_upstream_reads_what_register_writes(
     model = kubeflow.get_model(name)
     assert model is not None
     kubeflow.update_model(
-        dataclasses.replace(
+        msgspec.structs.replace(
             model,
             description="sentiment",
             custom_properties={**model.custom_properties, "kubeflow.owner": "team-nlp"},
@@ -83,13 +83,13 @@ def test_upstream_reads_what_register_writes(
     version = kubeflow.get_version(model.id, "1")
     assert version is not None
     kubeflow.update_version(
-        dataclasses.replace(
+        msgspec.structs.replace(
             version, custom_properties={**version.custom_properties, "kubeflow.author": "ci"}
         )
     )
     (artifact,) = kubeflow.list_artifacts(version.id)
     kubeflow.upsert_artifact(
-        dataclasses.replace(
+        msgspec.structs.replace(
             artifact,
             custom_properties={
                 **artifact.custom_properties,
@@ -161,7 +161,7 @@ def test_modelhooks_reads_and_updates_what_upstream_writes(
     }
     # sign's write: a property added, an int changed; upstream reads its own types back
     props = {**version.custom_properties, "epochs": "4", "signature.signer": "key abc"}
-    kubeflow.update_version(dataclasses.replace(version, custom_properties=props))
+    kubeflow.update_version(msgspec.structs.replace(version, custom_properties=props))
     again = _run(api.get_model_version_by_id(mv.id))
     assert again.author == "bob"
     assert again.custom_properties == {

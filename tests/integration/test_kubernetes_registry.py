@@ -6,7 +6,6 @@ namespaces as the tenancy (a model's records in its owning namespace, RBAC there
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import ssl
 import time
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -141,12 +141,12 @@ def test_a_write_based_on_a_stale_read_loses(
             mine = kube.get_model(name)
             theirs = other.get_model(name)
             assert mine is not None and theirs is not None
-            other.update_model(dataclasses.replace(theirs, custom_properties={"by": "other"}))
+            other.update_model(msgspec.structs.replace(theirs, custom_properties={"by": "other"}))
             with pytest.raises(StaleWrite):
-                kube.update_model(dataclasses.replace(mine, custom_properties={"by": "me"}))
+                kube.update_model(msgspec.structs.replace(mine, custom_properties={"by": "me"}))
         got = kube.get_model(name)
         assert got is not None and got.custom_properties == {"by": "other"}  # not overwritten
-        kube.update_model(dataclasses.replace(got, state=ModelState.ARCHIVED))  # fresh read
+        kube.update_model(msgspec.structs.replace(got, state=ModelState.ARCHIVED))  # fresh read
     finally:
         other.close()
 
@@ -179,7 +179,7 @@ def test_a_transaction_ends_on_what_it_read_as_it_is_then(
             assert model is not None
             theirs = other.get_model(name)
             assert theirs is not None
-            other.update_model(dataclasses.replace(theirs, state=ModelState.ARCHIVED))
+            other.update_model(msgspec.structs.replace(theirs, state=ModelState.ARCHIVED))
             kube.create_version(model.id, "2", properties={})  # on the model it holds
         with kube.transaction():  # unchanged since: the check passes
             model = kube.get_model(name)
@@ -361,10 +361,10 @@ def test_artifacts_live_in_their_version_and_keep_versions_fields(
         ModelArtifact(id="", version_id=version.id, name="model", uri="s3://b/m/1/", digest="d1")
     )
     assert artifact.id == f"{version.id}/model"
-    kube.update_version(dataclasses.replace(version, state=ModelState.ARCHIVED))
+    kube.update_version(msgspec.structs.replace(version, state=ModelState.ARCHIVED))
     (listed,) = kube.list_artifacts(version.id)
     assert listed == artifact  # updating the version kept its artifacts
-    kube.upsert_artifact(dataclasses.replace(artifact, state=ArtifactState.DELETED))
+    kube.upsert_artifact(msgspec.structs.replace(artifact, state=ArtifactState.DELETED))
     got = kube.get_version(model.id, "1")
     assert got is not None and got.state == ModelState.ARCHIVED  # and the reverse
 
@@ -402,7 +402,7 @@ def test_cel_refuses_to_mutate_a_registered_version(
     assert renamed.value.status == 422 and "spec.name is immutable" in renamed.value.body
     # through the adapter: the server's message, as a permanent BadRequest
     with pytest.raises(BadRequest, match="an artifact's digest is immutable once set"):
-        kube.upsert_artifact(dataclasses.replace(artifact, digest="sha256:bb"))
+        kube.upsert_artifact(msgspec.structs.replace(artifact, digest="sha256:bb"))
     (stored,) = kube.list_artifacts(version.id)
     assert stored.digest == "sha256:aa"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import Conflict
@@ -157,7 +157,7 @@ def test_repeated_delete_is_idempotent() -> None:
     reg = InMemoryModelRegistry()
     register(pushed(), reg)
     archive(deleted(T0 + timedelta(hours=1)), reg)
-    before = dataclasses.replace(reg.get_model("bert"))  # type: ignore[type-var]
+    before = msgspec.structs.replace(reg.get_model("bert"))  # type: ignore[type-var]
     archive(deleted(T0 + timedelta(hours=1)), reg)
     assert reg.get_model("bert") == before
 

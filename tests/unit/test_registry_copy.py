@@ -4,11 +4,11 @@ here; the Kubernetes backend in tests/integration/test_kubernetes_registry.py)."
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
@@ -22,10 +22,10 @@ from tests.fakes.memory_registry import InMemoryModelRegistry
 
 def populate(registry: ModelRegistry) -> None:
     bert = registry.create_model("team/bert", properties={"namespace": "ml"})
-    registry.update_model(dataclasses.replace(bert, description="a model"))
+    registry.update_model(msgspec.structs.replace(bert, description="a model"))
     for name, state in (("1", ModelState.ARCHIVED), ("2", ModelState.LIVE)):
         version = registry.create_version(bert.id, name, properties={"digest": f"d{name}"})
-        registry.update_version(dataclasses.replace(version, state=state))
+        registry.update_version(msgspec.structs.replace(version, state=state))
         registry.upsert_artifact(
             ModelArtifact(
                 id="",

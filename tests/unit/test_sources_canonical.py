@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import BadRequest
@@ -67,7 +67,7 @@ def test_a_translated_event_survives_a_round_trip_through_its_own_attributes() -
     ],
 )
 def test_invalid_data_is_a_bad_request_naming_the_field(data: object, message: str) -> None:
-    inbound = dataclasses.replace(samples.inbound("canonical-artifact-pushed"), data=data)
+    inbound = msgspec.structs.replace(samples.inbound("canonical-artifact-pushed"), data=data)
     with pytest.raises(BadRequest, match=message):
         canonical.from_canonical_cloudevent(inbound)
 
@@ -76,7 +76,7 @@ def test_an_unknown_modelhooks_type_is_a_bad_request() -> None:
     inbound = samples.inbound("canonical-artifact-pushed")
     attrs = {**inbound.attributes, "type": "dev.modelhooks.model.exploded"}
     with pytest.raises(BadRequest, match=re.escape("unknown type 'dev.modelhooks.model.exploded'")):
-        translate(dataclasses.replace(inbound, attributes=attrs), layout=ObjectLayout())
+        translate(msgspec.structs.replace(inbound, attributes=attrs), layout=ObjectLayout())
 
 
 def test_ids_are_stable() -> None:

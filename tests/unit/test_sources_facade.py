@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import doctest
 import importlib
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 import modelhooks.events.sources
@@ -115,14 +115,14 @@ def _mutations(value: Any) -> Iterator[tuple[str, Any]]:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_broken_deliveries_raise_bad_request_and_nothing_else(name: str) -> None:
     inbound = samples.inbound(name)
-    variants = [dataclasses.replace(inbound, data=d) for _, d in _mutations(inbound.data)]
+    variants = [msgspec.structs.replace(inbound, data=d) for _, d in _mutations(inbound.data)]
     variants += [
-        dataclasses.replace(
+        msgspec.structs.replace(
             inbound, attributes={k: v for k, v in inbound.attributes.items() if k != a}
         )
         for a in inbound.attributes
     ]
-    variants += [dataclasses.replace(inbound, data=d) for d in (None, b"{not json", "text", 3)]
+    variants += [msgspec.structs.replace(inbound, data=d) for d in (None, b"{not json", "text", 3)]
     assert len(variants) > 4
     for variant in variants:
         try:

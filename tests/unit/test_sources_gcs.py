@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import BadRequest
@@ -21,7 +21,7 @@ SOURCE = "//storage.googleapis.com/projects/_/buckets/models"
 
 
 def _with(inbound: Inbound, **changes: Any) -> Inbound:
-    return dataclasses.replace(inbound, **changes)
+    return msgspec.structs.replace(inbound, **changes)
 
 
 def test_eventarc_finalize_of_the_marker_is_a_push_named_by_its_generation() -> None:

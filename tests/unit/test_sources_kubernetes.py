@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import BadRequest
@@ -29,7 +29,7 @@ def _with_data(name: str, edit: Any) -> Inbound:
     inbound = samples.inbound(name)
     data = copy.deepcopy(inbound.data)
     edit(data)
-    return dataclasses.replace(inbound, data=data)
+    return msgspec.structs.replace(inbound, data=data)
 
 
 def test_resource_add_is_model_created_with_the_whole_object() -> None:
@@ -100,7 +100,7 @@ def test_unknown_apiserver_types_are_bad_requests(event_type: str) -> None:
     inbound = samples.inbound("k8s-resource-add")
     attrs = {**inbound.attributes, "type": event_type}
     with pytest.raises(BadRequest, match="unknown type"):
-        kubernetes.from_apiserver_event(dataclasses.replace(inbound, attributes=attrs))
+        kubernetes.from_apiserver_event(msgspec.structs.replace(inbound, attributes=attrs))
 
 
 @pytest.mark.parametrize(

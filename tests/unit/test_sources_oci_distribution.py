@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import re
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import BadRequest
@@ -37,7 +37,7 @@ def _distribution(*events: dict[str, Any]) -> list[Any]:
 def _zot(name: str, *, registry_host: str | None = HOST, **data: Any) -> list[Any]:
     inbound = samples.inbound(name)
     if data:
-        inbound = dataclasses.replace(inbound, data={**inbound.data, **data})
+        inbound = msgspec.structs.replace(inbound, data={**inbound.data, **data})
     return oci_distribution.from_zot_event(inbound, registry_host=registry_host)
 
 
@@ -179,7 +179,7 @@ def test_zot_needs_the_registry_host_from_config_or_a_url_source() -> None:
         _zot("zot-image-updated", registry_host=None)
     inbound = samples.inbound("zot-image-updated")
     attrs = {**inbound.attributes, "source": "https://zot.example.com:8443"}
-    [event] = oci_distribution.from_zot_event(dataclasses.replace(inbound, attributes=attrs))
+    [event] = oci_distribution.from_zot_event(msgspec.structs.replace(inbound, attributes=attrs))
     assert event.data.uri.startswith("oci://zot.example.com:8443/sentiment@")
 
 
@@ -211,7 +211,7 @@ def test_other_zot_events_are_ignored() -> None:
     assert _zot("zot-repository-created") == []
     inbound = samples.inbound("zot-image-updated")
     attrs = {**inbound.attributes, "type": "zotregistry.image.lint_failed"}
-    assert oci_distribution.from_zot_event(dataclasses.replace(inbound, attributes=attrs)) == []
+    assert oci_distribution.from_zot_event(msgspec.structs.replace(inbound, attributes=attrs)) == []
 
 
 @pytest.mark.parametrize("field", ["name", "reference"])
@@ -219,7 +219,9 @@ def test_zot_data_missing_a_field_is_a_bad_request(field: str) -> None:
     inbound = samples.inbound("zot-image-updated")
     data = {k: v for k, v in inbound.data.items() if k != field}
     with pytest.raises(BadRequest, match=f"zot event: {field} is missing"):
-        oci_distribution.from_zot_event(dataclasses.replace(inbound, data=data), registry_host=HOST)
+        oci_distribution.from_zot_event(
+            msgspec.structs.replace(inbound, data=data), registry_host=HOST
+        )
 
 
 def test_zot_through_the_facade_is_stable() -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
 
 from modelhooks.core.errors import BadRequest
@@ -199,7 +199,7 @@ def test_minio_metadata_only_changes_of_the_marker_are_not_pushes(event_name: st
     body["EventName"] = event_name
     for record in body["Records"]:
         record["eventName"] = event_name
-    assert translate(dataclasses.replace(inbound, data=body), layout=LAYOUT) == []
+    assert translate(msgspec.structs.replace(inbound, data=body), layout=LAYOUT) == []
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,10 @@ concurrent runs end with one of each.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from msgspec.structs import replace
 
 from modelhooks.adapters.transfer.config import TransferConfig
 from modelhooks.core.errors import BadRequest, Conflict, NotFound
