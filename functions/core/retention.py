@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
@@ -54,9 +53,8 @@ __all__ = [
     "plan",
 ]
 
-_SEMVER = re.compile(
-    r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
-)
+# compiled when a plan first reads a tag (re's own cache), not at every start
+_SEMVER = r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
 
 
 # The records below are frozen msgspec Structs, not dataclasses: making a Struct class costs
@@ -88,7 +86,7 @@ class Plan(msgspec.Struct, frozen=True):
 
 
 def _version(name: str) -> tuple[int, int, int, int, str] | None:
-    m = _SEMVER.match(name)
+    m = re.match(_SEMVER, name)
     if not m:
         return None
     major, minor, patch, pre = int(m[1]), int(m[2]), int(m[3]), m[4] or ""
@@ -222,6 +220,8 @@ def apply(
     the planned digest: a tag moved since is skipped), then its manifests. Deleting what is
     gone succeeds, so a second run (or a redelivery) is harmless. `progress(n)` is told
     of every n items done."""
+    from concurrent.futures import ThreadPoolExecutor  # a plan applied, not every start
+
     kept = {d.digest for d in planned.keep}
     digests = [d.digest for d in planned.manifests]
     with ThreadPoolExecutor(workers) as pool:

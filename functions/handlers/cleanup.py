@@ -29,7 +29,6 @@ from typing import Any
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.adapters.oci.distribution import parse_uri
 from modelhooks.core.cleanup import (
     Cleanup,
     Policy,
@@ -236,7 +235,9 @@ def targets(data: ModelDeleted, registry: ModelRegistry, *, since: str) -> list[
 def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
     found = model_source(source)
     resolved = status.get("resolvedDigest")
-    if found.store == "oci":
+    if found.store == "oci":  # the OCI client's module only then (cold start)
+        from modelhooks.adapters.oci.distribution import parse_uri
+
         parse_uri(found.uri)  # BadRequest for a malformed reference
         if isinstance(resolved, str) and resolved.startswith("sha256:"):
             return Target(found.uri, resolved)

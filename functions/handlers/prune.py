@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.adapters.oci.distribution import parse_uri
 from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.ports import ModelRegistry
@@ -53,7 +52,7 @@ def handle(
     if isinstance(data, ArtifactPushed | PruneRequested):
         if isinstance(data, ArtifactPushed) and data.store != "oci":
             return []
-        host, repo, _ = parse_uri(data.uri)
+        host, repo, _ = _parse_uri(data.uri)
         uri, policy = f"oci://{host}/{repo}", retention.for_repository(f"{host}/{repo}")
         if policy is None:
             raise Skip(f"no retention policy covers {host}/{repo} (prune.policy_file)")
@@ -102,7 +101,7 @@ def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[
     source = model_source(model.spec.get("source"))
     if source.store != "oci":
         return None  # retention is for OCI repositories
-    host, repo, ref = parse_uri(source.uri)
+    host, repo, ref = _parse_uri(source.uri)
     if not ref.startswith("sha256:"):
         policy = msgspec.structs.replace(policy, protect=(*policy.protect, f"^{re.escape(ref)}$"))
     resolved = model.status.get("resolvedDigest")
@@ -130,3 +129,11 @@ FUNCTION = Function(
     extras=("gcp",),  # Artifact Registry's API
     object_pushes=False,  # a gs:// or s3:// push is not its business: not named, not listed
 )
+
+
+def _parse_uri(uri: str) -> tuple[str, str, str]:
+    """oci.distribution's parse_uri, imported when an OCI reference first needs it: a
+    target's start (and a push it does not act on) imports no OCI client module."""
+    from modelhooks.adapters.oci.distribution import parse_uri
+
+    return parse_uri(uri)

@@ -19,7 +19,6 @@ Reply: `model.registered` with the ids, the destination URI and the content's di
 
 from __future__ import annotations
 
-from modelhooks.adapters.oci.distribution import parse_uri
 from modelhooks.adapters.transfer.request import Transfers
 from modelhooks.core.errors import Forbidden, NotFound
 from modelhooks.core.function import Function
@@ -43,7 +42,9 @@ def handle(
     if not isinstance(data, TransferRequested):
         return []
     for part in (data.source, data.destination):
-        if part.type == "oci":
+        if part.type == "oci":  # the OCI client's module only then (cold start)
+            from modelhooks.adapters.oci.distribution import parse_uri
+
             parse_uri(part.location)  # BadRequest naming what is wrong with the reference
         if part.type in ("oci", "uri"):  # a host the event names: not this machine, a
             stores.check_host(part.location)  # private network or the metadata service

@@ -36,7 +36,11 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.adapters.oci.clients": {"oci", "model_verifier"},
     # the registries' credentials: not by the OCI clients unless oci.username names some;
     # cleanup's, prune's and transfer's handlers parse OCI addresses (oci.distribution's)
-    "modelhooks.adapters.oci.credentials": {"model_verifier", "transfers", "cleanup", "retention"},
+    # when an event first names one, not at start
+    "modelhooks.adapters.oci.credentials": {"model_verifier"},
+    "modelhooks.adapters.oci.distribution": {"model_verifier"},
+    # admission's checks, signing's readers; prune's plans only when one is applied
+    "concurrent.futures": {"model_verifier", "signer", "hash_options"},
     # a push's content digest: only a function accepting pushes has them named (ingress)
     "modelhooks.core.content": {"content"},
     # a registry's client and its auth: when an event first names one, never at start
