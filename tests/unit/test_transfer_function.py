@@ -287,3 +287,20 @@ def test_store_allow_local_targets_lets_a_local_host_through(local: Transfers) -
         stores=allowed,
     )
     assert isinstance(reply.data, ModelRegistered)
+
+
+def test_the_function_starts_without_the_copy_s_modules() -> None:
+    """The handler's process imports `request` at start-up; the configuration (argparse)
+    and the copy (its clients, ctypes) come with the first transfer, not before."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from modelhooks.bootstrap import build; from modelhooks.handlers import transfer; "
+        "from modelhooks.adapters.transfer.request import Transfers; Transfers(); "
+        "late = {'modelhooks.adapters.transfer.config', 'modelhooks.adapters.transfer.run', "
+        "'modelhooks.adapters.transfer.files', 'ctypes'} & set(sys.modules); "
+        "assert not late, sorted(late); "
+        "from modelhooks.adapters.transfer import resolve, transfer, write_termination_message"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

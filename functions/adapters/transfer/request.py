@@ -17,15 +17,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from modelhooks.adapters.transfer.config import Metadata, TransferConfig, resolve
-from modelhooks.adapters.transfer.run import build_signer, transfer
 from modelhooks.core.errors import BadRequest, ConfigError, Unavailable
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.events.model import TransferRequested
+
+if TYPE_CHECKING:  # imported by the first transfer (the function's process starts without)
+    from modelhooks.adapters.transfer.config import Metadata, TransferConfig
 
 __all__ = ["Done", "Transfers", "arguments", "metadata"]
 
@@ -52,6 +53,8 @@ class Transfers:
     def config(self, request: TransferRequested, *, model_id: str = "") -> TransferConfig:
         """The configuration of `request`; a setting the process lacks (a credential, a
         signer asked for) is a deployment gap: Unavailable (503, redelivered once fixed)."""
+        from modelhooks.adapters.transfer.config import resolve
+
         try:
             cfg = resolve(
                 arguments(request, model_id=model_id), self.env, metadata=metadata(request)
@@ -65,6 +68,8 @@ class Transfers:
     def run(
         self, request: TransferRequested, *, registry: ModelRegistry, model_id: str = ""
     ) -> Done:
+        from modelhooks.adapters.transfer.run import build_signer, transfer
+
         cfg = self.config(request, model_id=model_id)
         try:
             signer = build_signer(cfg) if cfg.sign else None
@@ -144,6 +149,8 @@ def arguments(request: TransferRequested, *, model_id: str = "") -> dict[str, st
 
 def metadata(request: TransferRequested) -> Metadata:
     """The request's metadata as the metadata directory's (kind → field → value)."""
+    from modelhooks.adapters.transfer.config import Metadata
+
     kinds = {
         "RegisteredModel": msgspec.to_builtins(request.model),
         "ModelVersion": msgspec.to_builtins(request.version),
