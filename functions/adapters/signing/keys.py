@@ -44,14 +44,27 @@ def _hash_for(key: ec.EllipticCurvePublicKey) -> ec.ECDSA:
     return ec.ECDSA(algorithm[key.curve.key_size])
 
 
+def _pem_private_key_loader() -> Any:
+    """cryptography's `serialization.load_pem_private_key` without importing that package:
+    it re-exports the Rust bindings' function, and importing it imports its SSH module too
+    (its regexes, every key type, the ciphers: ~14 ms of CPU in a sign cold start, whose
+    key is a PEM). The package's own where a release has moved it (test_signing_keys pins
+    that they are the same function)."""
+    try:
+        from cryptography.hazmat.bindings._rust import openssl
+
+        return openssl.keys.load_pem_private_key
+    except (ImportError, AttributeError):  # pragma: no cover - another cryptography
+        from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+        return load_pem_private_key
+
+
 def _load_private(path: Path, password: str | None) -> ec.EllipticCurvePrivateKey:
-    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     try:
-        key = serialization.load_pem_private_key(
-            path.read_bytes(), password.encode() if password else None
-        )
+        key = _pem_private_key_loader()(path.read_bytes(), password.encode() if password else None)
     except (OSError, ValueError, TypeError) as e:
         raise ConfigError(f"cannot load private key {path}", reason=str(e)) from e
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in _CURVES:
@@ -61,11 +74,10 @@ def _load_private(path: Path, password: str | None) -> ec.EllipticCurvePrivateKe
 
 def key_fingerprint(key: ec.EllipticCurvePublicKey) -> str:
     """model_signing's key hint: sha256 of the PEM SubjectPublicKeyInfo."""
-    from cryptography.hazmat.primitives import serialization
+    # the enums `serialization` re-exports, from where they are defined (see above)
+    from cryptography.hazmat.primitives._serialization import Encoding, PublicFormat
 
-    pem = key.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    pem = key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(pem).hexdigest()
 
 
