@@ -213,10 +213,7 @@ class EndpointPool:
         if scheme != "https":
             return _Http(*(self._proxy or (host, port)), timeout=timeout)
         if self._context is None:
-            get = self._tls.get
-            self._context = ssl.create_default_context(
-                cafile=get("cafile"), capath=get("capath"), cadata=get("cadata")
-            )
+            self._context = _tls_context(self._tls)
         if self._proxy is None:
             return _Https(host, port, timeout=timeout, context=self._context)
         conn = _Https(*self._proxy, timeout=timeout, context=self._context)
@@ -279,16 +276,11 @@ def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) ->
     with `ca` (PEM text), else REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE (a file or a directory),
     else certifi's bundle (requests')."""
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    tls: dict[str, str] = {}  # none: certifi's, looked up by the first https connection
     if ca:
         tls = {"cadata": ca}
-    elif bundle and os.path.isdir(bundle):
-        tls = {"capath": bundle}
-    else:
-        if not bundle:
-            import certifi
-
-            bundle = certifi.where()
-        tls = {"cafile": bundle}
+    elif bundle:
+        tls = {"capath" if os.path.isdir(bundle) else "cafile": bundle}
     proxy = environment_proxy(endpoint)
     if not proxy:
         return EndpointPool(maxsize=maxsize, tls=tls)
@@ -303,14 +295,25 @@ def endpoint_pool(endpoint: str, *, ca: str | None = None, maxsize: int = 64) ->
     return EndpointPool(maxsize=maxsize, tls=tls, proxy=proxy, proxy_headers=headers)
 
 
+def _tls_context(tls: Mapping[str, str]) -> ssl.SSLContext:
+    """A context verifying certificates (and host names) with these CAs, else certifi's
+    (requests' bundle; importing certifi costs an http:// endpoint ~5 ms of CPU for nothing)."""
+    if not tls:
+        import certifi
+
+        tls = {"cafile": certifi.where()}
+    return ssl.create_default_context(
+        cafile=tls.get("cafile"), capath=tls.get("capath"), cadata=tls.get("cadata")
+    )
+
+
 def _urllib3_manager(
     proxy: str, user: str, password: str, maxsize: int, tls: Mapping[str, str]
 ) -> Any:
     import urllib3
 
-    names = {"cadata": "ca_cert_data", "capath": "ca_cert_dir", "cafile": "ca_certs"}
     options: dict[str, Any] = {"maxsize": maxsize, "cert_reqs": "CERT_REQUIRED"}
-    options.update({names[k]: v for k, v in tls.items()})
+    options["ssl_context"] = _tls_context(tls)
     if proxy.lower().startswith("socks"):
         from urllib3.contrib.socks import SOCKSProxyManager
 
