@@ -33,16 +33,18 @@ from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources import (
-    artifact_registry,
-    canonical,
-    gcs,
-    kubernetes,
-    oci_distribution,
-    s3,
-    schedule,
-)
 from modelhooks.events.sources._common import json_value, unwrap_pubsub
+from modelhooks.events.sources._types import (
+    APISERVER_TYPE_PREFIX,
+    CANONICAL_TYPE_PREFIX,
+    EVENTARC_TYPE_PREFIX,
+    PING_TYPE,
+    ZOT_TYPE_PREFIX,
+)
+
+# Each translator module is imported by the branch that calls it, when a delivery first
+# needs it: a process fed GCS events never imports the OCI, S3 or Kubernetes ones (cold
+# start). The types dispatched on by name are in _types, apart from them.
 
 __all__ = ["KINDS", "PUBSUB_MESSAGE_PUBLISHED", "kind_of", "translate"]
 
@@ -76,14 +78,14 @@ def kind_of(inbound: Inbound) -> str | None:
     if inbound.kind == "cloudevent":
         event_type = inbound.attributes.get("type") or ""
         for prefix, kind in (
-            (canonical.TYPE_PREFIX, "canonical"),
-            (gcs.EVENTARC_TYPE_PREFIX, "gcs"),
-            (kubernetes.APISERVER_TYPE_PREFIX, "kubernetes"),
-            (oci_distribution.ZOT_TYPE_PREFIX, "zot"),
+            (CANONICAL_TYPE_PREFIX, "canonical"),
+            (EVENTARC_TYPE_PREFIX, "gcs"),
+            (APISERVER_TYPE_PREFIX, "kubernetes"),
+            (ZOT_TYPE_PREFIX, "zot"),
         ):
             if event_type.startswith(prefix):
                 return kind
-        if event_type == schedule.PING_TYPE:
+        if event_type == PING_TYPE:
             return "schedule"
         if event_type == PUBSUB_MESSAGE_PUBLISHED:
             try:
@@ -107,8 +109,12 @@ def kind_of(inbound: Inbound) -> str | None:
             data = json_value(inbound.data, "pubsub message")
         except BadRequest:
             return None
+        from modelhooks.events.sources import artifact_registry
+
         return "artifact-registry" if artifact_registry.is_gar_message(data) else None
     if inbound.kind == "webhook":
+        from modelhooks.events.sources import oci_distribution, s3
+
         body = inbound.data
         if s3.is_s3_notification(body):
             return "s3"
@@ -123,15 +129,25 @@ def _cloudevent(
     event_type = inbound.attributes.get("type")
     if not event_type:
         raise BadRequest("cloudevent: type is missing", field="type")
-    if event_type.startswith(canonical.TYPE_PREFIX):
+    if event_type.startswith(CANONICAL_TYPE_PREFIX):
+        from modelhooks.events.sources import canonical
+
         return canonical.from_canonical_cloudevent(inbound)
-    if event_type.startswith(gcs.EVENTARC_TYPE_PREFIX):
+    if event_type.startswith(EVENTARC_TYPE_PREFIX):
+        from modelhooks.events.sources import gcs
+
         return gcs.from_eventarc(inbound, layout=layout)
-    if event_type.startswith(kubernetes.APISERVER_TYPE_PREFIX):
+    if event_type.startswith(APISERVER_TYPE_PREFIX):
+        from modelhooks.events.sources import kubernetes
+
         return kubernetes.from_apiserver_event(inbound)
-    if event_type.startswith(oci_distribution.ZOT_TYPE_PREFIX):
+    if event_type.startswith(ZOT_TYPE_PREFIX):
+        from modelhooks.events.sources import oci_distribution
+
         return oci_distribution.from_zot_event(inbound, registry_host=registry_host)
-    if event_type == schedule.PING_TYPE:
+    if event_type == PING_TYPE:
+        from modelhooks.events.sources import schedule
+
         return schedule.from_ping(inbound)
     if event_type == PUBSUB_MESSAGE_PUBLISHED:
         message = unwrap_pubsub(json_value(inbound.data, "cloudevent"), "cloudevent data")
@@ -159,7 +175,11 @@ def _pubsub(
         )
         return _cloudevent(carried, layout, registry_host)
     if "eventType" in attrs and "bucketId" in attrs:
+        from modelhooks.events.sources import gcs
+
         return gcs.from_pubsub_notification(inbound, layout=layout)
+    from modelhooks.events.sources import artifact_registry
+
     if artifact_registry.is_gar_message(json_value(inbound.data, "pubsub message")):
         return artifact_registry.from_gar_message(inbound)
     raise BadRequest(
@@ -170,6 +190,8 @@ def _pubsub(
 
 
 def _webhook(inbound: Inbound, layout: ObjectLayout) -> list[CanonicalEvent]:
+    from modelhooks.events.sources import oci_distribution, s3
+
     body = json_value(inbound.data, "webhook")
     if s3.is_s3_notification(body):
         return s3.from_s3_notification(inbound, layout=layout)

@@ -18,10 +18,10 @@ from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent, data_class, parse
 from modelhooks.events.sources._common import as_object, json_value, parse_time, text
+from modelhooks.events.sources._types import CANONICAL_TYPE_PREFIX as TYPE_PREFIX
 
 __all__ = ["TYPE_PREFIX", "from_canonical_cloudevent"]
 
-TYPE_PREFIX = "dev.modelhooks."
 # Context attributes with a slot of their own; everything else is an extension.
 _CONTEXT = frozenset(
     {"specversion", "id", "source", "type", "datacontenttype", "dataschema", "subject", "time"}

@@ -46,10 +46,10 @@ from modelhooks.events.sources._common import (
     payload,
     text,
 )
+from modelhooks.events.sources._types import EVENTARC_TYPE_PREFIX
 
 __all__ = ["EVENTARC_TYPE_PREFIX", "from_eventarc", "from_pubsub_notification", "source_of"]
 
-EVENTARC_TYPE_PREFIX = "google.cloud.storage.object.v1."
 Change = Literal["finalize", "delete"] | None
 _EVENTARC: dict[str, Change] = {
     "finalized": "finalize",

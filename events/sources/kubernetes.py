@@ -43,10 +43,10 @@ from modelhooks.events.sources._common import (
     payload,
     text,
 )
+from modelhooks.events.sources._types import APISERVER_TYPE_PREFIX
 
 __all__ = ["APISERVER_TYPE_PREFIX", "API_GROUP", "KIND", "from_apiserver_event"]
 
-APISERVER_TYPE_PREFIX = "dev.knative.apiserver."
 API_GROUP = "modelhooks.dev"
 KIND = "Model"
 _LIFECYCLE: dict[str, type[EventData]] = {

@@ -49,6 +49,7 @@ from modelhooks.events.sources._oci import (
     is_referrer_tag,
     pushed,
 )
+from modelhooks.events.sources._types import ZOT_TYPE_PREFIX
 
 __all__ = [
     "UNTAG_PLACEHOLDER",
@@ -60,7 +61,6 @@ __all__ = [
     "is_distribution_notification",
 ]
 
-ZOT_TYPE_PREFIX = "zotregistry."
 ZOT_DEFAULT_SOURCE = "zotregistry.dev"
 
 

@@ -25,10 +25,9 @@ from modelhooks.events.sources._common import (
     payload,
     text,
 )
+from modelhooks.events.sources._types import PING_TYPE
 
 __all__ = ["PING_TYPE", "from_ping"]
-
-PING_TYPE = "dev.knative.sources.ping"
 
 
 def from_ping(inbound: Inbound) -> list[CanonicalEvent]:

@@ -41,6 +41,15 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.adapters.oci.distribution": {"model_verifier"},
     # admission's checks, signing's readers; prune's plans only when one is applied
     "concurrent.futures": {"model_verifier", "signer", "hash_options"},
+    # the upstream translators: each when a delivery first needs it, never at start (the OCI
+    # ones by admission's verifier: oci.distribution reads their untag placeholder)
+    "modelhooks.events.sources.gcs": set(),
+    "modelhooks.events.sources.s3": set(),
+    "modelhooks.events.sources.kubernetes": set(),
+    "modelhooks.events.sources.schedule": set(),
+    "modelhooks.events.sources.artifact_registry": set(),
+    "modelhooks.events.sources.oci_distribution": {"model_verifier"},
+    "modelhooks.events.sources._oci": {"model_verifier"},
     # a push's content digest: only a function accepting pushes has them named (ingress)
     "modelhooks.core.content": {"content"},
     # a registry's client and its auth: when an event first names one, never at start
