@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from threading import Lock
+from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, urlsplit
 
 from modelhooks.core.addresses import ALLOW_HINT, refusal
 from modelhooks.core.errors import BadRequest, Forbidden
-from modelhooks.core.ports import ObjectStore
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ObjectStore
 
 __all__ = ["Stores", "split_uri"]
 

@@ -7,15 +7,18 @@ import hashlib
 import json
 from collections import OrderedDict
 from threading import Lock
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from modelhooks.core.errors import Conflict
-from modelhooks.core.ports import DeliveryLog
 from modelhooks.delivery.encoding import structured
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources.canonical import from_canonical_cloudevent
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import DeliveryLog
 
 __all__ = ["Dedupe", "payload_digest"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -42,12 +42,14 @@ from modelhooks.core.cleanup import (
 )
 from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 from modelhooks.core.function import Function
-from modelhooks.core.ports import ModelRegistry, Secrets
 from modelhooks.core.records import PUSHED_AT, ModelState, stamp
 from modelhooks.core.sources import model_source
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ModelRegistry, Secrets
 
 __all__ = ["FUNCTION", "Target", "in_use", "plan", "policy_of", "secret_name", "targets"]
 

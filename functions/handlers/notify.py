@@ -32,7 +32,7 @@ apply is conditional on its resourceVersion, so one a moment old is refused and 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.conditions import (
     FINALIZER,
@@ -44,7 +44,6 @@ from modelhooks.core.conditions import (
 from modelhooks.core.errors import BadRequest, Conflict, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.model_status import cleanup_failed, progress, rollout_version
-from modelhooks.core.ports import Cluster
 from modelhooks.core.sources import model_source
 from modelhooks.events.model import (
     ArtifactPurged,
@@ -55,6 +54,9 @@ from modelhooks.events.model import (
     ModelUpdated,
     TagsPruned,
 )
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import Cluster
 
 __all__ = ["FUNCTION"]
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.errors import BadRequest, Forbidden
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import ModelState
 from modelhooks.core.retention import Policies, Policy, apply, model_policy, plan
 from modelhooks.core.sources import model_source
@@ -35,6 +35,9 @@ from modelhooks.events.model import (
     PruneRequested,
     TagsPruned,
 )
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ModelRegistry
 
 __all__ = ["FUNCTION", "in_use"]
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -45,7 +45,6 @@ from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.content import ContentResolver
 from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import (
     DELETED_AT,
     DELETION_POLICY,
@@ -67,6 +66,9 @@ from modelhooks.events.model import (
     ModelRegistered,
     ModelUpdated,
 )
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ModelRegistry
 
 __all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_model"]
 

@@ -50,6 +50,8 @@ BUILT_BY: dict[str, set[str]] = {
     "modelhooks.events.sources.artifact_registry": set(),
     "modelhooks.events.sources.oci_distribution": {"model_verifier"},
     "modelhooks.events.sources._oci": {"model_verifier"},
+    # the ports' Protocols: type hints where a handler or the delivery names them
+    "modelhooks.core.ports": {"signer", "hash_options", "model_verifier", "transfers"},
     # a push's content digest: only a function accepting pushes has them named (ingress)
     "modelhooks.core.content": {"content"},
     # a registry's client and its auth: when an event first names one, never at start
