@@ -220,9 +220,8 @@ def _mapped_here(path: Path) -> bool:
 
 def test_a_wide_local_read_is_the_file_mapped_not_a_copy(tmp_path: Path) -> None:
     """blake3's threads hash a big unit in pieces of 16 MiB, windows of the file mapped in
-    turn (no copy before them, serialised: one 2.5 GiB file 5.4 -> 8.3 GB/s); a window
-    starts anywhere (a resumed read's start is not page-aligned) and is unmapped before the
-    next."""
+    turn (no copy into a buffer serialised before them); a window starts anywhere (a
+    resumed read's start is not page-aligned) and is unmapped before the next."""
     import blake3
 
     (tmp_path / "m").mkdir()

@@ -39,6 +39,7 @@ _WRITING = ".modelhooks-writing"
 _ALIGNED = 1 << 20  # reads this long or longer go through a page-aligned buffer (read_chunks)
 _MAPPED = 4 << 20  # pieces this long or longer are windows of the file mapped (read_chunks)
 _spare = threading.local()  # .buffer: the thread's page-aligned buffer, between its reads
+_LEASES = hasattr(fcntl, "F_SETLEASE")  # Linux: a mapped file is held by a lease (_mapped)
 
 
 class LocalObjectStore:
@@ -283,13 +284,17 @@ def _read_into(buffer: memoryview, f: io.FileIO, start: int, length: int) -> Ite
 
 
 def _mapped(fd: int, start: int, length: int, size: int) -> Generator[memoryview, None, int]:
-    """The range as windows of `size` bytes of the file mapped in turn (MAP_POPULATE: its
-    pages mapped in one call, not faulted in one by one), each unmapped once the next is
-    asked for; returns how many bytes it gave, which is fewer than `length` when the file
-    could not be leased, a writer asked for it meanwhile (the lease is let go at the next
-    window, the writer waits until then), or it is shorter. blake3's threads hash a window
-    where it lies: the copy a buffer costs, serialised before them, is gone (one 2.5 GiB
-    file: 5.4 -> 8.3 GB/s, upstream's update_mmap 8.6, one sitting)."""
+    """The range as windows of `size` bytes of the file mapped in turn, each unmapped once
+    the next is asked for, while a read lease holds the file; returns how many bytes it
+    gave, fewer than `length` when the file could not be leased, a writer asked for it
+    meanwhile (the lease is let go at the next window: the writer waits until then, at most
+    /proc/sys/fs/lease-break-time, 45 s by default, for a window hashed in milliseconds), or
+    it is shorter. blake3's threads hash a window where it lies, faulting its pages in
+    themselves: the copy into a buffer, serialised before them, is gone (one 2.5 GiB file,
+    A/B in one process with the cores to itself: 3.0 -> 6.5 GB/s, upstream's update_mmap
+    6.6; mapping the window's pages in one call, MAP_POPULATE, serialised them: 5.8)."""
+    if not _LEASES:  # nothing would keep a truncation out
+        return 0
     try:  # the lease breaker is told by SIGURG, ignored unless handled (SIGIO would kill)
         fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
@@ -302,8 +307,7 @@ def _mapped(fd: int, start: int, length: int, size: int) -> Generator[memoryview
             n = min(size, end - done)
             at = start + done
             base = at - at % mmap.ALLOCATIONGRANULARITY
-            flags = mmap.MAP_SHARED | mmap.MAP_POPULATE
-            window = mmap.mmap(fd, at + n - base, flags=flags, prot=mmap.PROT_READ, offset=base)
+            window = mmap.mmap(fd, at + n - base, prot=mmap.PROT_READ, offset=base)
             try:
                 with memoryview(window) as whole, whole[at - base :] as piece:
                     yield piece
