@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 from tests.bench import Goal
 
@@ -117,12 +118,20 @@ def cold_start(target: str, source: Path) -> float:
             proc.wait()
 
 
-def throughput(
-    target: str, source: Path, seconds: float, concurrency: int
-) -> tuple[float, float, float, float]:
-    """(events/s, p50 ms, p99 ms, CPU ms per event) under wrk: `concurrency` keep-alive
-    connections. The CPU is the serving processes' (functions-framework's and its worker's):
-    unlike the rate, it holds on a machine busy with other work."""
+class Run(NamedTuple):
+    rate: float  # events/s
+    p50: float  # ms
+    p99: float  # ms
+    cpu: float  # ms of CPU per event
+    system: float  # the share of that CPU spent in the kernel
+    switches: float  # context switches per event
+
+
+def throughput(target: str, source: Path, seconds: float, concurrency: int) -> Run:
+    """One run under wrk: `concurrency` keep-alive connections. The CPU is the serving
+    processes' (functions-framework's and its worker's): unlike the rate, it holds on a
+    machine busy with other work. Their context switches (every thread's) say how often a
+    request's thread gave the GIL away (each SQLite statement, each write, each wait)."""
     from tests.servers.recipes import RECIPES
 
     RECIPES["wrk"].obtain()
@@ -133,7 +142,7 @@ def throughput(
             _wait_ready(port, proc)
             warm = ["wrk", "-t1", f"-c{concurrency}", "-d1s", "-s", str(WRK)]
             subprocess.run([*warm, f"http://127.0.0.1:{port}/"], check=True, capture_output=True)
-            cpu = _cpu_seconds(proc.pid)
+            before, switches = _cpu_seconds(proc.pid), _switches(proc.pid)
             load = ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--latency"]
             out = subprocess.run(
                 [*load, "-s", str(WRK), f"http://127.0.0.1:{port}/"],
@@ -141,7 +150,7 @@ def throughput(
                 capture_output=True,
                 text=True,
             ).stdout
-            cpu = _cpu_seconds(proc.pid) - cpu
+            after, switches = _cpu_seconds(proc.pid), _switches(proc.pid) - switches
         finally:
             proc.terminate()
             proc.wait()
@@ -149,17 +158,42 @@ def throughput(
         raise RuntimeError(f"{target}: some requests failed\n{out}")
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])  # type: ignore[index]
     count = int(re.search(r"(\d+) requests in", out)[1])  # type: ignore[index]
-    return rate, _latency(out, "50%"), _latency(out, "99%"), cpu * 1000 / count
+    user, system = after[0] - before[0], after[1] - before[1]
+    return Run(
+        rate,
+        _latency(out, "50%"),
+        _latency(out, "99%"),
+        (user + system) * 1000 / count,
+        system / ((user + system) or 1),
+        switches / count,
+    )
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` and its children that are running (gunicorn's worker)."""
+def _serving(pid: int) -> list[int]:
+    """`pid` and its children that are running (gunicorn's worker)."""
+    return [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU of the serving processes."""
     tick = os.sysconf("SC_CLK_TCK")
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    total = 0.0
-    for each in (pid, *map(int, children)):
+    user = system = 0.0
+    for each in _serving(pid):
         fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
+        user, system = user + int(fields[11]) / tick, system + int(fields[12]) / tick
+    return user, system
+
+
+def _switches(pid: int) -> int:
+    """Context switches (voluntary and not) of every thread of the serving processes."""
+    total = 0
+    for each in _serving(pid):
+        for task in Path(f"/proc/{each}/task").iterdir():
+            try:
+                status = (task / "status").read_text()
+            except FileNotFoundError:  # a thread that ended meanwhile
+                continue
+            total += sum(int(n) for n in re.findall(r"ctxt_switches:\s+(\d+)", status))
     return total
 
 
@@ -180,11 +214,13 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("server did not start")
 
 
-def alternate(
-    runs: int, a: Callable[[], float], b: Callable[[], float]
-) -> tuple[list[float], list[float]]:
+T = TypeVar("T")
+
+
+def alternate(runs: int, a: Callable[[], T], b: Callable[[], T]) -> tuple[list[T], list[T]]:
     """Interleave the two measurements so drift on the machine hits both alike."""
-    xs, ys = [], []
+    xs: list[T] = []
+    ys: list[T] = []
     for _ in range(runs):
         xs.append(a())
         ys.append(b())
@@ -221,24 +257,24 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         lambda: throughput("register", main_py, args.seconds, args.concurrency),
         lambda: throughput("echo", ANCHORS, args.seconds, args.concurrency),
     )
-    rt, et = (statistics.median(r[0] for r in runs) for runs in (reg_t, echo_t))
+    rt, et = (statistics.median(r.rate for r in runs) for runs in (reg_t, echo_t))
     print(
         f"throughput (wrk, median of 3 x {args.seconds:.0f} s, {args.concurrency} keep-alive "
         "connections, every request a new version)"
     )
     for label, runs in (("register (SQLite)", reg_t), ("anchor: ff echo", echo_t)):
-        rate, p50, p99, _ = sorted(runs)[1]
-        cpu = statistics.median(r[3] for r in runs)
+        rate, p50, p99, *_ = sorted(runs)[1]
+        cpu, system, switches = (statistics.median(r[i] for r in runs) for i in (3, 4, 5))
         print(
             f"  {label:18}  {rate:8.0f} events/s   p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
-            f"   CPU {cpu:5.3f} ms/event"
+            f"   CPU {cpu:5.3f} ms/event ({system:3.0%} system, {switches:4.1f} switches)"
         )
     print(
         f"  ratio               {rt / et:8.2f} x   goal ≥ 0.8x  {'MET' if rt / et >= 0.8 else 'MISSED'}"
     )
-    rc, ec = (statistics.median(r[3] for r in runs) for runs in (reg_t, echo_t))
+    rc, ec = (statistics.median(r.cpu for r in runs) for runs in (reg_t, echo_t))
     print(f"  ratio by CPU/event  {ec / rc:8.2f} x   (echo's CPU per event / register's)")
-    (_, _, reg_p99, _), (_, _, echo_p99, _) = sorted(reg_t)[1], sorted(echo_t)[1]
+    reg_p99, echo_p99 = sorted(reg_t)[1].p99, sorted(echo_t)[1].p99
     return [
         Goal(
             "cold start: register / ff hello",
