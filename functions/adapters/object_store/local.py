@@ -16,15 +16,13 @@ option for a local directory) follows links to regular files.
 from __future__ import annotations
 
 import errno
-import fcntl
 import io
 import mmap
 import os
-import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
@@ -37,9 +35,7 @@ __all__ = ["LocalObjectStore"]
 # content digest or signature listing would otherwise name a file that is gone a moment later).
 _WRITING = ".modelhooks-writing"
 _ALIGNED = 1 << 20  # reads this long or longer go through a page-aligned buffer (read_chunks)
-_MAPPED = 4 << 20  # pieces this long or longer are windows of the file mapped (read_chunks)
 _spare = threading.local()  # .buffer: the thread's page-aligned buffer, between its reads
-_LEASES = hasattr(fcntl, "F_SETLEASE")  # Linux: a mapped file is held by a lease (_mapped)
 
 
 class LocalObjectStore:
@@ -134,36 +130,33 @@ class LocalObjectStore:
         unmapping interrupts every core running the process) cost 2.6x the CPU of hashing
         300 files of 2 MiB with blake3. A piece is valid until this thread reads the next
         one, from this object or another. A smaller read (a small file) keeps a bytearray,
-        cheaper than a first mapping.
-
-        Pieces of `_MAPPED` bytes or more (a big file hashed by blake3's threads) are not
-        copied: each is a window of the file itself, mapped and unmapped in turn (`_mapped`),
-        while the file is held by a read lease, which no writer or truncation gets past
-        before the lease is let go: a truncated file cannot fault the process (SIGBUS). A
-        file that cannot be leased (someone has it open for writing; a file of another user
-        without CAP_LEASE; a file system without leases) is read into a buffer, in pieces
-        of at most `_MAPPED`."""
+        cheaper than a first mapping. No file is mapped: a file truncated meanwhile cannot
+        fault the process."""
         size = max(1, min(chunk_size, length))
         if length < _ALIGNED:
-            with self.open(bucket, key) as f:
-                yield from _read_into(memoryview(bytearray(size)), f, start, length)
+            yield from self._read_into(memoryview(bytearray(size)), bucket, key, start, length)
             return
+        spare: memoryview | None = getattr(_spare, "buffer", None)
+        _spare.buffer = None  # taken: a read within this one maps its own
+        buffer = spare if spare is not None and len(spare) >= size else None
+        if buffer is None:
+            buffer = memoryview(mmap.mmap(-1, size))
+        try:
+            yield from self._read_into(buffer[:size], bucket, key, start, length)
+        finally:
+            _spare.buffer = buffer
+
+    def _read_into(
+        self, buffer: memoryview, bucket: str, key: str, start: int, length: int
+    ) -> Iterator[memoryview]:
         with self.open(bucket, key) as f:
-            if size >= _MAPPED:
-                done = yield from _mapped(f.fileno(), start, length, size)
-                start, length = start + done, length - done
-                if length <= 0:
+            f.seek(start)
+            while length > 0:
+                n = f.readinto(buffer[: min(len(buffer), length)])
+                if not n:
                     return
-                size = min(_MAPPED, length)
-            spare: memoryview | None = getattr(_spare, "buffer", None)
-            _spare.buffer = None  # taken: a read within this one maps its own
-            buffer = spare if spare is not None and len(spare) >= size else None
-            if buffer is None:
-                buffer = memoryview(mmap.mmap(-1, size))
-            try:
-                yield from _read_into(buffer[:size], f, start, length)
-            finally:
-                _spare.buffer = buffer
+                length -= n
+                yield buffer[:n]
 
     def open(self, bucket: str, key: str) -> io.FileIO:
         """The object's file, unbuffered, once it is known to be a regular file (opened
@@ -271,49 +264,3 @@ class LocalObjectStore:
         return ObjectInfo(
             bucket=bucket, key=key, size=st.st_size, generation=f"{st.st_mtime_ns}-{st.st_size}"
         )
-
-
-def _read_into(buffer: memoryview, f: io.FileIO, start: int, length: int) -> Iterator[memoryview]:
-    f.seek(start)
-    while length > 0:
-        n = f.readinto(buffer[: min(len(buffer), length)])
-        if not n:
-            return
-        length -= n
-        yield buffer[:n]
-
-
-def _mapped(fd: int, start: int, length: int, size: int) -> Generator[memoryview, None, int]:
-    """The range as windows of `size` bytes of the file mapped in turn, each unmapped once
-    the next is asked for, while a read lease holds the file; returns how many bytes it
-    gave, fewer than `length` when the file could not be leased, a writer asked for it
-    meanwhile (the lease is let go at the next window: the writer waits until then, at most
-    /proc/sys/fs/lease-break-time, 45 s by default, for a window hashed in milliseconds), or
-    it is shorter. blake3's threads hash a window where it lies, faulting its pages in
-    themselves: the copy into a buffer, serialised before them, is gone (one 2.5 GiB file,
-    A/B in one process with the cores to itself: 3.0 -> 6.5 GB/s, upstream's update_mmap
-    6.6; mapping the window's pages in one call, MAP_POPULATE, serialised them: 5.8)."""
-    if not _LEASES:  # nothing would keep a truncation out
-        return 0
-    try:  # the lease breaker is told by SIGURG, ignored unless handled (SIGIO would kill)
-        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-    except OSError:  # EAGAIN: open for writing; EACCES: not ours; EINVAL: no leases here
-        return 0
-    done = 0
-    try:
-        end = min(length, os.fstat(fd).st_size - start)  # cannot shrink while leased
-        while done < end and fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK:
-            n = min(size, end - done)
-            at = start + done
-            base = at - at % mmap.ALLOCATIONGRANULARITY
-            window = mmap.mmap(fd, at + n - base, prot=mmap.PROT_READ, offset=base)
-            try:
-                with memoryview(window) as whole, whole[at - base :] as piece:
-                    yield piece
-            finally:
-                window.close()  # unmapped while the lease holds
-            done += n
-    finally:
-        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
-    return done

@@ -6,10 +6,9 @@ ranged GET streamed a piece at a time, or a local file read into a reused buffer
 hashed piece by piece by the worker that reads it: hashlib and blake3 release the GIL, and
 the socket's buffer keeps the link busy while a piece is hashed. `workers` units are in
 flight at once, as they are listed (a small file is one short GET); memory is therefore
-bounded by `workers * chunk_size` whatever the model size (4x that for blake3, 16x from a
-local store). A blake3 unit is hashed on one core, unless it is too big for the others to
-balance (`_Plan`: one big file; the last big one), then by blake3's threads in pieces of 4
-chunks (16 from a local store, which maps them instead of copying them into a buffer).
+bounded by `workers * chunk_size` whatever the model size (4x that for blake3). A blake3
+unit is hashed on one core, unless it is too big for the others to balance (`_Plan`: one
+big file; the last big one), then by blake3's threads in pieces of 4 chunks.
 
 >>> manifest = hash_model(store, "models", "bert/1/", HashOptions().serialization())  # doctest: +SKIP
 """
@@ -44,9 +43,7 @@ __all__ = ["HashOptions", "Progress", "hash_model", "list_model", "model_name", 
 
 MiB = 1 << 20
 _RESUMES = 5  # how many times one unit's broken stream is resumed
-_WIDE = 4  # a unit hashed by blake3's threads reads pieces of this many chunks,
-_WIDE_LOCAL = 16  # this many from a local store: a window of the file mapped, not copied
-# (16 MiB windows cost ~5 % less CPU per byte than 4 MiB ones, measured)
+_WIDE = 4  # a unit hashed by blake3's threads reads pieces of this many chunks
 
 
 class Progress(Protocol):
@@ -107,30 +104,21 @@ class HashOptions:
     def tuned(self, store: ObjectReader) -> HashOptions:
         """These options with every `None` tuning knob decided for `store`."""
         cpus = _cpus()
+        # a local store's module is imported by whoever made one (cold start: not by signing)
+        local_module = sys.modules.get("modelhooks.adapters.object_store.local")
+        local = local_module is not None and isinstance(store, local_module.LocalObjectStore)
         return replace(
             self,
             chunk_size=self.chunk_size or MiB,
-            workers=self.workers or min(32, cpus + 4 if _local(store) else 4 * cpus + 4),
+            workers=self.workers or min(32, cpus + 4 if local else 4 * cpus + 4),
         )
 
     def max_buffered(self, store: ObjectReader) -> int:
         """Upper bound of the bytes one `hash_model` call holds in memory for `store` (a
-        blake3 unit hashed by blake3's threads reads `_WIDE` chunks at a time, `_WIDE_LOCAL`
-        from a local store: the file's own pages, mapped, not a buffer)."""
+        blake3 unit hashed by blake3's threads reads `_WIDE` chunks at a time)."""
         t = self.tuned(store)
-        wide = _wide(store) if self.hash_type == "blake3" else 1
+        wide = _WIDE if self.hash_type == "blake3" else 1
         return (t.workers or 1) * (t.chunk_size or 1) * wide
-
-
-def _local(store: ObjectReader) -> bool:
-    # a local store's module is imported by whoever made one (cold start: not by signing)
-    local_module = sys.modules.get("modelhooks.adapters.object_store.local")
-    return local_module is not None and isinstance(store, local_module.LocalObjectStore)
-
-
-def _wide(store: ObjectReader) -> int:
-    """How many chunks a piece of a unit hashed by blake3's threads holds."""
-    return _WIDE_LOCAL if _local(store) else _WIDE
 
 
 @functools.cache
@@ -275,7 +263,6 @@ def hash_model(
         progress.start(sum(end - start for _, _, start, end in units))
     plan = _Plan(units, _cpus())
     spread = serialization.hash_type == "blake3"  # only blake3 can spread over the cores
-    wide = _wide(store)
 
     failed = threading.Event()
 
@@ -284,8 +271,8 @@ def hash_model(
         threads = plan.threads(end - start) if spread else False
         # a threaded unit reads wider pieces: blake3's pool is woken, and waited for, once a
         # piece (4 MiB: 24 % less CPU per byte than 1 MiB with the cores to itself, the same
-        # on a busy machine; a local store maps 16 MiB windows of the file instead)
-        piece = chunk * wide if threads else chunk
+        # on a busy machine)
+        piece = chunk * _WIDE if threads else chunk
         hasher: _Hasher | None = None  # made with the first piece: by then the end of a
         done = resumed = 0  # short streamed listing is known (a one-file model gets threads)
         try:
