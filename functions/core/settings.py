@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, field
+from msgspec._core import Factory  # how a Struct keeps a default_factory
 
 from modelhooks.core.errors import ConfigError
 from modelhooks.events.layout import ObjectLayout
@@ -474,23 +475,37 @@ def describe(
     model: type[msgspec.Struct] = Settings, path: tuple[str, ...] = ()
 ) -> Iterator[SettingSpec]:
     """Every leaf setting with its env var, flag and default (the README table)."""
-    for f in msgspec.structs.fields(model):
-        hint = f.type  # resolved with its Annotated metadata (no second get_type_hints)
+    for name, hint, default in _fields(model):
         if isinstance(hint, type) and issubclass(hint, _Section):
-            yield from describe(hint, (*path, f.name))
+            yield from describe(hint, (*path, name))
             continue
         meta = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Meta)), Meta())
         extra = meta.extra or {}
-        full = (*path, f.name)
+        full = (*path, name)
         yield SettingSpec(
             path=full,
             env=str(extra.get("env") or PREFIX + "_".join(full).upper()),
             flag=str(extra.get("flag") or "--" + "-".join(full).replace("_", "-")),
-            default=f.default,
+            default=default,
             description=meta.description or "",
             secret=bool(extra.get("secret")),
             choices=_choices(hint),
         )
+
+
+def _fields(model: type[msgspec.Struct]) -> Iterator[tuple[str, Any, Any]]:
+    """(name, type, default) of each of a section's fields, in order, as
+    msgspec.structs.fields gives them (NODEFAULT for a default_factory) without resolving
+    the annotations again as type hints (~0.4 ms of every start): they are the objects
+    themselves here (no `from __future__ import annotations`)."""
+    names, defaults = model.__struct_fields__, model.__struct_defaults__
+    hints: dict[str, Any] = {}
+    for klass in reversed(model.__mro__):
+        hints.update(vars(klass).get("__annotations__", {}))
+    padded = (msgspec.NODEFAULT,) * (len(names) - len(defaults)) + defaults
+    for name, default in zip(names, padded, strict=True):
+        made = isinstance(default, Factory)  # a default_factory
+        yield name, hints[name], msgspec.NODEFAULT if made else default
 
 
 def _choices(hint: Any) -> tuple[str, ...]:
