@@ -13,6 +13,7 @@ load only when an adapter needs them.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -53,3 +54,8 @@ log(
     registry=_app.settings.registry.backend,
     store=_app.settings.store.backend,
 )
+# What start-up loaded lives as long as the process: out of the collector's way, a full
+# collection walks only what deliveries made since (it walked all of it every few thousand
+# deliveries, ~40 ms each: ~10 us of CPU per delivery, and a pause every thread waited on).
+# Before gunicorn forks its worker, which keeps it frozen.
+gc.freeze()
