@@ -111,8 +111,8 @@ class Asgi:
         while True:
             read.started = True
             message = await receive()
-            if message["type"] == "http.disconnect":
-                break
+            if message["type"] == "http.disconnect":  # a body that did not end is no delivery
+                raise BadRequest("the connection closed before the request body ended")
             read.ended = not message.get("more_body")
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -329,12 +329,21 @@ def _bounded_protocol(timeout: float) -> type[Any]:
         def _answering(self) -> bool:
             """Whether a request parsed before is still being answered (or waits to be)."""
             cycle = self.cycle
-            return bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+            return bool(self.pipeline) or (
+                cycle is not None and not cycle.response_complete and not cycle.disconnected
+            )
 
         def _refuse(self, status: int, error: str, message: str) -> None:
             """Answer a request whose headers are refused, and close: once the requests
             pipelined before it are answered, so each of them gets its own answer (the client
             reads answers in order: answered at once, this one would be taken for theirs)."""
+            cycle = self.cycle
+            if cycle is not None and cycle.more_body and not cycle.response_started:
+                # refused in the body of the last request parsed: this refusal is its answer
+                # (its app waited for the rest of the body: a 408, which Knative retries);
+                # its app reads no more of it, and its own answer is dropped
+                cycle.disconnected = True
+                cycle.message_event.set()
             if self._answering():
                 self._refusal = self._refusal or (status, error, message)  # the first reason
                 self._disarm("headers")

@@ -21,6 +21,7 @@ import requests
 from modelhooks.delivery.server import Limits
 from tests.e2e.conftest import Served
 from tests.e2e.packaging import free_port
+from tests.local_store import lay_model
 
 pytestmark = pytest.mark.e2e
 
@@ -189,6 +190,80 @@ def test_requests_pipelined_before_a_refused_one_are_answered_first(served: Serv
         status, answer = _read_answer(answers)
         assert (status, json.loads(answer)["error"]) == (400, "bad_request")
         assert answers.read() == b""  # closed: nothing after the refused request is read
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"zz\r\n{}\r\n0\r\n\r\n", "Invalid character in chunk size"),
+        (b"2\r\n{}\r\n0\r\nX-Trailer: \x00\r\n\r\n", "Invalid header value char"),
+    ],
+    ids=["chunk-size", "trailer"],
+)
+def test_a_body_the_parser_refuses_is_answered_400_with_the_reason_after_those_before(
+    served: Served, body: bytes, reason: str
+) -> None:
+    """A chunked body llhttp refuses is answered 400 with the reason, after the requests
+    pipelined before it (the refusal waited for its own request's answer, whose app waited
+    for the rest of the body: a 408 at the read timeout, which Knative retries)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    ok = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    refused = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    for before in (b"", ok):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(before + refused)
+            answers = sock.makefile("rb")
+            if before:
+                assert _read_answer(answers)[0] == 200
+            status, answer = _read_answer(answers)
+            assert (status, json.loads(answer)) == (
+                400,
+                {"error": "bad_request", "message": f"not a valid HTTP/1.1 request: {reason}"},
+            )
+            assert answers.read() == b""
+
+
+def test_a_body_cut_off_by_its_sender_is_not_handled(served: Served) -> None:
+    """A request whose sender closes before its Content-Length arrived is no delivery: what
+    came of its body was handled as the whole of it (here a complete CloudEvent: registered)."""
+    port = int(served.url.rsplit(":", 1)[1])
+
+    def pushed(version: str) -> bytes:
+        where = lay_model(served.home, "models", f"models/cut-off/{version}")
+        event = {
+            "specversion": "1.0",
+            "id": f"cut-off-{version}",
+            "source": "/test",
+            "type": "dev.modelhooks.artifact.pushed",
+            "data": {
+                "model": "cut-off",
+                "version": version,
+                "uri": f"{where.as_uri()}/",
+                "digest": f"local-generation:{version}",
+                "store": "local",
+            },
+        }
+        return json.dumps(event).encode()
+
+    body = pushed("1")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/cloudevents+json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body) + 10, body)
+        )
+        sock.shutdown(socket.SHUT_WR)
+        assert _read_to_close(sock) == b""  # nobody to answer
+    answer = requests.post(
+        f"{served.url}/",
+        data=pushed("2"),
+        headers={"Content-Type": "application/cloudevents+json"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    versions = {
+        row.get("version") for row in served.registrations() if row.get("model") == "cut-off"
+    }
+    assert versions == {"2"}, served.registrations()
 
 
 def test_an_http_1_1_request_without_host_is_answered_400_and_its_body_not_handled(
