@@ -14,6 +14,8 @@ extension attribute are kept as they came.
 
 from __future__ import annotations
 
+import re
+
 from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent, data_class, parse
@@ -36,6 +38,14 @@ def from_canonical_cloudevent(inbound: Inbound) -> list[CanonicalEvent]:
     cls = data_class(event_type)
     if cls is None:
         raise BadRequest(f"{where}: unknown type {event_type!r}", field="type")
+    extensions = {k: v for k, v in attrs.items() if k not in _CONTEXT}
+    for name in extensions:  # kept, they travel on as ce-* headers: names HTTP can carry
+        if not re.fullmatch(r"[a-z0-9]+", name):
+            raise BadRequest(
+                f"{where}: attribute name {name!r} is not lower-case letters and digits "
+                "(CloudEvents 1.0, attribute naming)",
+                field=name,
+            )
     raw = as_object(json_value(inbound.data, where), where)
     data = parse(cls, dict(raw), f"{where} {event_type}")
     return [
@@ -46,6 +56,6 @@ def from_canonical_cloudevent(inbound: Inbound) -> list[CanonicalEvent]:
             data=data,
             subject=attrs.get("subject") or None,
             time=parse_time(attrs.get("time"), where, "time"),
-            extensions={k: v for k, v in attrs.items() if k not in _CONTEXT},
+            extensions=extensions,
         )
     ]

@@ -373,6 +373,28 @@ def test_serve_with_a_sink_is_the_ingress(sink: list[dict[str, str]], home: Path
     assert registry(home).list_models() == []  # forwarded, not run here
 
 
+def test_the_ingress_refuses_an_attribute_name_no_header_can_carry(
+    sink: list[dict[str, str]], home: Path
+) -> None:
+    """A canonical event keeps its extensions, and the ingress forwards it to the Broker as
+    ce-* headers: a name that is not lower-case letters and digits (CloudEvents) is refused,
+    400 naming it (`x:y` and `é` failed in http.client: a 500, redelivered for good)."""
+    from modelhooks.bootstrap import build
+    from modelhooks.delivery.http import create_app
+
+    client = create_app(build().broker()).test_client()
+    for name in ("x:y", "\u00e9", "x y", "X_Y"):
+        doc = {**structured("canonical-artifact-pushed"), name: "v"}
+        resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+        assert resp.status_code == 400, (name, resp.get_data(as_text=True))
+        assert resp.json is not None and f"attribute name {name!r}" in resp.json["message"]
+    assert sink == []
+    doc = {**structured("canonical-artifact-pushed"), "team2": "ml"}
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 202, resp.get_data(as_text=True)
+    assert [h["ce-team2"] for h in sink] == ["ml"]
+
+
 def test_serve_routes_by_the_knative_triggers(serve: FlaskClient, home: Path) -> None:
     resp = serve.post("/", json=samples.load("s3-minio-put-marker"))
     assert resp.status_code == 200, resp.get_data(as_text=True)
