@@ -67,7 +67,7 @@ def _keyed(secrets: Secrets) -> tuple[tuple[str, bytes], ...]:
 
 def _fresh(headers: Mapping[str, str], name: str, now: float, window: float) -> str:
     raw = _required(headers, name)
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # "²" (a latin-1 header byte) is a digit to str
         raise Unauthenticated(f"{name} must be integer seconds since the epoch")
     if abs(now - int(raw)) > window:
         age = int(now) - int(raw)

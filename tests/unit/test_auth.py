@@ -377,6 +377,9 @@ def test_hmac_accepts_every_secret_in_rotation_and_names_the_one_that_matched(
         ({"X-Modelhooks-Signature": ""}, "missing X-Modelhooks-Signature"),
         ({"X-Modelhooks-Timestamp": ""}, "missing X-Modelhooks-Timestamp"),
         ({"X-Modelhooks-Timestamp": "1.8e9"}, "integer seconds"),
+        # a header byte 0xB2 (latin-1 '²') is a digit to str.isdigit, not to int(): a 500
+        ({"X-Modelhooks-Timestamp": "\u00b2"}, "integer seconds"),
+        ({"X-Modelhooks-Timestamp": "17\u00b9"}, "integer seconds"),
     ],
 )
 def test_hmac_rejects_malformed_headers(clock: Clock, change: dict[str, str], reason: str) -> None:
