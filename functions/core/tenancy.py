@@ -13,10 +13,11 @@ namespace that owns its location; an event that names its namespace must stay in
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from urllib.parse import urlsplit
 
 import msgspec
 
-from modelhooks.core.errors import ConfigError, Forbidden
+from modelhooks.core.errors import BadRequest, ConfigError, Forbidden
 from modelhooks.events.model import CanonicalEvent
 
 __all__ = ["Tenancy"]
@@ -87,4 +88,10 @@ def _location(uri: str) -> str:
         name = rest.split("@")[0]
         host, _, path = name.partition("/")
         return f"oci://{host}/{path.split(':')[0]}"
-    return f"{scheme}://{rest.split('/')[0]}"
+    try:  # the bucket as the stores read it (stores.split_uri): the authority ends at the
+        # first '/', '?' or '#' (up to the first '/' alone, `gs://b#-team-a/` was a suffix
+        # pattern's `*-team-a` while the store acted on bucket b), tabs and newlines dropped
+        parts = urlsplit(uri)
+    except ValueError:
+        raise BadRequest(f"{uri!r} is not a valid URI", uri=uri) from None
+    return f"{parts.scheme}://{parts.netloc}"
