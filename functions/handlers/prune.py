@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.core.errors import BadRequest, Forbidden
+from modelhooks.core.errors import BadRequest, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.records import ModelState
+from modelhooks.core.records import ModelState, Tag
 from modelhooks.core.retention import Policies, Policy, apply, model_policy, plan
 from modelhooks.core.sources import model_source
 from modelhooks.core.tenancy import Tenancy
@@ -37,7 +37,7 @@ from modelhooks.events.model import (
 )
 
 if TYPE_CHECKING:
-    from modelhooks.core.ports import ModelRegistry
+    from modelhooks.core.ports import ModelRegistry, OciRegistry
 
 __all__ = ["FUNCTION", "in_use"]
 
@@ -70,6 +70,8 @@ def handle(
         return []
     client, repo, _ = oci.registry_for(uri)
     tags, untagged = client.history(repo)
+    if isinstance(data, ArtifactPushed):
+        tags = _with_pushed(client, repo, tags, data, event.time)
     planned = plan(
         tags,
         policy,
@@ -89,6 +91,29 @@ def handle(
             reply, source="modelhooks/prune", subject=event.subject, id=f"{event.id}/pruned"
         )
     ]
+
+
+def _with_pushed(
+    client: OciRegistry,
+    repo: str,
+    tags: list[Tag],
+    pushed: ArtifactPushed,
+    at: datetime | None,
+) -> list[Tag]:
+    """The history with the pushed tag in it, when the registry does not list it yet but
+    still holds its manifest: distribution sends its notification once the manifest is
+    stored, before it writes the tag, so a prune that ran at once planned without the
+    newest tag (one older tag too many kept, until the next push). A manifest gone since
+    (deleted: by a prune, too) adds nothing."""
+    tag, digest = pushed.tag, pushed.uri.rpartition("@")[2]
+    if not tag or not digest.startswith("sha256:") or any(t.name == tag for t in tags):
+        return tags
+    try:
+        manifest, digest, _ = client.manifest(repo, digest)
+    except NotFound:
+        return tags
+    children = tuple(str(m.get("digest")) for m in manifest.get("manifests") or ())
+    return [*tags, Tag(tag, digest, at, children)]
 
 
 def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[str]] | None:

@@ -85,3 +85,44 @@ def test_the_effect_is_the_plan_and_idempotent(
         assert client.manifest(repo, d.tag)[1] == d.digest
     (again,) = run(9)
     assert isinstance(again.data, TagsPruned) and again.data.deleted == []
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["manifest-stored", "manifest-gone"])
+def test_a_pushed_tag_the_listing_lacks_yet_counts_while_its_manifest_is_stored(
+    ociregistry: Any, stored: bool
+) -> None:
+    """distribution notifies a push once the manifest is stored, before it writes the tag: a
+    prune run at once must count the pushed tag among the newest (else it keeps one older
+    tag too many). A manifest deleted since adds nothing."""
+    client, repo = DistributionRegistry(ociregistry.url), f"lag/{uuid.uuid4().hex[:8]}"
+    old = datetime(2026, 1, 1, tzinfo=UTC)
+    for tag in ("v1.0.0", "v1.1.0", "v1.2.0", "v1.3.0"):
+        push(client, repo, tag, created=old)
+    digest = push(client, repo, "v1.4.0", created=old)
+    client.delete_tag(repo, "v1.4.0")  # the tag not written yet: the manifest alone
+    if not stored:
+        client.delete_manifests(repo, [digest])
+    pushed = ArtifactPushed(
+        model=repo,
+        version="v1.4.0",
+        uri=f"oci://{ociregistry.host}/{repo}@{digest}",
+        digest=digest,
+        store="oci",
+        tag="v1.4.0",
+    )
+    prune = load("prune").bind(
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": InMemoryModelRegistry(),
+            "retention": Policies(((f"{ociregistry.host}/lag/*", POLICY),)),
+            "tenancy": Tenancy(),
+        }
+    )
+    (reply,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="e"))
+    assert isinstance(reply.data, TagsPruned)
+    if stored:
+        assert sorted(reply.data.kept) == ["v1.3.0", "v1.4.0"]
+        assert sorted(client.tags(repo)) == ["v1.3.0"]  # v1.4.0 is the registry's to write
+    else:
+        assert sorted(reply.data.kept) == ["v1.2.0", "v1.3.0"]
+        assert sorted(client.tags(repo)) == ["v1.2.0", "v1.3.0"]
