@@ -178,7 +178,7 @@ class _Reading:
 def _declared(headers: Mapping[str, str]) -> int | None:
     """The request's Content-Length, when it declares one."""
     declared = headers.get("content-length", "")
-    return int(declared) if declared.isdigit() else None
+    return int(declared) if declared.isascii() and declared.isdigit() else None
 
 
 async def _send(send: Send, response: Response, *, close: bool = False) -> None:

@@ -120,6 +120,18 @@ class ModelRegistryContract:
         assert registry.get_version_by_id("nope") is None
         assert registry.get_version_by_id("987654321") is None
 
+    @pytest.mark.parametrize("id", ["²", "٣", "-1", "1e3", " 1", "nope"])
+    def test_an_id_that_is_no_id_finds_nothing(self, registry: ModelRegistry, id: str) -> None:
+        """Ids come from requests too (a transfer names a model): text that is no id is no
+        row ("²" and "٣" are digits to str.isdigit, and int reads "٣"), never an error."""
+        assert registry.get_version_by_id(id) is None
+        assert registry.get_artifact(id) is None
+        assert registry.get_version(id, "1") is None
+        assert registry.list_versions(id) == []
+        assert registry.list_artifacts(id) == []
+        with pytest.raises(NotFound):
+            registry.create_version(id, "1", properties={})
+
     def test_duplicate_artifact_name_conflicts(self, registry: ModelRegistry) -> None:
         model = registry.create_model(unique("m"), properties={})
         version = registry.create_version(model.id, "1", properties={})

@@ -407,6 +407,8 @@ class KubeflowModelRegistry:
 
     # versions
     def get_version(self, model_id: str, name: str) -> ModelVersion | None:
+        if not _numeric(model_id):
+            return None
         params = {"externalId": external_id(model_id, name)}
         found = self._call("GET", "/model_version", params=params, missing_ok=True)
         if not found and self._scoped is not False:  # a version another client wrote
@@ -419,7 +421,7 @@ class KubeflowModelRegistry:
         return _version(self._remember(VERSIONS, found)) if found else None
 
     def get_version_by_id(self, version_id: str) -> ModelVersion | None:
-        if not version_id.isdigit():
+        if not _numeric(version_id):
             return None
         found = self._call("GET", f"{VERSIONS}/{version_id}", missing_ok=True)
         return _version(self._remember(VERSIONS, found)) if found else None
@@ -447,6 +449,8 @@ class KubeflowModelRegistry:
         )
 
     def list_versions(self, model_id: str) -> list[ModelVersion]:
+        if not _numeric(model_id):
+            return []
         items = self._listing(
             f"{MODELS}/{model_id}/versions",
             fallback=VERSIONS,
@@ -469,6 +473,8 @@ class KubeflowModelRegistry:
 
     # artifacts
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
+        if not _numeric(version_id):
+            return []
         return self._artifacts_of(self._txn.read.get((VERSIONS, version_id), {"id": version_id}))
 
     def _artifacts_of(self, version: Json) -> list[ModelArtifact]:
@@ -483,7 +489,7 @@ class KubeflowModelRegistry:
                 return [_artifact(a, version_id) for a in items if _is_model_artifact(a)]
             except _BrokenQuery:
                 self._scoped = False
-        if "customProperties" not in version and version_id.isdigit():  # for its names
+        if "customProperties" not in version and _numeric(version_id):  # for its names
             version = self._call("GET", f"{VERSIONS}/{version_id}", missing_ok=True) or version
         found = []
         for name in [ARTIFACT, *(n for n in _artifact_names(version) if n != ARTIFACT)]:
@@ -536,7 +542,7 @@ class KubeflowModelRegistry:
     def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
         """An artifact by its id (transfer's update_artifact intent names one); its
         version_id is "" (an artifact read alone does not name its version)."""
-        if not artifact_id.isdigit():
+        if not _numeric(artifact_id):
             return None
         found = self._call("GET", f"{ARTIFACTS_PATH}/{artifact_id}", missing_ok=True)
         return _artifact(self._remember(ARTIFACTS_PATH, found), "") if found else None
@@ -587,7 +593,7 @@ class KubeflowModelRegistry:
         known = self._txn.read.get((collection, record_id))
         if known is not None:
             return known
-        if not record_id.isdigit():
+        if not _numeric(record_id):
             raise NotFound(f"model registry: no {collection.strip('/')} {record_id!r}")
         return self._remember(collection, self._call("GET", f"{collection}/{record_id}"))
 
@@ -609,7 +615,7 @@ class KubeflowModelRegistry:
     ) -> Json:
         """PATCH the record, its custom properties typed as the server holds them now, after
         checking that nobody changed it since this transaction read it."""
-        if not record_id.isdigit():
+        if not _numeric(record_id):
             raise NotFound(f"model registry: no {collection.strip('/')} {record_id!r}")
         path = f"{collection}/{record_id}"
         current = self._call("GET", path)
@@ -754,6 +760,11 @@ class KubeflowModelRegistry:
                     raise
                 self._scoped = False
         return [item for page in self.pages(fallback) for item in page if keep(item)]
+
+
+def _numeric(id: str) -> bool:
+    """Whether `id` can be a server id ("²" and "٣" are digits to str.isdigit)."""
+    return id.isascii() and id.isdigit()
 
 
 def _message(response: Response) -> str:

@@ -130,14 +130,12 @@ class SqliteModelRegistry:
     def get_version(self, model_id: str, name: str) -> ModelVersion | None:
         rows = self._rows(
             f"SELECT {_VERSION} FROM model_versions WHERE model_id=? AND name=?",
-            (int(model_id), name),
+            (_key(model_id), name),
         )
         return _version(rows[0]) if rows else None
 
     def get_version_by_id(self, version_id: str) -> ModelVersion | None:
-        if not version_id.isdigit():
-            return None
-        rows = self._rows(f"SELECT {_VERSION} FROM model_versions WHERE id=?", (int(version_id),))
+        rows = self._rows(f"SELECT {_VERSION} FROM model_versions WHERE id=?", (_key(version_id),))
         return _version(rows[0]) if rows else None
 
     def create_version(
@@ -145,7 +143,7 @@ class SqliteModelRegistry:
     ) -> ModelVersion:
         id = self._insert(
             "INSERT INTO model_versions(model_id, name, state, properties) VALUES (?,?,?,?)",
-            (int(model_id), name, ModelState.LIVE, _json(properties)),
+            (_key(model_id), name, ModelState.LIVE, _json(properties)),
         )
         return ModelVersion(id=id, model_id=model_id, name=name, custom_properties=properties)
 
@@ -161,7 +159,7 @@ class SqliteModelRegistry:
 
     def list_versions(self, model_id: str) -> list[ModelVersion]:
         rows = self._rows(
-            f"SELECT {_VERSION} FROM model_versions WHERE model_id=? ORDER BY id", (int(model_id),)
+            f"SELECT {_VERSION} FROM model_versions WHERE model_id=? ORDER BY id", (_key(model_id),)
         )
         return [_version(r) for r in rows]
 
@@ -169,15 +167,13 @@ class SqliteModelRegistry:
     def list_artifacts(self, version_id: str) -> list[ModelArtifact]:
         rows = self._rows(
             f"SELECT {_ARTIFACT} FROM model_artifacts WHERE version_id=? ORDER BY id",
-            (int(version_id),),
+            (_key(version_id),),
         )
         return [_artifact(r) for r in rows]
 
     def get_artifact(self, artifact_id: str) -> ModelArtifact | None:
-        if not artifact_id.isdigit():
-            return None
         rows = self._rows(
-            f"SELECT {_ARTIFACT} FROM model_artifacts WHERE id=?", (int(artifact_id),)
+            f"SELECT {_ARTIFACT} FROM model_artifacts WHERE id=?", (_key(artifact_id),)
         )
         return _artifact(rows[0]) if rows else None
 
@@ -197,7 +193,7 @@ class SqliteModelRegistry:
             "INSERT INTO model_artifacts(version_id, name, uri, digest, state, properties)"
             " VALUES (?,?,?,?,?,?)",
             (
-                int(artifact.version_id),
+                _key(artifact.version_id),
                 artifact.name,
                 artifact.uri,
                 artifact.digest,
@@ -218,9 +214,16 @@ class SqliteModelRegistry:
     def _update(self, table: str, id: str, **cols: Any) -> None:
         sets = ", ".join(f"{c}=?" for c in cols)
         with self._lock:
-            cur = self._cursor(f"UPDATE {table} SET {sets} WHERE id=?", (*cols.values(), int(id)))
+            cur = self._cursor(f"UPDATE {table} SET {sets} WHERE id=?", (*cols.values(), _key(id)))
         if cur.rowcount == 0:
             raise NotFound(f"registry: no row {id} in {table}")
+
+
+def _key(id: str) -> int:
+    """A row id as SQLite keeps it; -1, which no row has, for text that is not one ("²" and
+    "٣" are digits to str.isdigit and int): a lookup finds nothing, a write naming it is
+    NotFound (its parent) or changes nothing."""
+    return int(id) if id.isascii() and id.isdigit() else -1
 
 
 def _json(properties: Mapping[str, str]) -> str:

@@ -227,7 +227,11 @@ class GcsObjectStore:
 
         def delete(obj: ObjectInfo) -> ModelhooksError | None:
             condition = "generation" if versions else "ifGenerationMatch"
-            params = {condition: obj.generation} if obj.generation.isdigit() else None
+            params = (
+                {condition: obj.generation}
+                if obj.generation.isascii() and obj.generation.isdigit()
+                else None
+            )
             try:
                 self._api.request("DELETE", object_path(bucket, obj.key), params)
             except Exception as e:

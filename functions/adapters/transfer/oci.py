@@ -309,7 +309,11 @@ class OciEnd:
             return None
         status, headers, _ = self.client.request("GET", self._url(saved["location"]))
         received = _header(headers, "Range").rpartition("-")[2]
-        if status != 204 or not received.isdigit() or int(received) + 1 != saved["offset"]:
+        if (
+            status != 204
+            or not (received.isascii() and received.isdigit())
+            or int(received) + 1 != saved["offset"]
+        ):
             self.journal.drop(f"partial:{path}")  # gone (expired, garbage-collected): restart
             return None
         reader.resume(saved["data_offset"], saved["file_state"])

@@ -402,7 +402,7 @@ class GcsEnd:
         if response.status_code not in (200, 201, 308, 404, 410):
             raise self._err(from_http_response(response), key)  # type: ignore[no-untyped-call]
         ranged = response.headers.get("Range", "").rpartition("-")[2]
-        return response.status_code, int(ranged) + 1 if ranged.isdigit() else 0
+        return response.status_code, int(ranged) + 1 if ranged.isascii() and ranged.isdigit() else 0
 
     def _err(self, exc: Exception, key: str) -> Exception:
         from modelhooks.adapters.object_store.gcs import gcs_error

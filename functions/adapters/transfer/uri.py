@@ -194,7 +194,7 @@ class UriSource:
         head = self.get(0, 1)
         total = head.headers.get("Content-Range", "").rpartition("/")[2]
         head.close()
-        if head.status != 206 or not total.isdigit():
+        if head.status != 206 or not (total.isascii() and total.isdigit()):
             raise BadRequest(f"{self.uri}: the server does not serve ranges: a zip cannot stream")
         size = int(total)
         if self.sha256:  # one streaming pass first: nothing unpacks from unchecked bytes
