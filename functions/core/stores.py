@@ -9,6 +9,7 @@ stay unimported until a function needs them. `Stores` validates what events name
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from threading import Lock
@@ -34,17 +35,28 @@ def _parts(uri: str) -> SplitResult:
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:
-    """`gs://b/k/` → ("gs", "b", "k/"); `file:///data/m/` → ("file", "data", "m/")."""
-    parts = _parts(uri)
-    if parts.scheme == "file":
-        bucket, _, key = parts.path.lstrip("/").partition("/")
-    elif parts.scheme in ("gs", "s3"):
-        bucket, key = parts.netloc, parts.path.lstrip("/")
+    """`gs://b/k/` → ("gs", "b", "k/"); `file:///data/m/` → ("file", "data", "m/").
+
+    A gs:// or s3:// URI is its bucket up to the first '/' and the key after it, as written:
+    an object's name may hold '#', '?' or '%' (a URL parser ended the key there, or the
+    bucket: `gs://b#x/m/` was the whole of bucket b), so a bucket is refused unless it is a
+    bucket name (letters, digits, '.', '-', '_')."""
+    scheme, sep, rest = uri.partition("://")
+    scheme = scheme.lower()
+    if sep and scheme in ("gs", "s3"):
+        bucket, _, key = rest.partition("/")
+        if bucket and not _BUCKET.fullmatch(bucket):
+            raise BadRequest(f"object URI {uri!r}: {bucket!r} is not a bucket name", uri=uri)
+    elif (parts := _parts(uri)).scheme == "file":
+        scheme, (bucket, _, key) = "file", parts.path.lstrip("/").partition("/")
     else:
         raise BadRequest(f"unsupported object URI {uri!r} (use gs://, s3:// or file://)")
     if not bucket:
         raise BadRequest(f"object URI {uri!r} names no bucket")
-    return parts.scheme, bucket, key
+    return scheme, bucket, key
+
+
+_BUCKET = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # GCS's and S3's (legacy ones included)
 
 
 class Stores:

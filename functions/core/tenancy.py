@@ -88,9 +88,12 @@ def _location(uri: str) -> str:
         name = rest.split("@")[0]
         host, _, path = name.partition("/")
         return f"oci://{host}/{path.split(':')[0]}"
-    try:  # the bucket as the stores read it (stores.split_uri): the authority ends at the
-        # first '/', '?' or '#' (up to the first '/' alone, `gs://b#-team-a/` was a suffix
-        # pattern's `*-team-a` while the store acted on bucket b), tabs and newlines dropped
+    if scheme.lower() in ("gs", "s3"):  # the bucket as the stores read it, or a 400
+        from modelhooks.core.stores import split_uri  # not at start: prune's needs none
+
+        scheme, bucket, _ = split_uri(uri)
+        return f"{scheme}://{bucket}"
+    try:
         parts = urlsplit(uri)
     except ValueError:
         raise BadRequest(f"{uri!r} is not a valid URI", uri=uri) from None

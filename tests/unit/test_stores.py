@@ -57,10 +57,30 @@ def test_remote_hosts_pass_and_local_ones_can_be_allowed(tmp_path: Path) -> None
     allowed.check_host("oci://127.0.0.1:5000/m:v1")
 
 
-@pytest.mark.parametrize("uri", ["gs://[]/m/", "s3://[x]/m/", "gs://[::1/m/", "gs://b\uff03/m/"])
-def test_a_uri_urlsplit_refuses_is_bad_input(uri: str) -> None:
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "gs://[]/m/",
+        "s3://[x]/m/",
+        "gs://[::1/m/",
+        "gs://b\uff03/m/",
+        "gs://models#-ml/models/m/1/",  # a URL parser's bucket "models", and no key
+        "s3://b?x/m/",
+        "gs://../m/",
+        "gs://b\t/m/",
+    ],
+)
+def test_a_uri_whose_bucket_is_no_bucket_name_is_bad_input(uri: str) -> None:
     from modelhooks.core.errors import BadRequest
     from modelhooks.core.stores import split_uri
 
-    with pytest.raises(BadRequest, match="is not a valid URI"):
+    with pytest.raises(BadRequest, match="is not a bucket name"):
         split_uri(uri)
+
+
+def test_an_object_key_is_taken_as_written() -> None:
+    """'#', '?' and '%' may be in an object's name: a URL parser cut the key there."""
+    from modelhooks.core.stores import split_uri
+
+    assert split_uri("gs://b/models/a#b?c%20/") == ("gs", "b", "models/a#b?c%20/")
+    assert split_uri("S3://My_Bucket.x/k") == ("s3", "My_Bucket.x", "k")
