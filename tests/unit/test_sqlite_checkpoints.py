@@ -68,6 +68,7 @@ def test_a_forked_process_checkpoints_its_own_and_exits_cleanly(tmp_path: Path) 
         from modelhooks.adapters.idempotency.sqlite import SqliteDeliveryLog
         path = Path({str(tmp_path / "forked.db")!r})
         log = SqliteDeliveryLog(path, size=1000)
+        log._db  # opened before the fork (a log opens its file when first used)
         pid = os.fork()
         if pid == 0:  # the worker: its own log (bootstrap builds anew after a fork)
             assert [t for t in threading.enumerate() if t.name.startswith("checkpoint")] == []

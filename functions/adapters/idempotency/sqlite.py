@@ -14,17 +14,25 @@ A lookup holds no lock across SQLite: it looks at the records not written yet (u
 lock, briefly), then reads with its thread's own connection (WAL readers wait for nobody).
 Records stay where lookups see them until their transaction committed, so a record is
 always either in memory or readable.
+
+Nothing is opened, and no thread started, until the first record is written (the file, the
+group commit) or looked up in a file that exists: a process that only checks its wiring
+(functions-framework's master) opens nothing, and one whose home holds no log yet (a fresh
+Cloud Run instance) answers its first lookups without SQLite.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from modelhooks.adapters.sqlite_wal import connect
+from modelhooks.adapters.sqlite_wal import Checkpointer, Database
 from modelhooks.core.errors import Unavailable
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = ["SqliteDeliveryLog"]
 
@@ -43,14 +51,13 @@ CREATE TABLE IF NOT EXISTS deliveries (
 class SqliteDeliveryLog:
     def __init__(self, path: Path, size: int) -> None:
         self.size = size
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # checkpoints off the flush: a commit never copies the write-ahead log back
+        self._database = Database(path, _SCHEMA)  # opened by the first flush (or lookup)
+        self.path = self._database.path
         self._lock = threading.Lock()  # the records not written yet
         self._writing = threading.Lock()  # one flush at a time
-        # checkpoints off the flush: a commit never copies the write-ahead log back
-        self._db, self._checkpoints = connect(self.path)
-        self._db.executescript(_SCHEMA)
         self._puts = 0
+        self._exists = False  # the file exists (a lookup before it finds nothing)
         # by key, as the table keeps them (the first for a key): a lookup is one probe, not
         # a scan of the records not written yet (up to FLUSH_COUNT of them)
         self._pending: dict[tuple[str, str, str], tuple[str, bytes]] = {}
@@ -58,14 +65,27 @@ class SqliteDeliveryLog:
         self._readers = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._closed = threading.Event()
-        threading.Thread(target=self._flush_every, name="delivery-log", daemon=True).start()
+        self._flusher: threading.Thread | None = None  # started by the first put
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._database.connection()
+
+    @property
+    def _checkpoints(self) -> Checkpointer:
+        return self._database.checkpointer
 
     def get(self, key: tuple[str, str, str]) -> tuple[str, bytes] | None:
         with self._lock:
             pending = self._flushing.get(key) or self._pending.get(key)  # the first first
         if pending is not None:
             return pending
+        if not self._exists:  # nothing was ever written there: not worth opening
+            if not self.path.exists():
+                return None
+            self._exists = True
         try:
+            self._database.connection()  # the schema (the file may be another process's, new)
             row = (
                 self._reader()
                 .execute(
@@ -74,14 +94,23 @@ class SqliteDeliveryLog:
                 )
                 .fetchone()
             )
-        except sqlite3.Error as exc:
-            raise Unavailable(f"delivery log: {exc}") from None
+        except Exception as exc:
+            import sqlite3  # imported by then: the connection is its
+
+            if isinstance(exc, sqlite3.Error):
+                raise Unavailable(f"delivery log: {exc}") from None
+            raise
         return (str(row[0]), bytes(row[1])) if row else None
 
     def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
         with self._lock:
             self._pending.setdefault(key, (digest, replies))
             full = len(self._pending) >= FLUSH_COUNT
+            if self._flusher is None:  # the group commit, from the first record on
+                self._flusher = threading.Thread(
+                    target=self._flush_every, name="delivery-log", daemon=True
+                )
+                self._flusher.start()
         if full:
             self.flush()
 
@@ -92,10 +121,9 @@ class SqliteDeliveryLog:
 
     def close(self) -> None:
         self._closed.set()
-        self._checkpoints.close()
         with self._writing:
             self._flush()
-            self._db.close()
+            self._database.close()
             with self._lock:
                 for reader in self._opened:
                     reader.close()
@@ -105,6 +133,8 @@ class SqliteDeliveryLog:
         """This thread's read-only connection (a process forked since opens its own)."""
         pid, db = getattr(self._readers, "db", (None, None))
         if db is None or pid != os.getpid():
+            import sqlite3
+
             db = sqlite3.connect(
                 self.path, timeout=30, isolation_level=None, check_same_thread=False
             )  # closed by close(), from another thread
@@ -152,6 +182,10 @@ class SqliteDeliveryLog:
 
     def _run(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
         try:
-            return self._db.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise Unavailable(f"delivery log: {exc}") from None
+            return self._db.execute(sql, params)  # opened by the first
+        except Exception as exc:
+            import sqlite3  # imported by then, unless opening failed
+
+            if isinstance(exc, sqlite3.Error):
+                raise Unavailable(f"delivery log: {exc}") from None
+            raise

@@ -11,14 +11,13 @@ properties are a JSON object per row: a `Typed` value keeps its JSON type there.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from modelhooks.adapters.sqlite_wal import connect
+from modelhooks.adapters.sqlite_wal import Database
 from modelhooks.core.errors import Conflict, NotFound, Unavailable
 from modelhooks.core.records import (
     ArtifactState,
@@ -30,9 +29,13 @@ from modelhooks.core.records import (
     json_values,
 )
 
+if TYPE_CHECKING:
+    import sqlite3
+
 __all__ = ["SqliteModelRegistry"]
 
 _SCHEMA = """
+PRAGMA foreign_keys=ON;
 CREATE TABLE IF NOT EXISTS registered_models (
   id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, state TEXT NOT NULL,
   description TEXT NOT NULL DEFAULT '', properties TEXT NOT NULL DEFAULT '{}');
@@ -51,27 +54,35 @@ class SqliteModelRegistry:
     name = "sqlite"
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # opened on first use (checkpoints off the request path): a process that only checks
+        # its wiring (functions-framework's master) opens nothing
+        self._database = Database(path, _SCHEMA)
+        self.path = self._database.path
         self._lock = threading.RLock()
         self._depth = 0
-        self._db, self._checkpoints = connect(self.path)  # checkpoints off the request path
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._database.connection()
 
     def close(self) -> None:
-        self._checkpoints.close()
-        self._db.close()
+        self._database.close()
 
     def _cursor(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
         try:
             return self._db.execute(sql, params)
-        except sqlite3.IntegrityError as exc:
-            if "FOREIGN KEY" in str(exc):
-                raise NotFound(f"registry: the parent of this row does not exist ({exc})") from None
-            raise Conflict(f"registry: {exc}") from None
-        except sqlite3.OperationalError as exc:  # locked, disk I/O: worth a redelivery
-            raise Unavailable(f"registry: {exc}") from None
+        except Exception as exc:
+            import sqlite3  # imported by then: it made the connection
+
+            if isinstance(exc, sqlite3.IntegrityError):
+                if "FOREIGN KEY" in str(exc):
+                    raise NotFound(
+                        f"registry: the parent of this row does not exist ({exc})"
+                    ) from None
+                raise Conflict(f"registry: {exc}") from None
+            if isinstance(exc, sqlite3.OperationalError):  # locked, disk I/O: redeliver
+                raise Unavailable(f"registry: {exc}") from None
+            raise
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
