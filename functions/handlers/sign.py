@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -22,10 +23,12 @@ from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import Conflict, Unavailable
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.ports import ModelRegistry, Signer
 from modelhooks.core.records import ModelState, ModelVersion
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+
+if TYPE_CHECKING:  # the ports' Protocols: type hints only (test_cold_start)
+    from modelhooks.core.ports import ModelRegistry, Signer
 
 __all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
 

@@ -34,8 +34,9 @@ STORAGE = ("google.cloud.storage", "google.api_core", "google.protobuf", "grpc",
            "urllib3")  # fmt: skip
 # what signing with a key needs none of: sigstore_models' pydantic models (a bundle is written
 # as their JSON: signing.bundle), model_signing (verification's), cryptography's x509 (a
-# certificate's)
-SIGNING = ("pydantic", "sigstore_models", "sigstore", "model_signing", "cryptography.x509")
+# certificate's), its OpenSSL backend (ECDSA's constructor imports it: signing.keys._ecdsa)
+SIGNING = ("pydantic", "sigstore_models", "sigstore", "model_signing", "cryptography.x509",
+           "cryptography.hazmat.backends")  # fmt: skip
 
 FIRST_EVENT = """
 import json, sys

@@ -355,3 +355,47 @@ def test_a_key_signer_is_made_without_cryptography_s_serialization_package(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     assert out.stdout.strip() == f"key sha256:{hashlib.sha256(pem).hexdigest()}"
+
+
+@pytest.mark.parametrize("curve", [ec.SECP256R1(), ec.SECP384R1(), ec.SECP521R1()])
+def test_a_key_signs_without_cryptography_s_openssl_backend(
+    curve: ec.EllipticCurve, tmp_path: Path
+) -> None:
+    """A key signs and checks its signatures without importing the OpenSSL backend (the
+    ECDSA constructor imports it, with its cffi binding and every cipher: ~5 ms of a sign
+    cold start), with what cryptography's own ECDSA accepts, and accepts what it signs."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    from modelhooks.adapters.signing.keys import _hash_for
+
+    key = ec.generate_private_key(curve)
+    ours = _hash_for(key.public_key())
+    digest = {256: hashes.SHA256, 384: hashes.SHA384, 521: hashes.SHA512}[curve.key_size]
+    assert isinstance(ours, ec.ECDSA) and isinstance(ours.algorithm, digest)
+    assert not ours.deterministic_signing
+    theirs = ec.ECDSA(digest())
+    key.public_key().verify(key.sign(b"statement", ours), b"statement", theirs)
+    key.public_key().verify(key.sign(b"statement", theirs), b"statement", ours)
+    with pytest.raises(InvalidSignature):
+        key.public_key().verify(key.sign(b"statement", ours), b"statemenT", ours)
+
+    pem = tmp_path / "key.pem"
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    code = (
+        "import sys; from pathlib import Path; "
+        "from modelhooks.adapters.signing.keys import KeySigner; "
+        "signer = KeySigner.from_file(Path(sys.argv[1])); "
+        "assert signer.signed(signer.sign(b'{}')); "
+        "print(sorted(m for m in sys.modules if m.startswith('cryptography.hazmat.backends')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(pem)], check=True, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from modelhooks.adapters.signing import SUFFIX, binding_key
 from modelhooks.adapters.signing.manifest import (
@@ -31,15 +33,16 @@ from modelhooks.adapters.signing.manifest import (
     is_ignored,
 )
 from modelhooks.core.errors import VerificationFailed
-from modelhooks.core.records import ObjectInfo
+
+if TYPE_CHECKING:
+    from modelhooks.core.records import ObjectInfo
 
 __all__ = ["PREDICATE_TYPE", "SUFFIX", "Binding", "binding_key", "changes"]
 
 PREDICATE_TYPE = "https://modelhooks.dev/binding/v1"
 
 
-@dataclass(frozen=True)
-class Binding:
+class Binding(msgspec.Struct, frozen=True):
     """The root digest of a signed manifest and (size, generation) of each of its objects."""
 
     root_digest: str

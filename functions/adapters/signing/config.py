@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from modelhooks.core.errors import ConfigError
-from modelhooks.core.ports import Signer, Verifier
 
 __all__ = ["DEFAULT_TOKEN_PATH", "SigningConfig"]
 
@@ -29,13 +29,13 @@ DEFAULT_TOKEN_PATH = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 if TYPE_CHECKING:
     from modelhooks.adapters.signing.manifest import HashType
     from modelhooks.adapters.signing.streaming import HashOptions
+    from modelhooks.core.ports import Signer, Verifier
     from modelhooks.core.settings import SigningSettings
 
 _log = logging.getLogger("modelhooks.signing")
 
 
-@dataclass(frozen=True)
-class SigningConfig:
+class SigningConfig(msgspec.Struct, frozen=True):
     """Everything `sign` / `verify` need, as plain values (paths are read on build)."""
 
     enabled_flag: bool | None = None  # explicit on/off; None = decide from what is set

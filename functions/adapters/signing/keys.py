@@ -10,6 +10,7 @@ model_signing's own verifiers, so we accept exactly what `model_signing verify` 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from functools import cached_property
@@ -38,10 +39,34 @@ _CURVES = {"secp256r1": 256, "secp384r1": 384, "secp521r1": 521}
 
 def _hash_for(key: ec.EllipticCurvePublicKey) -> ec.ECDSA:
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
 
     algorithm = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}
-    return ec.ECDSA(algorithm[key.curve.key_size])
+    return _ecdsa()(algorithm[key.curve.key_size])
+
+
+@functools.cache
+def _ecdsa() -> type[ec.ECDSA]:
+    """`ec.ECDSA` made without its constructor, which imports the OpenSSL backend (its cffi
+    binding and every cipher: ~5 ms of CPU in a sign cold start) only to check that
+    deterministic signing, which we never ask for, is supported. An `ec.ECDSA` all the same
+    for the keys' `sign` and `verify`, which read these two properties (test_signing_keys
+    pins that cryptography's own ECDSA verifies what it signs, and the reverse)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    class ECDSA(ec.ECDSA):
+        def __init__(self, algorithm: hashes.HashAlgorithm) -> None:
+            self._hash = algorithm
+
+        @property
+        def algorithm(self) -> hashes.HashAlgorithm:
+            return self._hash
+
+        @property
+        def deterministic_signing(self) -> bool:
+            return False
+
+    return ECDSA
 
 
 def _pem_private_key_loader() -> Any:

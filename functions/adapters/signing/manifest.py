@@ -17,7 +17,6 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
@@ -68,8 +67,7 @@ def _by_path(resources: Iterable[Resource]) -> dict[str, set[tuple[str, str, str
     return grouped
 
 
-@dataclass(frozen=True)
-class Serialization:
+class Serialization(msgspec.Struct, frozen=True):
     """How a manifest was computed: recorded in the predicate so verifiers can redo it."""
 
     method: Method = "files"
@@ -123,8 +121,7 @@ class Serialization:
         )
 
 
-@dataclass(frozen=True, order=True)
-class Resource:
+class Resource(msgspec.Struct, frozen=True, order=True):
     """One file (`name`) or shard (`name:start:end`) and its hex digest."""
 
     name: str
@@ -141,16 +138,15 @@ class Resource:
         return self.name.rsplit(":", 2)[0] if self.sharded else self.name
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(msgspec.Struct, frozen=True):
     """A model's files and their digests, in canonical order."""
 
     model_name: str
     serialization: Serialization
-    resources: tuple[Resource, ...] = field(default=())
+    resources: tuple[Resource, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "resources", tuple(sorted(self.resources, key=_order)))
+        msgspec.structs.force_setattr(self, "resources", tuple(sorted(self.resources, key=_order)))
 
     @property
     def root_digest(self) -> str:

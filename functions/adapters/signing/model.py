@@ -10,7 +10,9 @@ default) with a conditional write, so two deliveries never race to different sig
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from modelhooks.adapters.signing.binding import Binding, binding_key
 from modelhooks.adapters.signing.bundle import signer_of, unverified_payload
@@ -30,8 +32,10 @@ from modelhooks.core.errors import (
     VerificationFailed,
 )
 from modelhooks.core.extras import require
-from modelhooks.core.ports import ObjectStore, Signer, Verifier
-from modelhooks.core.records import ObjectInfo
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ObjectStore, Signer, Verifier
+    from modelhooks.core.records import ObjectInfo
 
 __all__ = [
     "Location",
@@ -44,8 +48,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(msgspec.Struct, frozen=True):
     """A signature kept outside the model (another bucket, a local file, …)."""
 
     store: ObjectStore
@@ -53,8 +56,7 @@ class Location:
     key: str
 
 
-@dataclass(frozen=True)
-class Signed:
+class Signed(msgspec.Struct, frozen=True):
     """A model's signature: where it is, what it covers, whether this call wrote it."""
 
     bucket: str
@@ -62,14 +64,22 @@ class Signed:
     root_digest: str
     signer: str
     created: bool
-    manifest: Manifest = field(repr=False)
+    manifest: Manifest
+
+    def __repr__(self) -> str:  # without the manifest: every file of the model
+        return (
+            f"Signed(bucket={self.bucket!r}, key={self.key!r}, root_digest={self.root_digest!r}, "
+            f"signer={self.signer!r}, created={self.created!r})"
+        )
 
 
-@dataclass(frozen=True)
-class Verified:
+class Verified(msgspec.Struct, frozen=True):
     root_digest: str
     signer: str
-    manifest: Manifest = field(repr=False)
+    manifest: Manifest
+
+    def __repr__(self) -> str:  # without the manifest
+        return f"Verified(root_digest={self.root_digest!r}, signer={self.signer!r})"
 
 
 def signature_key(prefix: str, name: str = "model.sig") -> str:

@@ -23,8 +23,9 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from modelhooks.adapters.signing.manifest import (
     DEFAULT_IGNORED,
@@ -36,8 +37,10 @@ from modelhooks.adapters.signing.manifest import (
     is_ignored,
 )
 from modelhooks.core.errors import Conflict, PayloadTooLarge, Transient
-from modelhooks.core.ports import ObjectReader
-from modelhooks.core.records import ObjectInfo
+
+if TYPE_CHECKING:
+    from modelhooks.core.ports import ObjectReader
+    from modelhooks.core.records import ObjectInfo
 
 __all__ = ["HashOptions", "Progress", "hash_model", "list_model", "model_name", "read_object"]
 
@@ -60,8 +63,7 @@ class _Hasher(Protocol):
     def hexdigest(self) -> str: ...
 
 
-@dataclass(frozen=True)
-class HashOptions:
+class HashOptions(msgspec.Struct, frozen=True):
     """What to hash and how hard to push the store.
 
     `signature_name`, its binding statement (`<signature_name>.binding`) and `ready_marker`
@@ -107,7 +109,7 @@ class HashOptions:
         # a local store's module is imported by whoever made one (cold start: not by signing)
         local_module = sys.modules.get("modelhooks.adapters.object_store.local")
         local = local_module is not None and isinstance(store, local_module.LocalObjectStore)
-        return replace(
+        return msgspec.structs.replace(
             self,
             chunk_size=self.chunk_size or MiB,
             workers=self.workers or min(32, cpus + 4 if local else 4 * cpus + 4),
