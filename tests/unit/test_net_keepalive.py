@@ -136,3 +136,23 @@ def test_concurrent_requests_each_get_their_own_connection_then_share_them(
     assert answers == [[f"/w{n}/{i}".encode() for i in range(25)] for n in range(8)]
     # reused (the sequential tests count exactly; under a loaded machine more are opened)
     assert 1 <= len(server.connections) < 8 * 25
+
+
+def test_connections_are_reused_in_a_process_holding_over_1024_files(server: Server) -> None:
+    """An idle connection's check must work past select(2)'s FD_SETSIZE: a process holding
+    more files (a long-lived serve, a test run) reused no connection at all."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        opener = guarded_opener(allow_local=True)
+        for n in range(5):
+            assert _get(opener, f"{server.url}/item/{n}") == f"/item/{n}".encode()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(server.connections) == 1
