@@ -28,7 +28,11 @@ class Dedupe:
     recent ones in process (bounded), all of them in `log` when there is one (durable).
 
     A key seen again with the same payload answers the first delivery's replies; with
-    another payload it is a Conflict (an id reused for other content is never trusted)."""
+    another payload it is a Conflict (an id reused for other content is never trusted),
+    unless the first was answered with nothing: no effect to stand by, so it is handled anew.
+    (A push is named by its content as it enters: the same marker's notification, announced
+    again after its files changed back, is other content under the same id, and the
+    functions that did nothing with it the first time answered 409.)"""
 
     def __init__(self, size: int, log: DeliveryLog | None = None) -> None:
         self.size = size
@@ -45,7 +49,7 @@ class Dedupe:
             logged = self.log.get(key)
             if logged is not None:
                 seen = (logged[0], _replies(logged[1]))
-        if seen is None:
+        if seen is None or (seen[0] != digest and not seen[1]):
             return None
         if seen[0] != digest:
             raise Conflict(
