@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING
 
 import functions_framework
 
-# first, before anything imports msgspec: its `inspect` module runs when first used (~1.8 ms)
-import modelhooks.core.deferred  # noqa: F401
 from modelhooks.bootstrap import build, hosted
 from modelhooks.core.logs import log
 from modelhooks.delivery.encoding import json_response

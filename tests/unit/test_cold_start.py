@@ -274,22 +274,3 @@ def test_a_home_holding_no_database_still_stops_start_up(name: str, tmp_path: Pa
     )
     assert out.returncode != 0
     assert f"{home / name}: not an SQLite database" in out.stderr
-
-
-def test_a_target_starts_without_running_msgspecs_inspect_module(tmp_path: Path) -> None:
-    """msgspec imports its `inspect` module (some thirty dataclasses, ~1.8 ms of CPU), which
-    no delivery uses: a target's start leaves it unexecuted, and it runs, whole, when first
-    used (the JSON Schemas of `make docs` read it)."""
-    ran, schema = _at_start(
-        "register",
-        tmp_path,
-        "['type_info' in vars(sys.modules['msgspec.inspect']),"
-        " __import__('msgspec').json.schema(sys.modules['modelhooks.events.model'].ArtifactPushed)"
-        "['$ref']]",
-    )
-    assert ran is False
-    assert schema == "#/$defs/ArtifactPushed"  # msgspec.inspect ran when the schema asked
-    code = "import modelhooks.core.deferred, msgspec; print(msgspec.inspect.type_info(int))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "IntType(gt=None, ge=None, lt=None, le=None, multiple_of=None)"
