@@ -399,29 +399,3 @@ def test_a_key_signs_without_cryptography_s_openssl_backend(
         [sys.executable, "-c", code, str(pem)], check=True, capture_output=True, text=True
     )
     assert out.stdout.strip() == "[]"
-
-
-def test_a_first_signature_asks_the_store_for_no_signature_first(
-    model: Path, keys: KeyPair
-) -> None:
-    """A first signature and its binding are written if absent without looking for them
-    first (a request each, on every first event); a second signing finds them when its
-    write is refused, and writes nothing."""
-    store, bucket, prefix = local_model(model)
-    looked: list[str] = []
-
-    class Watched:  # the real store, its reads of signature files noted
-        def __getattr__(self, name: str) -> object:
-            return getattr(store, name)
-
-        def stat(self, b: str, key: str) -> object:
-            looked.append(key.rsplit("/", 1)[-1])
-            return store.stat(b, key)
-
-    signer = KeySigner.from_file(keys.private)
-    first = sign_model(Watched(), bucket, prefix, signer)  # type: ignore[arg-type]
-    assert first.created and looked == []
-    again = sign_model(Watched(), bucket, prefix, signer)  # type: ignore[arg-type]
-    assert not again.created and again.root_digest == first.root_digest
-    assert looked == ["model.sig", "model.sig.binding"]
-    verify_model(store, bucket, prefix, KeyVerifier(keys.public))

@@ -161,12 +161,10 @@ def sign_model(
 
     def bound(signed: Signed) -> Signed:
         if at is None:  # next to a signature in the model's prefix: its binding statement
-            _bind(store, bucket, prefix, signer, manifest, files, out.key, fresh=signed.created)
+            _bind(store, bucket, prefix, signer, manifest, files, out.key)
         return signed
 
-    # Written only if absent: one that is there already is read when the write is refused
-    # (a redelivery, a concurrent one), not asked for first (a request per first signature).
-    if replace and (old := _existing(out)) is not None and (done := settled(old)):
+    if (old := _existing(out)) is not None and (done := settled(old)):
         return bound(done)
     bundle = signer.sign(manifest.statement())
     try:
@@ -193,18 +191,15 @@ def _bind(
     manifest: Manifest,
     files: list[tuple[str, ObjectInfo]],
     signature: str,
-    *,
-    fresh: bool = False,
 ) -> None:
     """Write the binding statement next to the signature (modelhooks.adapters.signing.binding)
-    unless one binding these very objects is there (not looked for next to a `fresh`
-    signature, which no binding names yet); only when the signature's ignore_paths
+    unless one binding these very objects is there; only when the signature's ignore_paths
     name it (older signatures did not: `model_signing verify` would see an extra file)."""
     key = binding_key(signature)
     if key.rsplit("/", 1)[-1] not in manifest.serialization.ignore_paths:
         return
     binding = Binding.of(manifest, files)
-    if not fresh and (old := _existing(Location(store, bucket, key))) is not None:
+    if (old := _existing(Location(store, bucket, key))) is not None:
         try:
             if Binding.from_statement(unverified_payload(old)[1]) == binding and signer.signed(old):
                 return  # a redelivery: the same objects already bound
