@@ -257,7 +257,8 @@ def test_a_target_starts_without_opening_sqlite(target: str, tmp_path: Path) -> 
     )
     assert sqlite == []
     assert threads == ["MainThread"]
-    assert sorted(p.name for p in home.iterdir()) == []  # no registry.db, no deliveries.db
+    files = {p.name: p.stat().st_size for p in home.iterdir()}
+    assert files in ({}, {"registry.db": 0})  # made empty where used (registry list finds it)
 
 
 @pytest.mark.parametrize("name", ["registry.db", "deliveries.db"])

@@ -58,6 +58,10 @@ class SqliteModelRegistry:
         # its wiring (functions-framework's master) opens nothing
         self._database = Database(path, _SCHEMA)
         self.path = self._database.path
+        # the file is there from the start, empty until first used (SQLite takes an empty
+        # file for an empty database): `modelhooks registry list` on a served home lists
+        # nothing rather than finding no registry
+        self.path.touch()
         self._lock = threading.RLock()
         self._depth = 0
 
