@@ -26,20 +26,13 @@ import base64
 import http.client
 import os
 import ssl
-import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from modelhooks.adapters.net import _close_all, _credentials, _dropped, environment_proxy
+from modelhooks.adapters.net import _credentials, _Pool, _Response, environment_proxy, send
 
 __all__ = ["EndpointPool", "HttpFailed", "Response", "endpoint_pool"]
-
-# Sent again on a fresh connection when a kept-alive one turns out closed by the server
-# (nothing of the request was processed): safe for idempotent methods only.
-_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class HttpFailed(OSError):
@@ -52,12 +45,11 @@ class HttpFailed(OSError):
         self.tls = isinstance(reason, ssl.SSLError) if tls is None else tls
 
 
-class Response(http.client.HTTPResponse):
+class Response(_Response):
     """An answer: `status`, `reason`, `headers`, and its body as `data` (read whole) or
     `read(n)` / `stream(n)`. Its connection goes back to the pool once the body has been read
     to its end; `release_conn()` closes it instead when some is left unread."""
 
-    _release: Any = None
     _data: bytes | None = None
 
     @property
@@ -73,13 +65,10 @@ class Response(http.client.HTTPResponse):
 
     def read(self, amt: int | None = None) -> bytes:
         try:
-            data = super().read(amt)
+            return super().read(amt)
         except (OSError, http.client.HTTPException) as exc:
             self.release_conn()
             raise HttpFailed(exc) from exc
-        if self.fp is None:
-            self._finished(True)
-        return data
 
     def stream(self, amt: int = 1 << 16) -> Iterator[bytes]:
         while data := self.read(amt):
@@ -94,16 +83,6 @@ class Response(http.client.HTTPResponse):
         """Done with it: its connection back to the pool if nothing is left unread."""
         if self.fp is not None:
             self.close()
-
-    def close(self) -> None:
-        drained = self.fp is None or (not self.chunked and self.length == 0)
-        super().close()
-        self._finished(drained)
-
-    def _finished(self, reusable: bool) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release(reusable and not self.will_close)
 
 
 class _Http(http.client.HTTPConnection):
@@ -132,9 +111,7 @@ class EndpointPool:
         parts = urlsplit(proxy) if proxy else None
         self._proxy = (parts.hostname or "", parts.port or 80) if parts else None
         self._proxy_headers = dict(proxy_headers or {})
-        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
-        self._lock = threading.Lock()
-        weakref.finalize(self, _close_all, self._idle)  # the pool went: so do its sockets
+        self._pool = _Pool(per_host=maxsize)
 
     def urlopen(
         self,
@@ -157,38 +134,21 @@ class EndpointPool:
             sent.update(self._proxy_headers)
         else:
             selector = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn = self._take(key)
-        while True:
-            reused = conn is not None
-            try:
-                if conn is None:
-                    conn = self._connect(key, timeout)
-                elif conn.sock is not None:
-                    conn.sock.settimeout(timeout)
-                conn.request(method, selector, body, sent)
-                response = conn.getresponse()
-            except _STALE as exc:
-                if conn is not None:
-                    conn.close()
-                if reused and method in _IDEMPOTENT:
-                    conn = None  # a kept-alive connection the server had closed: once more
-                    continue
-                raise HttpFailed(exc) from exc
-            except (OSError, http.client.HTTPException) as exc:
-                if conn is not None:
-                    conn.close()
-                raise HttpFailed(exc) from exc
-            break
+        try:
+            response = send(
+                self._pool,
+                key,
+                lambda: self._connect(key, timeout),
+                method,
+                selector,
+                body,
+                sent,
+                timeout=timeout,
+                reuse=True,  # a POST too: a burst's POSTs keep their connections
+            )
+        except (OSError, http.client.HTTPException) as exc:
+            raise HttpFailed(exc) from exc
         assert isinstance(response, Response)
-        done = conn
-
-        def release(reusable: bool) -> None:
-            if reusable:
-                self._give(key, done)
-            else:
-                done.close()
-
-        response._release = release
         if preload_content:
             response.data  # noqa: B018 (read whole: the connection is back)
         return response
@@ -203,10 +163,7 @@ class EndpointPool:
 
     def clear(self) -> None:
         """Close the idle connections."""
-        with self._lock:
-            idle = dict(self._idle)
-            self._idle.clear()
-        _close_all(idle)
+        self._pool.clear()
 
     def _connect(self, key: tuple[str, str, int], timeout: float | None) -> Any:
         scheme, host, port = key
@@ -219,23 +176,6 @@ class EndpointPool:
         conn = _Https(*self._proxy, timeout=timeout, context=self._context)
         conn.set_tunnel(host, port, headers=self._proxy_headers)  # CONNECT, then TLS to host
         return conn
-
-    def _take(self, key: tuple[str, str, int]) -> http.client.HTTPConnection | None:
-        while True:
-            with self._lock:
-                idle = self._idle.get(key)
-                conn = idle.pop() if idle else None
-            if conn is None or not _dropped(conn):
-                return conn
-            conn.close()  # the server closed it while it was idle
-
-    def _give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(key, [])
-            if len(idle) < self._maxsize:
-                idle.append(conn)
-                return
-        conn.close()
 
 
 class _ThroughUrllib3:

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -168,6 +169,13 @@ class _Pool:
         for old in evicted:
             old.close()
 
+    def clear(self) -> None:
+        """Close the idle connections."""
+        with self._lock:
+            idle = dict(self._idle)
+            self._idle.clear()
+        _close_all(idle)
+
 
 def _close_all(idle: dict[Any, list[http.client.HTTPConnection]]) -> None:
     for conns in list(idle.values()):
@@ -196,6 +204,58 @@ _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
+def send(
+    pool: _Pool,
+    key: Any,
+    connect: Callable[[], http.client.HTTPConnection],
+    method: str,
+    selector: str,
+    body: Any,
+    headers: Mapping[str, str],
+    *,
+    timeout: float | None,
+    reuse: bool,
+    **request: Any,
+) -> http.client.HTTPResponse:
+    """`method` on a connection of `pool` for `key` (an idle one when `reuse`, else one
+    `connect` makes): the answer, whose connection goes back to the pool once it is read to
+    its end (a `_Response`'s `release`). A kept-alive connection the server closed while
+    idle is replaced once for an idempotent method; what else the connection raises
+    (OSError, http.client.HTTPException) is raised, the connection closed."""
+    conn = pool.take(key) if reuse else None
+    while True:
+        reused = conn is not None
+        try:
+            if conn is None:
+                conn = connect()
+            elif conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            conn.request(method, selector, body, dict(headers), **request)
+            response = conn.getresponse()
+        except _STALE:
+            if conn is not None:
+                conn.close()
+            if reused and method in _IDEMPOTENT:
+                conn = None  # a kept-alive connection the server had closed: once more
+                continue
+            raise
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        break
+    done = conn
+
+    def release(reusable: bool) -> None:
+        if reusable:
+            pool.give(key, done)
+        else:
+            done.close()
+
+    response.release = release  # type: ignore[attr-defined]
+    return response
+
+
 def _kept_alive(
     pool: _Pool, cls: type[http.client.HTTPConnection], req: urllib.request.Request, kw: Any
 ) -> http.client.HTTPResponse:
@@ -208,45 +268,23 @@ def _kept_alive(
     method = req.get_method()
     # a request that must not be sent twice goes on a new connection: a kept-alive one the
     # server closed while idle fails it, and it could not be sent again
-    conn = pool.take(key) if method in _IDEMPOTENT else None
-    while True:
-        reused = conn is not None
-        if conn is None:
-            conn = cls(req.host, timeout=req.timeout, **kw)
-        elif conn.sock is not None:  # this request's timeout (none given: the default)
-            wanted = req.timeout
-            conn.sock.settimeout(
-                wanted if wanted is None or isinstance(wanted, int | float) else None
-            )
-        try:
-            conn.request(
-                method,
-                req.selector,
-                req.data,
-                headers,
-                encode_chunked=req.has_header("Transfer-encoding"),
-            )
-            response = conn.getresponse()
-        except _STALE as exc:
-            conn.close()
-            if reused and method in _IDEMPOTENT:
-                conn = None  # a kept-alive connection the server had closed: once more
-                continue
-            raise urllib.error.URLError(exc) from exc
-        except OSError as exc:
-            conn.close()
-            raise urllib.error.URLError(exc) from exc
-        break
+    wanted = req.timeout  # this request's (none given: the default)
+    try:
+        response = send(
+            pool,
+            key,
+            lambda: cls(req.host, timeout=req.timeout, **kw),
+            method,
+            req.selector,
+            req.data,
+            headers,
+            timeout=wanted if wanted is None or isinstance(wanted, int | float) else None,
+            reuse=method in _IDEMPOTENT,
+            encode_chunked=req.has_header("Transfer-encoding"),
+        )
+    except OSError as exc:
+        raise urllib.error.URLError(exc) from exc
     assert isinstance(response, _Response)
-    done = conn
-
-    def release(reusable: bool) -> None:
-        if reusable:
-            pool.give(key, done)
-        else:
-            done.close()
-
-    response.release = release
     response.url = req.get_full_url()
     response.msg = response.reason  # type: ignore[assignment]
     return response

@@ -148,11 +148,11 @@ def test_connections_are_kept_alive_and_a_refused_one_is_http_failed(
     for _ in range(3):
         response = pool.urlopen("GET", f"{fake_gcs.url}/storage/v1/b?project=p", timeout=10)
         assert response.status == 200 and response.data.startswith(b"{")
-        ((conn,),) = pool._idle.values()  # back once read: the same one each time
+        ((conn,),) = pool._pool._idle.values()  # back once read: the same one each time
         sockets.append(conn.sock)
     assert sockets[0] is sockets[1] is sockets[2]
     streamed = pool.urlopen("GET", f"{fake_gcs.url}/storage/v1/b", preload_content=False)
-    assert not any(pool._idle.values())  # in use until its body is read
+    assert not any(pool._pool._idle.values())  # in use until its body is read
     assert b"".join(streamed.stream(4)).startswith(b"{")
     pool.clear()
 
