@@ -40,6 +40,8 @@ def decode(body: bytes, *, mutate: bool = False) -> Review:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"the body is not JSON: {e}") from None
+    except RecursionError:  # json's parser recurses per level: '[' * 10**5 is 3 MiB deep
+        raise BadRequest("the body is JSON nested too deeply to read") from None
     if not isinstance(doc, dict):
         raise BadRequest("the body is not an AdmissionReview object")
     request = doc.get("request")

@@ -105,7 +105,16 @@ def test_a_denial_carries_the_reason_and_the_uid(serve: FlaskClient) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"", b"not json", b"[]", b'"x"', b"{}", b'{"apiVersion": "v1", "kind": "AdmissionReview"}'],
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b'"x"',
+        b"{}",
+        b'{"apiVersion": "v1", "kind": "AdmissionReview"}',
+        b"[" * 100_000,  # json's parser recursed past the limit: a 500
+        b'{"request": ' * 50_000,
+    ],
 )
 def test_what_is_not_an_admission_review_is_denied_as_one(serve: FlaskClient, body: bytes) -> None:
     response = reviewed(serve, body)
