@@ -81,7 +81,7 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
         raise BadRequest(f"replay source {source!r} is not a file, a directory or '-'")
     for f in files:
         try:
-            text = f.read_text()
+            text = f.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             yield str(f), BadRequest(f"{f}: cannot be read: {getattr(exc, 'strerror', exc)}")
             continue
@@ -92,10 +92,13 @@ def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
     """One JSON document, else JSON Lines (a line that is not JSON is reported; a file
     with no JSON line at all is reported once). Messages pulled from a Pub/Sub subscription
     (`gcloud pubsub subscriptions pull --format=json`, a dead-letter subscription's) are
-    each the push that delivered them."""
+    each the push that delivered them. A byte-order mark (a Windows editor's) is no content;
+    lines end at '\n' alone (a JSON string may hold U+2028 or U+0085, which splitlines cuts
+    at). JSON nested past the parser's recursion is a document that cannot be read."""
+    text = text.removeprefix("\ufeff")
     try:
         doc = json.loads(text)
-    except ValueError as exc:  # JSONDecodeError, or a number too long to convert
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a number too long, '[' * 10**5
         whole = exc
     else:
         if _pulled(doc):
@@ -104,12 +107,12 @@ def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
         else:
             yield where, doc
         return
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     parsed: list[tuple[str, Any]] = []
     for n, line in lines:
         try:
             parsed.append((f"{where}:{n}", json.loads(line)))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             parsed.append((f"{where}:{n}", BadRequest(f"{where}:{n} is not JSON: {exc}")))
     if lines and all(isinstance(doc, BadRequest) for _, doc in parsed):
         yield where, BadRequest(f"{where} is neither JSON nor JSON Lines: {whole}")

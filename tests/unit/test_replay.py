@@ -122,3 +122,25 @@ def test_registry_list_and_show(home: Path, capsys: pytest.CaptureFixture[str]) 
     assert shown["name"] == "sentiment" and [v["name"] for v in shown["versions"]] == ["1"]
     assert shown["versions"][0]["artifacts"][0]["digest"].startswith("content-sha256:")
     assert main(["registry", "show", "nope", "--home", str(home)]) == 2
+
+
+def test_hostile_stored_files_are_reported_and_the_rest_is_sent(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file nested past json's recursion stopped the whole replay with an internal error;
+    a JSON Lines file whose string held U+2028 (json.dumps(ensure_ascii=False) writes it raw)
+    was cut there by splitlines, losing both documents; a byte-order mark refused the file."""
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    (stored / "a-deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    event = samples.load("canonical-artifact-pushed")
+    noted = {**event, "id": "replay-u2028", "note": "a\u2028b\u0085c"}
+    (stored / "b-lines.jsonl").write_text(
+        json.dumps(event, ensure_ascii=False) + "\n" + json.dumps(noted, ensure_ascii=False),
+        encoding="utf-8",
+    )
+    (stored / "c-bom.json").write_text(json.dumps(event), encoding="utf-8-sig")
+    assert replay(home, str(stored), "--dry-run") == 2
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o.get("id") for o in out] == [None, "replay-0001", "replay-u2028", "replay-0001"]
+    assert "a-deep.json" in out[0]["error"] and "recursion" in out[0]["error"]
