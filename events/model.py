@@ -44,8 +44,11 @@ StoreKind = Literal["local", "gcs", "s3", "oci", "http"]
 # with a letter, digit or '_' (so never '.' or '..'); no control characters, no empty
 # segments, no leading or trailing space.
 _SEGMENT = r"[A-Za-z0-9_](?:[A-Za-z0-9._ -]*[A-Za-z0-9._-])?"
-NAME_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*$"
-VERSION_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$"
+# msgspec searches with Python's re, whose '$' also matches before a final '\n' ('v1\n' was
+# a version); JSON Schema's (ECMA-262) '$' does not, and the lookahead is valid in both
+_END = r"$(?!\n)"
+NAME_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*{_END}"
+VERSION_PATTERN = rf"^[A-Za-z0-9_][A-Za-z0-9._+-]*{_END}"
 Name = Annotated[
     str,
     Meta(min_length=1, max_length=253, pattern=NAME_PATTERN, description="a model name"),
@@ -56,7 +59,7 @@ VersionName = Annotated[
 ]
 # A Kubernetes namespace (DNS label): the tenant.
 Namespace = Annotated[
-    str, Meta(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    str, Meta(min_length=1, max_length=63, pattern=rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?{_END}")
 ]
 D = TypeVar("D", bound="EventData")
 
@@ -220,7 +223,7 @@ class PruneRequested(EventData, frozen=True, kw_only=True):
     uri: Annotated[
         str,
         Meta(
-            pattern=r"^oci://[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9][a-z0-9._/-]*$",
+            pattern=rf"^oci://[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9][a-z0-9._/-]*{_END}",
             max_length=1024,
             description="the repository, oci://host[:port]/repository",
         ),
@@ -272,7 +275,7 @@ class TransferSource(_Part, frozen=True, kw_only=True):
     region: Annotated[str | None, _doc("s3: the bucket's region")] = None
     uri: Annotated[_REF | None, _doc("oci: host/repository:tag|@digest; uri: http(s)://…")] = None
     sha256: Annotated[
-        Annotated[str, Meta(pattern=r"^(sha256:)?[0-9a-fA-F]{64}$")] | None,
+        Annotated[str, Meta(pattern=rf"^(sha256:)?[0-9a-fA-F]{{64}}{_END}")] | None,
         _doc("uri: the sha256 of what it serves (checked before anything is registered)"),
     ] = None
 

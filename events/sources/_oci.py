@@ -52,18 +52,32 @@ UNTAG_PLACEHOLDER = json.dumps(
 ).encode()
 UNTAG_PLACEHOLDER_DIGEST = "sha256:" + hashlib.sha256(UNTAG_PLACEHOLDER).hexdigest()
 
-_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
+_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")
+# The registered algorithms' encodings (image-spec descriptor.md): lower-case hex of their size
+_ENCODED = {"sha256": re.compile(r"[a-f0-9]{64}"), "sha512": re.compile(r"[a-f0-9]{128}")}
+# A registry host (name or bracketed IPv6, optional port) and a repository's path components,
+# as the distribution spec names them: what the registry adapters will accept of the URI
+_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+)
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 # The referrers fallback scheme (distribution-spec 1.1) tags an index `<alg>-<hex>`;
 # cosign-style tools add a suffix (`sha256-<hex>.sig`, `.att`, `.sbom`).
-_REFERRER_TAG = re.compile(r"^(?:sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})(?:\.[\w.-]+)?$")
+_REFERRER_TAG = re.compile(r"(?:sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})(?:\.[\w.-]+)?")
 
 
 def is_digest(reference: str) -> bool:
-    return bool(_DIGEST.match(reference))
+    """`algorithm:encoded`; for sha256 and sha512, the lower-case hex of their size."""
+    if not _DIGEST.fullmatch(reference):  # fullmatch: '$' takes a final '\n' too
+        return False
+    algorithm, _, encoded = reference.partition(":")
+    encoding = _ENCODED.get(algorithm)
+    return encoding is None or bool(encoding.fullmatch(encoded))
 
 
 def is_referrer_tag(tag: str) -> bool:
-    return bool(_REFERRER_TAG.match(tag))
+    return bool(_REFERRER_TAG.fullmatch(tag))
 
 
 def repository_uri(host: str, repository: str) -> str:
@@ -82,6 +96,7 @@ def pushed(
     where: str,
 ) -> CanonicalEvent:
     """ArtifactPushed for a tagged manifest: model = repository, version = tag."""
+    _check_name(host, repository, where)
     data = payload(
         ArtifactPushed,
         where,
@@ -107,6 +122,7 @@ def deleted(
     where: str,
 ) -> CanonicalEvent:
     """ArtifactDeleted for a manifest (digest), a tag, or a whole repository (neither)."""
+    _check_name(host, repository, where)
     base = repository_uri(host, repository)
     uri = f"{base}:{tag}" if tag else f"{base}@{digest}" if digest else base
     data: EventData = payload(
@@ -127,3 +143,16 @@ def check_digest(digest: str, where: str, path: str) -> str:
     if not is_digest(digest):
         raise BadRequest(f"{where}: {path} {digest!r} is not a digest", field=path, where=where)
     return digest
+
+
+def _check_name(host: str, repository: str, where: str) -> None:
+    """BadRequest unless `host` and `repository` are what a registry names (a host such as
+    `r:5000@evil` or `evil/x`, an upper-case repository, made URIs no adapter reads the same)."""
+    if not _HOST.fullmatch(host):
+        raise BadRequest(f"{where}: {host!r} is not a registry host", field="host", where=where)
+    if not _REPOSITORY.fullmatch(repository):
+        raise BadRequest(
+            f"{where}: {repository!r} is not a repository name (lower-case path components)",
+            field="repository",
+            where=where,
+        )

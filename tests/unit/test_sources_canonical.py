@@ -64,6 +64,10 @@ def test_a_translated_event_survives_a_round_trip_through_its_own_attributes() -
         ({**PUSHED.to_dict(), "colour": "blue"}, "colour: Object contains unknown field `colour`"),
         (["sentiment"], "canonical event: data must be a JSON object"),
         (b"\x00\x01", "canonical event: data is not valid JSON"),
+        # re's '$' (msgspec's patterns) also matched before a final newline
+        ({**PUSHED.to_dict(), "model": "sentiment\n"}, "model: Expected `str` matching"),
+        ({**PUSHED.to_dict(), "version": "1\n"}, "version: Expected `str` matching"),
+        ({**PUSHED.to_dict(), "namespace": "ml\n"}, "namespace: Expected `str` matching"),
     ],
 )
 def test_invalid_data_is_a_bad_request_naming_the_field(data: object, message: str) -> None:

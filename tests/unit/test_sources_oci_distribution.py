@@ -228,3 +228,40 @@ def test_zot_through_the_facade_is_stable() -> None:
     inbound = samples.inbound("zot-image-updated")
     first = translate(inbound, layout=ObjectLayout(), registry_host=HOST)
     assert first and first == translate(inbound, layout=ObjectLayout(), registry_host=HOST)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("digest", "sha256:xyz"),  # a registered algorithm's encoding is its hex, of its size
+        ("digest", "sha256:" + "A" * 64),
+        ("digest", "sha512:" + "a" * 64),
+        ("digest", DIGEST + "\n"),  # re's '$' took a final newline
+        ("tag", "v1\n"),
+        ("repository", "Sentiment"),  # repositories are lower-case path components
+        ("repository", "a b"),
+        ("host", "registry.local:5000@evil"),  # a URI whose host is another
+        ("host", "evil.example/x"),  # a URI whose repository is another
+        ("host", "a b"),
+    ],
+)
+def test_a_notification_naming_what_no_registry_names_is_a_bad_request(
+    where: str, value: str
+) -> None:
+    """Each of these was an ArtifactPushed, registered under a reference the registry
+    adapters then refused (or read as another host, repository or digest)."""
+    (event,) = _events("oci-distribution-push")
+    if where == "host":
+        event["request"]["host"] = value
+    else:
+        event["target"][where] = value
+    with pytest.raises(BadRequest):
+        _distribution(event)
+
+
+def test_digests_of_other_algorithms_and_ports_stay_readable() -> None:
+    (event,) = _events("oci-distribution-push")
+    event["target"]["digest"] = "sha512:" + "b" * 128
+    event["request"]["host"] = "[fd00::7]:5000"
+    (pushed,) = _distribution(event)
+    assert pushed.data.uri == "oci://[fd00::7]:5000/sentiment@sha512:" + "b" * 128
