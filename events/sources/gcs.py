@@ -30,6 +30,7 @@ deletion of the old generation; the marker's ArtifactDeleted names that generati
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
@@ -85,7 +86,7 @@ def from_eventarc(inbound: Inbound, *, layout: ObjectLayout) -> list[CanonicalEv
         change,
         bucket=text(data, "bucket", where),
         name=text(data, "name", where),
-        generation=text(data, "generation", where),
+        generation=_generation(data, "generation", where),
         labels=_labels(data),
         id=inbound.attributes.get("id") or inbound.id,
         time=parse_time(inbound.attributes.get("time"), where, "time"),
@@ -111,7 +112,7 @@ def from_pubsub_notification(inbound: Inbound, *, layout: ObjectLayout) -> list[
         change,
         bucket=text(attrs, "bucketId", where),
         name=text(attrs, "objectId", where),
-        generation=text(attrs, "objectGeneration", where),
+        generation=_generation(attrs, "objectGeneration", where),
         labels=_labels(data) if isinstance(data, Mapping) else {},
         id=inbound.id,
         time=parse_time(attrs.get("eventTime"), where, "eventTime"),
@@ -160,6 +161,15 @@ def _object_changed(
             version=path.version,
         )
     return [canonical(data, id=id, source=source_of(bucket), subject=f"objects/{name}", time=time)]
+
+
+def _generation(obj: Mapping[str, Any], path: str, where: str) -> str:
+    """An object's generation: an int64 > 0, as a JSON string or number, in ASCII digits
+    ('٣', ' 1', '1e3', '-1' named generations no store has: the marker's identity)."""
+    value = text(obj, path, where)
+    if not re.fullmatch(r"[1-9][0-9]{0,18}", value, re.ASCII) or int(value) >= 1 << 63:
+        raise BadRequest(f"{where}: {path} {value!r} is not a generation", field=path, where=where)
+    return value
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:

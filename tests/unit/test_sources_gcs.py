@@ -171,6 +171,22 @@ def test_generation_as_a_json_number_is_accepted_but_not_as_an_object() -> None:
 
 
 @pytest.mark.parametrize(
+    "generation", ["abc", "-1", "0", "1.5", "1e3", "\u0663", " 17", "17\n", str(1 << 63), -17]
+)
+def test_a_generation_that_is_no_int64_is_a_bad_request(generation: object) -> None:
+    """Each named the marker `gcs-generation:<it>`, a generation no store has."""
+    inbound = samples.inbound("gcs-eventarc-finalized-marker")
+    with pytest.raises(BadRequest, match=r"generation .* is not a generation"):
+        gcs.from_eventarc(
+            _with(inbound, data={**inbound.data, "generation": generation}), layout=LAYOUT
+        )
+    notification = samples.inbound("gcs-pubsub-delete-weights")
+    attrs = {**notification.attributes, "objectGeneration": str(generation)}
+    with pytest.raises(BadRequest, match=r"objectGeneration .* is not a generation"):
+        gcs.from_pubsub_notification(_with(notification, attributes=attrs), layout=LAYOUT)
+
+
+@pytest.mark.parametrize(
     "name",
     ["gcs-eventarc-finalized-marker", "gcs-pubsub-finalize-marker", "gcs-pubsub-delete-weights"],
 )
