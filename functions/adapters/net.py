@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import os
 import select
 import socket
+import sys
 import threading
-import urllib.error
-import urllib.request
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from modelhooks.core.addresses import ALLOW_HINT, refused_address
 from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
+
+if TYPE_CHECKING:  # urllib.request is imported by what uses it: an endpoint pool does not
+    import urllib.request
 
 __all__ = ["environment_proxy", "guarded_opener", "read_environment_once"]
 
@@ -76,6 +79,8 @@ def guarded_opener(
     `allow_local`, e.g. a registry on this machine in tests; any address of the hosts in
     `allowed_hosts`, host or host:port, lower case). Its connections are kept alive and
     reused by the next request to the same host (`_KeptAlive`)."""
+    import urllib.request
+
     connect = _connector(allow_local, allowed_hosts)
 
     class Http(http.client.HTTPConnection):
@@ -102,8 +107,27 @@ def guarded_opener(
         def https_open(self, req: urllib.request.Request) -> Any:
             return _kept_alive(pool, Https, req, {"context": self._context})  # type: ignore[attr-defined]
 
+    class SameHostCredentials(urllib.request.HTTPRedirectHandler):
+        """Follow redirects, but never take the Authorization header to another host."""
+
+        def redirect_request(
+            self,
+            req: urllib.request.Request,
+            fp: Any,
+            code: int,
+            msg: str,
+            headers: Any,
+            newurl: str,
+        ) -> urllib.request.Request | None:
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and urlsplit(newurl).netloc != req.host:
+                for name in ("Authorization", "Proxy-Authorization"):
+                    new.headers.pop(name, None)
+                    new.unredirected_hdrs.pop(name, None)
+            return new
+
     return urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), HttpHandler, HttpsHandler, _SameHostCredentials
+        urllib.request.ProxyHandler({}), HttpHandler, HttpsHandler, SameHostCredentials
     )
 
 
@@ -283,6 +307,8 @@ def _kept_alive(
             encode_chunked=req.has_header("Transfer-encoding"),
         )
     except OSError as exc:
+        import urllib.error
+
         raise urllib.error.URLError(exc) from exc
     assert isinstance(response, _Response)
     response.url = req.get_full_url()
@@ -290,27 +316,11 @@ def _kept_alive(
     return response
 
 
-class _SameHostCredentials(urllib.request.HTTPRedirectHandler):
-    """Follow redirects, but never take the Authorization header to another host."""
-
-    def redirect_request(
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> urllib.request.Request | None:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urlsplit(newurl).netloc != req.host:
-            for name in ("Authorization", "Proxy-Authorization"):
-                new.headers.pop(name, None)
-                new.unredirected_hdrs.pop(name, None)
-        return new
-
-
 def read_environment_once(session: Any, endpoint: str) -> Any:
     """`session` (a requests.Session talking to `endpoint`) with what requests reads from
     the environment on EVERY request settled now: the proxy for `endpoint` (HTTP(S)_PROXY,
     ALL_PROXY, minus NO_PROXY) and REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE. Reading them took
     two scans of os.environ a request (a sixth of an admission review's CPU)."""
-    import os
-
     from requests.utils import get_environ_proxies
 
     session.proxies.update(get_environ_proxies(endpoint))
@@ -328,7 +338,9 @@ def environment_proxy(url: str) -> str | None:
     or a domain of it (`example.com` or `.example.com`: a.example.com), or for an IPv4
     address, by that address or a network (a.b.c.d/n) it lies in; what urllib's
     `proxy_bypass` bypasses is bypassed too."""
-    import os
+    if sys.platform == "linux" and not any(k.lower().endswith("_proxy") for k in os.environ):
+        return None  # all getproxies() reads here: urllib.request not imported (cold start)
+    import urllib.request
 
     parts = urlsplit(url)
     host = parts.hostname
@@ -361,6 +373,8 @@ def _no_proxy(host: str, port: int | None, environ: Any) -> bool:
         for name in (name.lstrip(".") for name in names):
             if name in (host, with_port) or any(h.endswith(f".{name}") for h in (host, with_port)):
                 return True
+    import urllib.request
+
     try:
         return bool(urllib.request.proxy_bypass(host))
     except (TypeError, socket.gaierror):
