@@ -18,7 +18,8 @@
 
 Valid but irrelevant deliveries (a blob push, a file that is not the ready marker, a pull)
 translate to `[]`. Unknown types or shapes and malformed or missing fields raise
-`BadRequest` naming the field. Canonical ids derive from the upstream identity, so a
+`BadRequest` naming the field; a body of several units (S3 records, registry events) with
+some bad raises `PartlyBad`, which carries the events of the others. Canonical ids derive from the upstream identity, so a
 redelivery translates to the same ids.
 
 >>> from modelhooks.events.layout import ObjectLayout
@@ -33,7 +34,7 @@ from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources._common import json_value, unwrap_pubsub
+from modelhooks.events.sources._common import PartlyBad, json_value, unwrap_pubsub
 from modelhooks.events.sources._types import (
     APISERVER_TYPE_PREFIX,
     CANONICAL_TYPE_PREFIX,
@@ -46,7 +47,7 @@ from modelhooks.events.sources._types import (
 # needs it: a process fed GCS events never imports the OCI, S3 or Kubernetes ones (cold
 # start). The types dispatched on by name are in _types, apart from them.
 
-__all__ = ["KINDS", "PUBSUB_MESSAGE_PUBLISHED", "kind_of", "translate"]
+__all__ = ["KINDS", "PUBSUB_MESSAGE_PUBLISHED", "PartlyBad", "kind_of", "translate"]
 
 # The upstream kinds a delivery can be (a route accepts some of them: trust is bound to it).
 KINDS = ("canonical", "gcs", "s3", "oci", "zot", "artifact-registry", "kubernetes", "schedule")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -19,8 +19,10 @@ from modelhooks.events.model import CanonicalEvent, EventData, parse
 from modelhooks.events.safe_json import loads, loads_or_raw
 
 __all__ = [
+    "PartlyBad",
     "as_object",
     "canonical",
+    "each",
     "json_value",
     "optional_object",
     "optional_text",
@@ -34,6 +36,40 @@ __all__ = [
 D = TypeVar("D", bound=EventData)
 
 _MISSING = object()
+
+
+class PartlyBad(BadRequest):
+    """Some units of one delivery (S3 records, registry events) are bad input and the others
+    are not: `translated` holds what those mean, so they still take effect (a bad record
+    does not take its neighbours with it) while these are refused."""
+
+    def __init__(self, refused: Sequence[BadRequest], translated: list[CanonicalEvent]) -> None:
+        shown = "; ".join(e.message for e in refused[:3])
+        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+        super().__init__(shown + more, refused=len(refused))
+        self.translated = translated
+
+
+def each(
+    units: Sequence[Any], one: Callable[[int, Any], CanonicalEvent | None]
+) -> list[CanonicalEvent]:
+    """`one(n, unit)` over every unit of a body that carries several: their events. Some bad:
+    PartlyBad carrying the others' events; every one bad: the first one's BadRequest."""
+    events: list[CanonicalEvent] = []
+    refused: list[BadRequest] = []
+    for n, unit in enumerate(units):
+        try:
+            event = one(n, unit)
+        except BadRequest as exc:
+            refused.append(exc)
+            continue
+        if event is not None:
+            events.append(event)
+    if refused and len(refused) == len(units):
+        raise refused[0]
+    if refused:
+        raise PartlyBad(refused, events)
+    return events
 
 
 def _fail(where: str, path: str, problem: str) -> BadRequest:

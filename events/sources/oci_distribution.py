@@ -33,6 +33,7 @@ from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources._common import (
     as_object,
+    each,
     json_value,
     optional_text,
     parse_time,
@@ -75,13 +76,12 @@ def from_distribution_notification(inbound: Inbound) -> list[CanonicalEvent]:
     events = body.get("events")
     if not isinstance(events, Sequence) or isinstance(events, str):
         raise BadRequest(f"{where}: events must be a list", field="events")
-    out: list[CanonicalEvent] = []
-    for n, event in enumerate(events):
+
+    def one(n: int, event: Any) -> CanonicalEvent | None:
         where = f"distribution event {n}"
-        translated = _distribution_event(as_object(event, where, "event"), n, inbound, where)
-        if translated is not None:
-            out.append(translated)
-    return out
+        return _distribution_event(as_object(event, where, "event"), n, inbound, where)
+
+    return each(events, one)
 
 
 def _distribution_event(

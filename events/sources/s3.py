@@ -36,6 +36,7 @@ from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEv
 from modelhooks.events.sources._common import (
     as_object,
     canonical,
+    each,
     json_value,
     optional_text,
     parse_time,
@@ -61,12 +62,9 @@ def from_s3_notification(inbound: Inbound, *, layout: ObjectLayout) -> list[Cano
     records = body.get("Records")
     if not isinstance(records, Sequence) or isinstance(records, str):
         raise BadRequest(f"{where}: Records must be a list", field="Records")
-    events: list[CanonicalEvent] = []
-    for n, record in enumerate(records):
-        event = _record(inbound, n, as_object(record, f"s3 record {n}", "record"), layout)
-        if event is not None:
-            events.append(event)
-    return events
+    return each(
+        records, lambda n, r: _record(inbound, n, as_object(r, f"s3 record {n}", "record"), layout)
+    )
 
 
 # MinIO files these metadata-only changes under s3:ObjectCreated:*; they are not pushes.

@@ -29,7 +29,7 @@ from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources import translate
+from modelhooks.events.sources import PartlyBad, translate
 
 __all__ = ["Summary", "add_parser", "read_documents", "replay", "select"]
 
@@ -160,12 +160,18 @@ def to_events(
             continue
         ctype = content_type(doc)
         try:
-            for inbound in decode(
-                {"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30
-            ):
-                yield from translate(inbound, layout=layout, registry_host=registry_host)
+            inbounds = decode({"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30)
         except ModelhooksError as exc:
             yield BadRequest(f"{where}: {exc.message}")
+            continue
+        for inbound in inbounds:  # a bad one (a batch member, a record) is reported alone
+            try:
+                yield from translate(inbound, layout=layout, registry_host=registry_host)
+            except PartlyBad as exc:
+                yield from exc.translated
+                yield BadRequest(f"{where}: {exc.message}")
+            except ModelhooksError as exc:
+                yield BadRequest(f"{where}: {exc.message}")
 
 
 def select(

@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
 from modelhooks.delivery.broker import Broker, single
 from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
-from modelhooks.delivery.runtime import Delivery, Outcome, deliver, entered, ingest, run_all, worst
+from modelhooks.delivery.runtime import (
+    Delivery,
+    Outcome,
+    deliver,
+    entered,
+    ingest_each,
+    run_all,
+    worst,
+)
 
 if TYPE_CHECKING:
     import flask
@@ -80,10 +88,10 @@ def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) 
     instead: the canonical events go to the sink (the Knative Broker), named by their
     content, and 202 answers (200 when each was skipped, with the reasons)."""
     delivery = broker.delivery
-    events = ingest(headers, body, delivery, path)
+    events, refused = ingest_each(headers, body, delivery, path)
     if delivery.sink is not None:
         forwarded: list[str] = []
-        answered: list[Outcome] = []
+        answered: list[Outcome] = [o for o, _ in refused]
         for event in events:
             named = entered(event, delivery)
             if isinstance(named, Outcome):
@@ -94,7 +102,7 @@ def publish(broker: Broker, headers: Mapping[str, str], body: bytes, path: str) 
         doc = {"forwarded": forwarded, "outcomes": [o.as_json() for o in answered]}
         status = worst([o.status for o in answered]) if answered else 202
         return json_response(status if status >= 300 else 202 if forwarded else 200, doc)
-    outcomes = run_all(events, broker.publish, delivery.deadline)
+    outcomes = [o for o, _ in refused] + run_all(events, broker.publish, delivery.deadline)
     doc = {"events": [e.id for e in events], "outcomes": [o.as_json() for o in outcomes]}
     status = worst([o.status for o in outcomes]) if outcomes else 200
     return json_response(200 if status < 300 else status, doc)

@@ -21,6 +21,7 @@ from modelhooks.core.errors import (
     BadRequest,
     ModelhooksError,
     PayloadTooLarge,
+    Permanent,
     Transient,
     Unavailable,
 )
@@ -36,12 +37,23 @@ from modelhooks.delivery.encoding import (
 )
 from modelhooks.delivery.routes import RouteAuth, bind_tenant
 from modelhooks.delivery.statuses import status_of
+from modelhooks.events.inbound import Inbound
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources import kind_of, translate
+from modelhooks.events.sources import PartlyBad, kind_of, translate
 
-__all__ = ["Delivery", "Outcome", "deliver", "entered", "ingest", "run", "run_all", "worst"]
+__all__ = [
+    "Delivery",
+    "Outcome",
+    "deliver",
+    "entered",
+    "ingest",
+    "ingest_each",
+    "run",
+    "run_all",
+    "worst",
+]
 
 Sink = Callable[[CanonicalEvent], None]
 
@@ -104,33 +116,82 @@ class Delivery(msgspec.Struct, frozen=True):
 def ingest(
     headers: Mapping[str, str], body: bytes, delivery: Delivery, path: str = "/"
 ) -> list[CanonicalEvent]:
-    """Size-check, authenticate, decode and translate one delivery (raises
-    ModelhooksError). The size comes first: nothing is verified over an oversized body."""
+    """`ingest_each`'s events, or its first refusal raised."""
+    events, refused = ingest_each(headers, body, delivery, path)
+    if refused:
+        raise refused[0][1]
+    return events
+
+
+def ingest_each(
+    headers: Mapping[str, str], body: bytes, delivery: Delivery, path: str = "/"
+) -> tuple[list[CanonicalEvent], list[tuple[Outcome, Permanent]]]:
+    """Size-check, authenticate, decode and translate one delivery: its events, and the
+    units refused as bad input (each with its outcome). The size comes first: nothing is
+    verified over an oversized body. A unit (a batch member, an S3 record, a registry event)
+    that may not come through this route, does not translate, names another tenant or is
+    dated in the future is refused alone: the others still take effect. When every unit is
+    refused, so is the delivery (raises its first reason), as it does for what is not one."""
     limit = delivery.max_body_bytes
     if len(body) > limit:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
     delivery.auth.check(path, headers, body)
     inbounds = decode(headers, body, max_bytes=limit)
     _check_count(len(inbounds), delivery.max_events)
-    kinds = [kind_of(inbound) for inbound in inbounds]
-    for kind in kinds:  # trust is bound to the route: what may come through it
-        delivery.auth.admit_kind(path, kind)
-    events: list[CanonicalEvent] = []
-    for inbound in inbounds:
-        translated = translate(
-            inbound, layout=delivery.layout, registry_host=delivery.registry_host
-        )
-        events.extend(bind_tenant(delivery.auth, path, e) for e in translated)
-        _check_count(len(events), delivery.max_events)
     horizon = datetime.now(UTC) + timedelta(seconds=delivery.max_future_skew)
-    for event in events:
-        if event.time is not None and event.time > horizon:
-            raise BadRequest(
-                f"event {event.id!r} is dated {event.time.isoformat()}, beyond "
-                f"{delivery.max_future_skew:g} s in the future (ingress.max_future_skew)",
-                field="time",
+    events: list[CanonicalEvent] = []
+    refused: list[tuple[Outcome, Permanent]] = []
+    for inbound in inbounds:
+        try:
+            # trust is bound to the route: what may come through it
+            delivery.auth.admit_kind(path, kind_of(inbound))
+            translated = translate(
+                inbound, layout=delivery.layout, registry_host=delivery.registry_host
             )
-    return events
+        except PartlyBad as exc:
+            translated = exc.translated
+            refused.append((_refusal(inbound, exc), exc))
+        except Permanent as exc:
+            refused.append((_refusal(inbound, exc), exc))
+            continue
+        for event in translated:
+            try:
+                events.append(_admitted(event, delivery, path, horizon))
+            except Permanent as exc:
+                refused.append((_refusal(event, exc), exc))
+        _check_count(len(events), delivery.max_events)
+    if refused and not events:
+        raise refused[0][1]
+    for outcome, error in refused:  # the rest goes on: say what was left out
+        log(
+            logging.WARNING,
+            f"part of a delivery rejected: {error.message}",
+            event_id=outcome.event_id,
+            status=outcome.status,
+            error=outcome.error,
+        )
+    return events, refused
+
+
+def _admitted(
+    event: CanonicalEvent, delivery: Delivery, path: str, horizon: datetime
+) -> CanonicalEvent:
+    """`event` as the route's tenant sends it, or Permanent when it may not come in."""
+    if event.time is not None and event.time > horizon:
+        raise BadRequest(
+            f"event {event.id!r} is dated {event.time.isoformat()}, beyond "
+            f"{delivery.max_future_skew:g} s in the future (ingress.max_future_skew)",
+            field="time",
+        )
+    return bind_tenant(delivery.auth, path, event)
+
+
+def _refusal(unit: Inbound | CanonicalEvent, error: Permanent) -> Outcome:
+    """The outcome of one unit of a delivery refused at ingress (no function saw it)."""
+    if isinstance(unit, CanonicalEvent):
+        return Outcome("-", unit.id, unit.type, status_of(error), error=error.as_json())
+    kind = unit.attributes.get("type", unit.kind)
+    return Outcome("-", unit.id, kind, status_of(error), error=error.as_json())
 
 
 def _check_count(count: int, limit: int) -> None:
@@ -252,7 +313,7 @@ def deliver(
 ) -> Response:
     """One HTTP delivery, end to end. `dispatch` runs the event through its function(s)."""
     try:
-        events = ingest(headers, body, delivery, path)
+        events, refused = ingest_each(headers, body, delivery, path)
     except ModelhooksError as exc:
         log(
             logging.WARNING,
@@ -261,7 +322,7 @@ def deliver(
             error=exc.as_json(),
         )
         return error_response(exc)
-    outcomes = run_all(events, dispatch, delivery.deadline)
+    outcomes = [o for o, _ in refused] + run_all(events, dispatch, delivery.deadline)
     status = worst(o.status for o in outcomes) if outcomes else 204
     if status >= 300:
         return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})

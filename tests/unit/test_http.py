@@ -538,3 +538,74 @@ def test_cli_version_and_exit_codes(home: Path, capsys: pytest.CaptureFixture[st
     assert exit_.value.code == 0 and capsys.readouterr().out.startswith("modelhooks ")
     assert main(["registry", "list"]) == 2  # no registry here: a configuration error
     assert "no registry at" in capsys.readouterr().err
+
+
+def _refused(resp: Any) -> list[tuple[str, str]]:
+    """(id, message) of each outcome an answer refused."""
+    assert resp.json is not None, resp.get_data(as_text=True)
+    return [(o["id"], o["error"]["message"]) for o in resp.json["outcomes"] if o["status"] >= 400]
+
+
+def test_a_bad_batch_member_does_not_take_the_good_ones_with_it(
+    client: FlaskClient, home: Path
+) -> None:
+    """A batch was refused whole, 400, for one bad member: the good ones never took effect
+    and, 4xx being final, never would. Now each bad member is refused alone."""
+    good = structured("canonical-artifact-pushed")
+    bad = {**good, "id": "bad-version", "data": {**good["data"], "version": "../1"}}
+    future = {**good, "id": "dated-later", "time": "2999-01-01T00:00:00Z"}
+    batch = json.dumps([bad, future, good])
+    resp = client.post("/", data=batch, content_type="application/cloudevents-batch+json")
+    assert resp.status_code == 400
+    refused = _refused(resp)
+    assert [r[0] for r in refused] == ["bad-version", "dated-later"]
+    assert "version" in refused[0][1] and "future" in refused[1][1]
+    assert versions(home, "sentiment") == ["1"]
+    # every member bad: the delivery is refused whole, as before
+    resp = client.post(
+        "/", data=json.dumps([bad]), content_type="application/cloudevents-batch+json"
+    )
+    assert resp.status_code == 400 and resp.json is not None and "version" in resp.json["message"]
+
+
+def test_a_bad_record_does_not_take_the_good_ones_with_it(client: FlaskClient, home: Path) -> None:
+    """Several S3 records, or registry events, in one body: one bad refused the body."""
+    s3 = structured("s3-minio-put-marker")
+    record = s3["Records"][0]
+    broken = json.loads(json.dumps(record))
+    del broken["s3"]["object"]["key"]
+    resp = client.post("/", json={**s3, "Records": [broken, record]})
+    assert resp.status_code == 400
+    assert _refused(resp) == [
+        (resp.json["outcomes"][0]["id"], "s3 record 0: s3.object.key is missing")
+    ]
+    assert versions(home, "sentiment") == ["1"]
+    registry_events = structured("oci-distribution-push")
+    pushed = registry_events["events"][0]
+    pushed["target"] |= {"repository": "bert", "tag": "2"}
+    no_digest = json.loads(json.dumps(pushed))
+    no_digest["target"]["digest"] = "sha256:not-hex"
+    resp = client.post("/", json={"events": [no_digest, pushed]})
+    assert resp.status_code == 400
+    assert [m for _, m in _refused(resp)] == [
+        "distribution event 0: target.digest 'sha256:not-hex' is not a digest"
+    ]
+    assert versions(home, "bert") == ["2"]
+
+
+def test_a_batch_member_the_route_does_not_accept_is_refused_alone(
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
+) -> None:
+    configure({"MODELHOOKS_INGRESS_ROUTE_KINDS": "/=gcs"})
+    canonical = structured("canonical-artifact-pushed")
+    canonical["data"] = {
+        **canonical["data"],
+        "version": "0",
+        "uri": "gs://models/models/sentiment/0/",
+    }
+    gcs = structured("gcs-eventarc-finalized-marker")
+    batch = json.dumps([canonical, gcs])
+    resp = client.post("/", data=batch, content_type="application/cloudevents-batch+json")
+    assert resp.status_code == 403
+    assert [i for i, _ in _refused(resp)] == [canonical["id"]]
+    assert versions(home, "sentiment") == ["1"]  # the gcs push; never the canonical one's 0

@@ -144,3 +144,16 @@ def test_hostile_stored_files_are_reported_and_the_rest_is_sent(
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [o.get("id") for o in out] == [None, "replay-0001", "replay-u2028", "replay-0001"]
     assert "a-deep.json" in out[0]["error"] and "recursion" in out[0]["error"]
+
+
+def test_a_bad_record_is_reported_and_its_neighbours_sent(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s3 = samples.load("s3-minio-put-marker")
+    broken = json.loads(json.dumps(s3["Records"][0]))
+    del broken["s3"]["object"]["key"]
+    stored = tmp_path / "s3.json"
+    stored.write_text(json.dumps({**s3, "Records": [broken, s3["Records"][0]]}))
+    assert replay(home, str(stored)) == 2
+    err = capsys.readouterr().err
+    assert "sent 1, succeeded 1, failed 1" in err and "s3 record 0: s3.object.key" in err
