@@ -7,15 +7,19 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from werkzeug.test import EnvironBuilder
 from werkzeug.wrappers import Request
 
 from modelhooks.core import logs
 from modelhooks.delivery.http import headers_of, read_body
+from modelhooks.events import safe_json
 from modelhooks.events.errors import BadRequest, PayloadTooLarge
 from modelhooks.events.safe_json import loads, loads_or_raw
 
@@ -192,6 +196,20 @@ def test_json_is_parsed_as_json_loads_does(raw: bytes | str) -> None:
         assert got == "refused"  # a lone surrogate, refused by the checks after parsing
     else:
         assert got == expected
+
+
+_CHARACTERS = st.one_of(
+    st.characters(max_codepoint=0x7F),  # ASCII, control characters included
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, exclude_categories=()),
+    st.characters(exclude_categories=()),
+)
+
+
+@given(st.text(_CHARACTERS, max_size=12))
+def test_text_and_keys_are_refused_as_their_character_classes_say(text: str) -> None:
+    """The checks' shortcut for ASCII text says what the character classes say."""
+    assert safe_json._text_bad(text) == bool(re.search(r"[\x00\ud800-\udfff]", text))
+    assert safe_json._key_bad(text) == bool(re.search(r"[\x00-\x1f\x7f\ud800-\udfff]", text))
 
 
 def test_a_reply_in_binary_mode_encodes_only_the_attributes_that_need_it() -> None:
