@@ -109,12 +109,21 @@ def _structured(doc: Any, where: str, headers: Mapping[str, str]) -> Inbound:
 
 
 def _binary(h: Mapping[str, str], body: bytes, ctype: str) -> Inbound:
-    attrs = {k[3:]: check_text(unquote(v), k) for k, v in h.items() if k.startswith("ce-")}
+    attrs = {k[3:]: check_text(_unquoted(v, k), k) for k, v in h.items() if k.startswith("ce-")}
     _check_attributes(attrs, "headers")
     if ctype:
         attrs["datacontenttype"] = h["content-type"]
     data = _maybe_json(body, ctype) if body else None
     return Inbound(kind="cloudevent", id=attrs["id"], data=data, attributes=attrs, headers=h)
+
+
+def _unquoted(value: str, name: str) -> str:
+    """A `ce-*` header's value, percent-decoded as UTF-8: a sequence that decodes to no
+    character is refused (replaced, '%C3' and '%C4' were the same id, U+FFFD)."""
+    try:
+        return unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        raise BadRequest(f"{name}: percent-encodes no UTF-8 text: {value!r}", field=name) from None
 
 
 def _maybe_json(raw: bytes, ctype: str) -> Any:

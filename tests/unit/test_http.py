@@ -220,6 +220,18 @@ def test_same_version_other_digest_is_409(client: FlaskClient, home: Path) -> No
         ({"Content-Type": "application/cloudevents-batch+json"}, b'{"a": 1}', 400, "JSON array"),
         ({"Content-Type": "application/json"}, b"[1, 2]", 400, "JSON object"),
         ({"Content-Type": "application/json"}, b'{"hello": "world"}', 400, ""),
+        (  # replaced, '%C3' and '%C4' were one id (U+FFFD): a Conflict for the second
+            {
+                "Content-Type": "application/json",
+                "ce-specversion": "1.0",
+                "ce-id": "%C3",
+                "ce-source": "/s",
+                "ce-type": "dev.modelhooks.artifact.pushed",
+            },
+            json.dumps(samples.load("canonical-artifact-pushed")["data"]).encode(),
+            400,
+            "ce-id: percent-encodes no UTF-8 text",
+        ),
     ],
 )
 def test_bad_input_is_a_4xx_naming_the_problem(
