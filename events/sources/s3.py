@@ -100,7 +100,7 @@ def _record(
     if change is None:
         return None
     bucket = text(record, "s3.bucket.name", where)
-    key = unquote_plus(text(record, "s3.object.key", where))
+    key = _key(text(record, "s3.object.key", where), where)
     version = optional_text(record, "s3.object.versionId", where)
     if version == "null":  # the version id S3 gives objects written while unversioned
         version = None
@@ -148,6 +148,19 @@ def _record(
         subject=key,
         time=parse_time(optional_text(record, "eventTime", where), where, "eventTime"),
     )
+
+
+def _key(encoded: str, where: str) -> str:
+    """The object key, URL-decoded ('+' a space): keys are UTF-8, so a sequence that decodes
+    to none names no object (replaced by U+FFFD, two such keys were one, and one event id)."""
+    try:
+        return unquote_plus(encoded, errors="strict")
+    except UnicodeDecodeError:
+        raise BadRequest(
+            f"{where}: s3.object.key {encoded!r} percent-encodes no UTF-8 key",
+            field="s3.object.key",
+            where=where,
+        ) from None
 
 
 def _etag(record: Mapping[str, Any], where: str) -> str:

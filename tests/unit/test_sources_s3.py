@@ -70,6 +70,21 @@ def test_a_space_arrives_as_plus_and_a_plus_as_percent_2b() -> None:
     assert event.subject == "models/sentiment v2/1+rc1/_SUCCESS"
 
 
+def test_a_key_that_percent_encodes_no_utf8_is_a_bad_request_and_others_decode() -> None:
+    """Replaced by U+FFFD, `w%C3.bin` and `w%C4.bin` were one key and one event id."""
+    body = _body("s3-removed")
+    _object(body)["key"] = "models/sentiment/1/w%C3.bin"
+    with pytest.raises(BadRequest, match="percent-encodes no UTF-8 key"):
+        _translate(body)
+    for encoded, key in (
+        ("models/sentiment/1/%zz", "models/sentiment/1/%zz"),  # no escape: as written
+        ("models%2Fsentiment%2F1%2Fw%C3%A9+1", "models/sentiment/1/w\u00e9 1"),
+    ):
+        _object(body)["key"] = encoded
+        [event] = _translate(body)
+        assert event.subject == key
+
+
 def test_removal_of_the_marker_deletes_the_model_version() -> None:
     [event] = translate(samples.inbound("s3-removed"), layout=LAYOUT)
     assert event.type == "dev.modelhooks.artifact.deleted"
