@@ -245,16 +245,16 @@ def _paused(event: CanonicalEvent) -> bool:
 def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     """Run one function on one event, mapping errors to delivery semantics, and log it."""
     started = time.perf_counter()
-    key = (fn.name, event.source, event.id)  # CloudEvents: source + id is unique
     digest = payload_digest(event)
     outcome_name = "ok"
     try:
+        admitted = delivery.tenancy.admit(event)
+        key = _dedupe_key(fn.name, admitted)
         cached = delivery.dedupe.get(key, digest)
         if cached is not None:
             outcome_name = "duplicate"
             outcome = Outcome(fn.name, event.id, event.type, 200 if cached else 204, cached)
         else:
-            admitted = delivery.tenancy.admit(event)
             if _paused(admitted):
                 raise Skip("the Model is paused (spec.paused): no function acts on it")
             replies = tuple(fn.handle(admitted))
@@ -264,6 +264,15 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
         outcome_name, outcome = _failed(fn.name, event, exc)
     _log(outcome, outcome_name, event, started)
     return outcome
+
+
+def _dedupe_key(function: str, event: CanonicalEvent) -> tuple[str, str, str]:
+    """CloudEvents' source + id name an event, within its tenant: a route bound to one tenant
+    may claim any source and id, and another tenant's event that then came with that id was
+    'delivered before with other content' (409, dead-lettered: never acted on)."""
+    namespace = getattr(event.data, "namespace", None)
+    scope = f"{function}@{namespace}" if namespace else function  # '@' is in neither
+    return (scope, event.source, event.id)
 
 
 def _failed(function: str, event: CanonicalEvent, exc: Exception) -> tuple[str, Outcome]:

@@ -621,3 +621,41 @@ def test_a_batch_member_the_route_does_not_accept_is_refused_alone(
     assert resp.status_code == 403
     assert [i for i, _ in _refused(resp)] == [canonical["id"]]
     assert versions(home, "sentiment") == ["1"]  # the gcs push; never the canonical one's 0
+
+
+def test_an_event_id_claimed_on_another_tenants_route_does_not_block_this_tenants_event(
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
+) -> None:
+    """Trust is bound to the route: team-a's route, trusted for team-a's canonical events,
+    sent one claiming the source and id of team-b's coming bucket notification (for a model
+    of its own); team-b's push then was 'delivered before with other content', 409, and
+    was never registered. Deduplication keys are the tenant's own."""
+    configure(
+        {
+            "MODELHOOKS_INGRESS_ROUTE_KINDS": "/team-a=canonical;/team-b=gcs",
+            "MODELHOOKS_INGRESS_ROUTE_NAMESPACES": "/team-a=team-a;/team-b=team-b",
+            "MODELHOOKS_TENANCY_TENANTS": "team-a=gs://a-models;team-b=gs://models",
+        }
+    )
+    lay_model(home, "a-models", "models/other/1")
+    real = structured("gcs-eventarc-finalized-marker")
+    claimed = {
+        "specversion": "1.0",
+        "id": real["id"],
+        "source": real["source"],
+        "type": "dev.modelhooks.artifact.pushed",
+        "data": {
+            "model": "other",
+            "version": "1",
+            "uri": "gs://a-models/models/other/1/",
+            "digest": "gcs-generation:5",
+            "store": "gcs",
+        },
+    }
+    ctype = "application/cloudevents+json"
+    assert client.post("/team-a", json=claimed, content_type=ctype).status_code == 200
+    resp = client.post("/team-b", json=real, content_type=ctype)
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert versions(home, "sentiment") == ["1"] and versions(home, "other") == ["1"]
+    again = client.post("/team-b", json=real, content_type=ctype)  # a redelivery: the same reply
+    assert again.status_code == 200 and again.get_data() == resp.get_data()
