@@ -34,6 +34,7 @@ from modelhooks.events.sources import PartlyBad, translate
 __all__ = ["Summary", "add_parser", "read_documents", "replay", "select"]
 
 T = TypeVar("T")
+MAX_FILE_BYTES = 1 << 30  # a stored file is read whole (as a delivery's body is)
 
 
 @dataclass
@@ -73,14 +74,19 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
         yield from _parse("<stdin>", sys.stdin.read())
         return
     path = Path(source)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
+    if path.is_dir():  # regular files alone: a FIFO or a link to /dev/zero never ends
+        files = sorted(
+            p for p in path.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file()
+        )
     elif path.is_file():
         files = [path]
     else:
         raise BadRequest(f"replay source {source!r} is not a file, a directory or '-'")
     for f in files:
         try:
+            if f.stat().st_size > MAX_FILE_BYTES:
+                yield str(f), BadRequest(f"{f}: over {MAX_FILE_BYTES} bytes: split it")
+                continue
             text = f.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             yield str(f), BadRequest(f"{f}: cannot be read: {getattr(exc, 'strerror', exc)}")

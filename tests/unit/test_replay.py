@@ -157,3 +157,39 @@ def test_a_bad_record_is_reported_and_its_neighbours_sent(
     assert replay(home, str(stored)) == 2
     err = capsys.readouterr().err
     assert "sent 1, succeeded 1, failed 1" in err and "s3 record 0: s3.object.key" in err
+
+
+def test_only_regular_files_of_a_directory_are_read_and_huge_ones_refused(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO named *.json blocked the replay for good (a link to /dev/zero read forever);
+    a file over the limit is refused unread."""
+    import os
+    import threading
+
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    (stored / "good.json").write_text(json.dumps(samples.load("canonical-artifact-pushed")))
+    os.mkfifo(stored / "fifo.json")
+    with open(stored / "huge.json", "wb") as f:  # sparse: no disk
+        f.truncate((1 << 30) + 1)
+    blocked, done = threading.Event(), threading.Event()
+
+    def unblock() -> None:  # a reader waiting on the FIFO: say so, and let it go
+        while not done.is_set():
+            try:
+                os.close(os.open(stored / "fifo.json", os.O_WRONLY | os.O_NONBLOCK))
+                blocked.set()
+            except OSError:  # no reader (ENXIO)
+                done.wait(0.05)
+
+    watcher = threading.Thread(target=unblock)
+    watcher.start()
+    try:
+        assert replay(home, str(stored), "--dry-run") == 2
+    finally:
+        done.set()
+        watcher.join()
+    assert not blocked.is_set()
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert out[0]["id"] == "replay-0001" and "huge.json: over 1073741824 bytes" in out[1]["error"]
