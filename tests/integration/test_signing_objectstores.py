@@ -3,7 +3,9 @@ ObjectStore contract the signing code relies on (same assertions as the local st
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 import model_signing
 import pytest
@@ -89,3 +91,44 @@ def test_sign_and_verify_streamed(
         verify_model(s, bucket, "bert/1", KeyVerifier(keys.public), options=options)
     assert e.value.details["modified"] == ["config.json"]
     assert e.value.details["missing"] == ["a.txt"]
+
+
+class Watched:
+    """`store` itself (every call goes to it), with the calls made to it counted by name."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_the_signature_and_its_binding_are_looked_for_in_the_listing(
+    store: tuple[ObjectStore, str], tmp_path: Path, keys: KeyPair
+) -> None:
+    """Whether a signature and its binding are next to the model is read from the listing
+    made after hashing: neither is asked for by a request of its own (two round trips of a
+    first signature, issue 22), the first time or on a redelivery, which writes nothing."""
+    s, bucket = store
+    upload(s, bucket, write_model(tmp_path / "gpt"), "gpt/1")
+    signer = KeySigner.from_file(keys.private)
+    watched = Watched(s)
+    first = sign_model(cast(ObjectStore, watched), bucket, "gpt/1", signer)
+    binding = s.stat(bucket, "gpt/1/model.sig.binding")
+    assert first.created and binding is not None
+    assert watched.calls["stat"] == 0 and watched.calls["put"] == 2
+    watched.calls.clear()
+    again = sign_model(cast(ObjectStore, watched), bucket, "gpt/1", signer)
+    assert not again.created and again.root_digest == first.root_digest
+    assert watched.calls["stat"] == 0 and watched.calls["put"] == 0
+    assert s.stat(bucket, "gpt/1/model.sig.binding") == binding  # not written again
+    verify_model(s, bucket, "gpt/1", KeyVerifier(keys.public))

@@ -88,11 +88,13 @@ def signature_key(prefix: str, name: str = "model.sig") -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
-def _existing(at: Location) -> bytes | None:
+def _existing(at: Location, listed: bool | None = None) -> bytes | None:
+    """The object at `at`, None if there is none. `listed`: whether a listing made just now
+    found it (then it is read, or not, without asking first)."""
     try:
-        return (
-            read_object(at.store, at.bucket, at.key) if at.store.stat(at.bucket, at.key) else None
-        )
+        if listed is False or (listed is None and not at.store.stat(at.bucket, at.key)):
+            return None
+        return read_object(at.store, at.bucket, at.key)
     except NotFound:
         return None
 
@@ -132,7 +134,8 @@ def sign_model(
     manifest = hash_model(
         store, bucket, prefix, serialization, options=opts, progress=progress, files=listed
     )
-    files = list_model(store, bucket, prefix, ignored)
+    seen: set[str] = set()  # every key under the prefix: a signature there, its binding
+    files = list_model(store, bucket, prefix, ignored, seen=seen)
     if _identities(files) != before:  # a binding must name what was hashed
         raise Unavailable(
             f"the model under {bucket}/{prefix} changed while it was hashed; retry",
@@ -159,12 +162,17 @@ def sign_model(
             model_digest=manifest.root_digest,
         )
 
-    def bound(signed: Signed) -> Signed:
+    def bound(signed: Signed, *, raced: bool = False) -> Signed:
         if at is None:  # next to a signature in the model's prefix: its binding statement
-            _bind(store, bucket, prefix, signer, manifest, files, out.key)
+            listed = None if raced else binding_key(out.key) in seen  # raced: ask the store
+            _bind(store, bucket, prefix, signer, manifest, files, out.key, listed)
         return signed
 
-    if (old := _existing(out)) is not None and (done := settled(old)):
+    # in the model's prefix, the listing said whether a signature is there (a request less;
+    # one written since is found by the conditional write below)
+    if (old := _existing(out, out.key in seen if at is None else None)) is not None and (
+        done := settled(old)
+    ):
         return bound(done)
     bundle = signer.sign(manifest.statement())
     try:
@@ -174,7 +182,7 @@ def sign_model(
         other = _existing(out)
         if other is None or (done := settled(other)) is None:
             raise
-        return bound(done)
+        return bound(done, raced=True)
     created = Signed(out.bucket, out.key, manifest.root_digest, signer.identity(), True, manifest)
     return bound(created)
 
@@ -191,15 +199,17 @@ def _bind(
     manifest: Manifest,
     files: list[tuple[str, ObjectInfo]],
     signature: str,
+    listed: bool | None,
 ) -> None:
     """Write the binding statement next to the signature (modelhooks.adapters.signing.binding)
     unless one binding these very objects is there; only when the signature's ignore_paths
-    name it (older signatures did not: `model_signing verify` would see an extra file)."""
+    name it (older signatures did not: `model_signing verify` would see an extra file).
+    `listed`: whether a listing made just now found one (None: ask the store)."""
     key = binding_key(signature)
     if key.rsplit("/", 1)[-1] not in manifest.serialization.ignore_paths:
         return
     binding = Binding.of(manifest, files)
-    if (old := _existing(Location(store, bucket, key))) is not None:
+    if (old := _existing(Location(store, bucket, key), listed)) is not None:
         try:
             if Binding.from_statement(unverified_payload(old)[1]) == binding and signer.signed(old):
                 return  # a redelivery: the same objects already bound

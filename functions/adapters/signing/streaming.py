@@ -193,17 +193,29 @@ def model_name(bucket: str, prefix: str) -> str:
 
 
 def list_model(
-    store: ObjectReader, bucket: str, prefix: str, ignored: tuple[str, ...]
+    store: ObjectReader,
+    bucket: str,
+    prefix: str,
+    ignored: tuple[str, ...],
+    *,
+    seen: set[str] | None = None,
 ) -> list[tuple[str, ObjectInfo]]:
-    """(model-relative name, info) of every object of the model that is not ignored."""
-    return list(_listed(store, bucket, prefix, ignored))
+    """(model-relative name, info) of every object of the model that is not ignored; the
+    key of every object listed, ignored ones too, added to `seen` if given."""
+    return list(_listed(store, bucket, prefix, ignored, seen))
 
 
 def _listed(
-    store: ObjectReader, bucket: str, prefix: str, ignored: tuple[str, ...]
+    store: ObjectReader,
+    bucket: str,
+    prefix: str,
+    ignored: tuple[str, ...],
+    seen: set[str] | None = None,
 ) -> Iterator[tuple[str, ObjectInfo]]:
     root = _prefix(prefix)
     for info in store.list(bucket, root):  # page by page: hashing starts with the first
+        if seen is not None:
+            seen.add(info.key)
         name = info.key[len(root) :]
         if not name or name.endswith("/") or is_ignored(name, ignored):
             continue  # directory placeholders and ignored paths
