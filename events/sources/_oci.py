@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from modelhooks.events.errors import BadRequest
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
@@ -19,6 +20,7 @@ __all__ = [
     "deleted",
     "is_digest",
     "is_referrer_tag",
+    "is_url_host",
     "pushed",
     "repository_uri",
 ]
@@ -145,10 +147,20 @@ def check_digest(digest: str, where: str, path: str) -> str:
     return digest
 
 
+def is_url_host(host: str) -> bool:
+    """Whether a URL can be made with `host`: urlsplit refuses brackets that hold no IPv6
+    address (`[1:2:3]`), a ValueError wherever the registry's URL is made."""
+    try:
+        urlsplit(f"//{host}")
+    except ValueError:
+        return False
+    return True
+
+
 def _check_name(host: str, repository: str, where: str) -> None:
     """BadRequest unless `host` and `repository` are what a registry names (a host such as
     `r:5000@evil` or `evil/x`, an upper-case repository, made URIs no adapter reads the same)."""
-    if not _HOST.fullmatch(host):
+    if not _HOST.fullmatch(host) or not is_url_host(host):
         raise BadRequest(f"{where}: {host!r} is not a registry host", field="host", where=where)
     if not _REPOSITORY.fullmatch(repository):
         raise BadRequest(

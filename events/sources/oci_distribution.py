@@ -48,6 +48,7 @@ from modelhooks.events.sources._oci import (
     deleted,
     is_digest,
     is_referrer_tag,
+    is_url_host,
     pushed,
 )
 from modelhooks.events.sources._types import ZOT_TYPE_PREFIX
@@ -60,6 +61,7 @@ __all__ = [
     "from_distribution_notification",
     "from_zot_event",
     "is_distribution_notification",
+    "is_url_host",
 ]
 
 ZOT_DEFAULT_SOURCE = "zotregistry.dev"

@@ -37,6 +37,7 @@ def test_valid_references(uri: str, parsed: tuple[str, str, str]) -> None:
         ("oci://h/a@sha256", "tag or digest"),
         ("oci://h h/a", "host"),
         ("oci://h:port/a", "host"),
+        ("oci://[1:2:3]:5000/a", "host"),  # urlsplit's ValueError, a 500, where a URL was made
         ("oci:///a", "expected"),
         ("oci://h", "expected"),
     ],

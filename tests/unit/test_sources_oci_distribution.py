@@ -243,6 +243,7 @@ def test_zot_through_the_facade_is_stable() -> None:
         ("host", "registry.local:5000@evil"),  # a URI whose host is another
         ("host", "evil.example/x"),  # a URI whose repository is another
         ("host", "a b"),
+        ("host", "[1:2:3]:5000"),  # brackets holding no IPv6 address: no URL can be made
     ],
 )
 def test_a_notification_naming_what_no_registry_names_is_a_bad_request(

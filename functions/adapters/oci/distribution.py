@@ -28,7 +28,11 @@ from modelhooks.core.errors import (
     Unavailable,
 )
 from modelhooks.core.records import Manifest, Tag
-from modelhooks.events.sources.oci_distribution import UNTAG_PLACEHOLDER, UNTAG_PLACEHOLDER_DIGEST
+from modelhooks.events.sources.oci_distribution import (
+    UNTAG_PLACEHOLDER,
+    UNTAG_PLACEHOLDER_DIGEST,
+    is_url_host,
+)
 
 if TYPE_CHECKING:
     import urllib.request
@@ -383,7 +387,8 @@ def parse_uri(uri: str) -> tuple[str, str, str]:
         repo, ref, valid_ref = rest, "latest", _TAG.fullmatch("latest")
     if not host or not repo:
         raise BadRequest(f"{uri!r}: expected oci://host/repository[:tag|@digest]")
-    for part, ok in (("host", _HOST.fullmatch(host)), ("repository", _REPO.fullmatch(repo))):
+    host_ok = _HOST.fullmatch(host) and is_url_host(host)
+    for part, ok in (("host", host_ok), ("repository", _REPO.fullmatch(repo))):
         if not ok:
             raise BadRequest(f"{uri!r}: not a valid registry {part}", field=part)
     if not valid_ref:
