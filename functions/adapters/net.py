@@ -47,6 +47,8 @@ def _connector(allow_local: bool, allowed_hosts: frozenset[str]) -> Any:
             if exc.errno in _NO_SUCH_NAME:  # the name does not exist: retrying cannot help
                 raise BadRequest(f"{host} does not resolve: {exc.strerror}", host=host) from None
             raise Unavailable(f"cannot resolve {host}: {exc.strerror}", host=host) from None
+        except UnicodeError:  # the idna codec: a label over 63 characters, or empty ('a..b')
+            raise BadRequest(f"{host} is not a host name", host=host) from None
         if (
             not allow_local
             and host.lower() not in allowed_hosts

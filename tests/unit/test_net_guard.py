@@ -83,6 +83,9 @@ def test_a_name_that_does_not_exist_is_bad_input_not_a_transient_failure(
     opener = guarded_opener(allow_local=False)
     with pytest.raises(BadRequest, match="does not resolve"):  # .invalid never resolves
         opener.open("https://no-such-host.invalid/v2/", timeout=5)
+    for name in ("a" * 64 + ".example.com", "a..example.com"):  # the idna codec's UnicodeError
+        with pytest.raises(BadRequest, match="is not a host name"):
+            opener.open(f"https://{name}/v2/", timeout=5)
 
     def flaky(*args: object, **kwargs: object) -> object:
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
