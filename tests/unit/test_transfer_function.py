@@ -304,3 +304,23 @@ def test_the_function_starts_without_the_copy_s_modules() -> None:
         "from modelhooks.adapters.transfer import resolve, transfer, write_termination_message"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https://h.example:port/m.bin",  # http.client's InvalidURL when the request was made
+        "https://h.example:99999/m.bin",
+        "https://h.example:-1/m.bin",  # getaddrinfo: Unavailable, retried for good
+        "https://h.example/a b.bin",
+        "https://h.example/m\x7f.bin",
+        "https://h.example/mod\u00e8le.bin",  # UnicodeEncodeError
+        "https://user:secret@h.example/m.bin",
+    ],
+)
+def test_a_source_uri_no_request_can_carry_is_a_bad_request(uri: str) -> None:
+    """Each was a ValueError (a 500) or a transient failure once the copy began."""
+    from modelhooks.adapters.transfer.uri import UriSource
+
+    with pytest.raises(BadRequest, match="source uri"):
+        UriSource(uri)

@@ -109,10 +109,18 @@ class UriSource:
 
         try:
             parts = urlsplit(uri)
+            _ = parts.port  # a port that is no number, or out of range: ValueError
         except ValueError as exc:  # a bracketed host that is no IP address, …
             raise BadRequest(f"source uri {uri!r} is not a valid URL: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise BadRequest(f"source uri {uri!r}: only http:// and https:// URLs are supported")
+        # what http.client refuses when the request is made (InvalidURL, UnicodeEncodeError:
+        # a 500): spaces, control and non-ASCII characters, and credentials it would not send
+        if not uri.isascii() or not uri.isprintable() or " " in uri or "@" in parts.netloc:
+            raise BadRequest(
+                f"source uri {uri!r}: percent-encode spaces, control and non-ASCII characters; "
+                "credentials in the URL are not sent"
+            )
         self.uri, self.sha256 = uri, sha256.lower().removeprefix("sha256:")
         self.ratio, self.slack = ratio, slack
         self._open = guarded_opener(allow_local=allow_local, allowed_hosts=allowed_hosts).open
