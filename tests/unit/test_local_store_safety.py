@@ -111,9 +111,9 @@ def test_a_put_in_progress_is_not_listed(
     seen: list[list[str]] = []
     place = os.link if if_absent else os.replace
 
-    def listing_then(src: object, dst: object) -> None:
+    def listing_then(*args: object, **kwargs: object) -> None:
         seen.append([info.key for info in store.list("models", "m/1/")])
-        place(src, dst)  # type: ignore[arg-type]
+        place(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "link" if if_absent else "replace", listing_then)
     store.put("models", "m/1/model.sig", b"sig", if_absent=if_absent)

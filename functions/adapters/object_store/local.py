@@ -15,6 +15,7 @@ option for a local directory) follows links to regular files.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import mmap
@@ -30,12 +31,43 @@ from modelhooks.core.records import ObjectInfo
 
 __all__ = ["LocalObjectStore"]
 
-# A put writes `.<name>.<random><_WRITING>` next to the object, then links or renames it into
-# place: that file is never an object, and no listing shows it (a concurrent delivery's
-# content digest or signature listing would otherwise name a file that is gone a moment later).
+# A put writes an unnamed file in the object's directory (O_TMPFILE) and links it into place
+# once written: a process killed while writing leaves nothing there (a named leftover is an
+# extra file to upstream `model_signing verify` for ever). A replacing put links it under
+# `.<name>.<random><_WRITING>` first and renames that into place; where O_TMPFILE is not
+# supported the data is written under that name. Such a file is never an object, and no
+# listing shows it (a concurrent delivery's content digest or signature listing would
+# otherwise name a file that is gone a moment later).
 _WRITING = ".modelhooks-writing"
 _ALIGNED = 1 << 20  # reads this long or longer go through a page-aligned buffer (read_chunks)
 _spare = threading.local()  # .buffer: the thread's page-aligned buffer, between its reads
+
+
+def _writing(parent: str, name: str) -> tuple[int, str | None]:
+    """A file to write an object's data to in `parent`: unnamed, or where the file system
+    has no O_TMPFILE, named `.<name>.<random><_WRITING>`. (descriptor, its name or None)"""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            return os.open(parent, flag | os.O_WRONLY | os.O_CLOEXEC, 0o600), None
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    return tempfile.mkstemp(prefix=f".{name}.", suffix=_WRITING, dir=parent)
+
+
+def _link(tmp: str | None, fd: int, parent: str, name: str) -> None:
+    """Link the written file (`tmp`, or the unnamed `fd`) as `name` in `parent`. An unnamed
+    one through /proc with AT_SYMLINK_FOLLOW: os.link calls link(2), which would link the
+    /proc entry itself, unless given a directory descriptor (then linkat(2))."""
+    if tmp is not None:
+        os.link(tmp, os.path.join(parent, name))
+        return
+    directory = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory, follow_symlinks=True)
+    finally:
+        os.close(directory)
 
 
 class LocalObjectStore:
@@ -183,22 +215,30 @@ class LocalObjectStore:
         p = self._checked(bucket, key)
         parent, name = os.path.split(p)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=_WRITING, dir=parent)
+            fd, tmp = _writing(parent, name)
         except FileNotFoundError:  # a new prefix: its directories are made first
             os.makedirs(parent, exist_ok=True)
             self._checked(bucket, key)  # nothing on the way became a link meanwhile
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=_WRITING, dir=parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if if_absent:
-            try:
-                os.link(tmp, p)  # atomic create-if-absent
-            except FileExistsError:
-                raise Conflict(f"object {key!r} already exists in bucket {bucket!r}") from None
-            finally:
-                os.unlink(tmp)
-        else:
-            os.replace(tmp, p)
+            fd, tmp = _writing(parent, name)
+        try:
+            with open(fd, "wb", closefd=False) as f:
+                f.write(data)
+            if if_absent:
+                try:  # atomic create-if-absent
+                    _link(tmp, fd, parent, name)
+                except FileExistsError:
+                    raise Conflict(f"object {key!r} already exists in bucket {bucket!r}") from None
+            else:
+                if tmp is None:  # named only now, written whole
+                    named = f".{name}.{os.urandom(6).hex()}{_WRITING}"
+                    _link(None, fd, parent, named)
+                    tmp = os.path.join(parent, named)
+                os.replace(tmp, p)
+        finally:
+            os.close(fd)
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
         return self._info(bucket, key, os.lstat(p))
 
     def delete(self, bucket: str, key: str) -> None:
