@@ -20,6 +20,7 @@ __all__ = [
     "DELETED_AT",
     "DELETION_POLICY",
     "PUSHED_AT",
+    "SIGNATURE",
     "ArtifactState",
     "Manifest",
     "ModelArtifact",
@@ -40,6 +41,9 @@ __all__ = [
 PUSHED_AT = "modelhooks.pushed_at"
 DELETED_AT = "modelhooks.deleted_at"
 DELETION_POLICY = "modelhooks.deletion_policy"  # the latest deletion's spec.deletionPolicy
+# A version's signature record (`sign`: signature.uri, .root_digest, .signer,
+# .artifact_digest) is held by a live version alone: archiving it drops the record.
+SIGNATURE = "signature."
 _UNKNOWN = "9999-12-31T23:59:59.999999Z"  # an event without a time: newer than any time
 
 

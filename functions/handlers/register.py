@@ -49,6 +49,7 @@ from modelhooks.core.records import (
     DELETED_AT,
     DELETION_POLICY,
     PUSHED_AT,
+    SIGNATURE,
     ArtifactState,
     ModelArtifact,
     ModelState,
@@ -310,9 +311,14 @@ R = TypeVar("R", RegisteredModel, ModelVersion)
 
 
 def _update(write: Callable[[R], R], record: R, facts: Mapping[str, str], live: bool) -> R:
-    """Write `record` with these facts and the state they imply, unless nothing changes."""
+    """Write `record` with these facts and the state they imply, unless nothing changes. An
+    archived version keeps no signature record: `sign` records one on a live version only,
+    and its deletion may take the signature with the files (cleanup); kept, an archived
+    version would say signed or not by the order its push, signing and deletion came in."""
     props = {**record.custom_properties, **facts}
     state = ModelState.LIVE if live else ModelState.ARCHIVED
+    if not live:
+        props = {k: v for k, v in props.items() if not k.startswith(SIGNATURE)}
     if props == record.custom_properties and state == record.state:
         return record
     return write(msgspec.structs.replace(record, custom_properties=props, state=state))

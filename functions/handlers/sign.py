@@ -94,12 +94,14 @@ def sign_artifact(
         signed = sign_oci(client, repo, ref, signer, options=options)
         host = pushed.uri.removeprefix("oci://").partition("/")[0]
         location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
+        written = None
     else:
         from modelhooks.adapters.signing.model import sign_model
 
         store, bucket, prefix = stores.resolve(pushed.uri)
         signed = sign_model(store, bucket, prefix, signer, options=options)
         location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
+        written = (store, bucket, signed.key)
     signature = {
         "signature.uri": location,
         "signature.root_digest": f"sha256:{signed.root_digest}",
@@ -107,12 +109,23 @@ def sign_artifact(
         "signature.artifact_digest": pushed.digest,
     }
     # Hashing took a while: write only the signature properties onto the version as it is
-    # now (a deletion or a newer push meanwhile keeps its state), in one transaction.
+    # now (a newer push meanwhile keeps its state), in one transaction.
     with registry.transaction():
         current = _registered_version(registry, pushed)
-        props = {**current.custom_properties, **signature}
-        registry.update_version(msgspec.structs.replace(current, custom_properties=props))
-    return [_reply(event, pushed, props)]
+        if current.state == ModelState.LIVE:
+            props = {**current.custom_properties, **signature}
+            registry.update_version(msgspec.structs.replace(current, custom_properties=props))
+            return [_reply(event, pushed, props)]
+    # Archived meanwhile: the deletion counts as come first, as had it come before this push
+    # was signed: no signature recorded (an archived version holds none) and none left next
+    # to the files (its cleanup may have listed them before this one was written).
+    if written is not None:
+        from modelhooks.adapters.signing.binding import binding_key
+
+        store, bucket, key = written
+        for gone in (binding_key(key), key):
+            store.delete(bucket, gone)
+    raise Skip("the version was archived while it was signed: no signature is kept")
 
 
 def _registered_version(registry: ModelRegistry, pushed: ArtifactPushed) -> ModelVersion:

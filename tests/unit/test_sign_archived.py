@@ -1,0 +1,83 @@
+"""A version's signature record follows its state, whatever the order of its push, its
+signing and its model's deletion: an archived version holds none. Before, a version signed
+and then archived kept `signature.*` (its files, the signature among them, deleted by
+cleanup: a record naming nothing), while the same events with the deletion first left none;
+and a deletion landing while `sign` hashed got the signature written next to files its
+cleanup had already listed, and recorded on the archived version."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.signing import HashOptions, KeySigner
+from modelhooks.bootstrap import build
+from modelhooks.core.function import Skip
+from modelhooks.core.records import ModelState
+from modelhooks.core.settings import load_settings
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
+from modelhooks.handlers.register import archive_model, register_model
+from modelhooks.handlers.sign import sign_artifact
+from tests.contract.register_order import T0
+from tests.fakes.memory_registry import InMemoryModelRegistry
+from tests.unit.signing_material import make_key, write_model
+
+DATA = ArtifactPushed(model="bert", version="1", uri="", digest="sha256:" + "1" * 64, store="local")
+DELETED = ModelDeleted(name="bert", spec={"deletionPolicy": "Delete"})
+DELETION = CanonicalEvent(
+    id="d", source="t", type=DELETED.TYPE, data=DELETED, time=T0 + timedelta(minutes=5)
+)
+
+
+def push(tmp_path: Path) -> CanonicalEvent:
+    data = DATA.replace(uri=f"file://{tmp_path}/store/models/bert/1/")
+    return CanonicalEvent(id="p", source="t", type=data.TYPE, data=data, time=T0)
+
+
+def sign(event: CanonicalEvent, registry: InMemoryModelRegistry, signer: KeySigner) -> list:  # type: ignore[type-arg]
+    assert isinstance(event.data, ArtifactPushed)
+    stores = build(
+        load_settings(env={"MODELHOOKS_HOME": str(event.data.uri[7:]).split("/store/")[0]})
+    ).deps.stores
+    return sign_artifact(
+        event, event.data, stores=stores, oci=OciClients(), registry=registry, signer=signer,
+        options=HashOptions(),
+    )  # fmt: skip
+
+
+def signature_props(registry: InMemoryModelRegistry) -> dict[str, str]:
+    model = registry.get_model("bert")
+    assert model is not None
+    version = registry.get_version(model.id, "1")
+    assert version is not None and version.state == ModelState.ARCHIVED
+    return {k: v for k, v in version.custom_properties.items() if k.startswith("signature.")}
+
+
+def test_archiving_a_signed_version_drops_its_signature_record(tmp_path: Path) -> None:
+    write_model(tmp_path / "store" / "models" / "bert" / "1")
+    registry, event = InMemoryModelRegistry(), push(tmp_path)
+    register_model(event, event.data, registry=registry)  # type: ignore[arg-type]
+    sign(event, registry, KeySigner.from_file(make_key(tmp_path).private))
+    archive_model(DELETION, DELETED, registry=registry)
+    assert signature_props(registry) == {}
+
+
+def test_a_version_archived_while_it_is_signed_keeps_no_signature(tmp_path: Path) -> None:
+    model = write_model(tmp_path / "store" / "models" / "bert" / "1")
+    registry, event = InMemoryModelRegistry(), push(tmp_path)
+    register_model(event, event.data, registry=registry)  # type: ignore[arg-type]
+
+    class DeletedMeanwhile(KeySigner):
+        def sign(self, statement: bytes) -> bytes:  # hashed: the deletion and its cleanup land
+            archive_model(DELETION, DELETED, registry=registry)
+            return super().sign(statement)
+
+    signer = DeletedMeanwhile.from_file(make_key(tmp_path).private)
+    files = sorted(p.name for p in model.iterdir())
+    with pytest.raises(Skip, match="archived"):
+        sign(event, registry, signer)
+    assert sorted(p.name for p in model.iterdir()) == files  # no signature, no binding
+    assert signature_props(registry) == {}
