@@ -10,18 +10,21 @@ delivery layer decides what each one means on the wire.
     │   └── Unavailable    a backend (a JWKS endpoint, a registry, a store) did not answer
     └── Permanent          never worth retrying
         ├── BadRequest     malformed input: the reason names the field
+        │   └── PartlyBad  some units of a delivery are, the others (its `good`) not
         ├── Unauthenticated  missing or invalid delivery credentials
         └── PayloadTooLarge  a body over the configured limit
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 __all__ = [
     "BadRequest",
     "ConfigError",
     "ModelhooksError",
+    "PartlyBad",
     "PayloadTooLarge",
     "Permanent",
     "Transient",
@@ -74,6 +77,26 @@ class Permanent(ModelhooksError):
 
 class BadRequest(Permanent):
     code = "bad_request"
+
+
+class PartlyBad(BadRequest):
+    """Some units of one delivery (CloudEvents batch members, S3 records, registry events)
+    are bad input and the others are not: `good` holds those others (the decoded units, or
+    the events they mean), so they still take effect while these are refused."""
+
+    def __init__(self, refused: Sequence[BadRequest], good: list[Any]) -> None:
+        shown = "; ".join(e.message for e in refused[:3])
+        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+        super().__init__(shown + more, refused=len(refused))
+        self.good = good
+
+    @classmethod
+    def check(cls, refused: Sequence[BadRequest], good: list[Any], units: int) -> None:
+        """Raise for `refused` of `units`: every one the first's error, some a PartlyBad."""
+        if refused and len(refused) == units:
+            raise refused[0]
+        if refused:
+            raise cls(refused, good)
 
 
 class Unauthenticated(Permanent):

@@ -7,7 +7,8 @@ The mode is decided by Content-Type, as the CloudEvents HTTP binding says:
 - otherwise JSON: a Pub/Sub push envelope (`message` + `subscription`), an unwrapped
   Pub/Sub push (`x-goog-pubsub-*` headers), or a native webhook body.
 
-Every malformed input raises `BadRequest` naming what is wrong; nothing here does I/O.
+Every malformed input raises `BadRequest` naming what is wrong (`PartlyBad`, carrying the
+good members, when only some of a batch are); nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from modelhooks.events.errors import BadRequest, PayloadTooLarge
+from modelhooks.events.errors import BadRequest, PartlyBad, PayloadTooLarge
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.safe_json import check_text, loads, loads_or_raw
 
@@ -59,7 +60,14 @@ def decode(
         batch = _json(body, "CloudEvents batch")
         if not isinstance(batch, list):
             raise BadRequest("a CloudEvents batch must be a JSON array")
-        return [_structured(item, f"batch[{i}]", h) for i, item in enumerate(batch)]
+        members, refused = [], []
+        for i, item in enumerate(batch):  # a bad member does not take the others with it
+            try:
+                members.append(_structured(item, f"batch[{i}]", h))
+            except BadRequest as exc:
+                refused.append(exc)
+        PartlyBad.check(refused, members, len(batch))
+        return members
     if "ce-specversion" in h:
         return [_binary(h, body, ctype)]
     if f"{_PUBSUB_META}message-id" in h:

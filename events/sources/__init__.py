@@ -19,8 +19,8 @@
 Valid but irrelevant deliveries (a blob push, a file that is not the ready marker, a pull)
 translate to `[]`. Unknown types or shapes and malformed or missing fields raise
 `BadRequest` naming the field; a body of several units (S3 records, registry events) with
-some bad raises `PartlyBad`, which carries the events of the others. Canonical ids derive from the upstream identity, so a
-redelivery translates to the same ids.
+some bad raises `PartlyBad`, which carries the events of the others. Canonical ids derive
+from the upstream identity, so a redelivery translates to the same ids.
 
 >>> from modelhooks.events.layout import ObjectLayout
 >>> body = {"events": [{"id": "e1", "action": "pull", "target": {}}]}
@@ -30,11 +30,11 @@ redelivery translates to the same ids.
 
 from __future__ import annotations
 
-from modelhooks.events.errors import BadRequest
+from modelhooks.events.errors import BadRequest, PartlyBad
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources._common import PartlyBad, json_value, unwrap_pubsub
+from modelhooks.events.sources._common import json_value, unwrap_pubsub
 from modelhooks.events.sources._types import (
     APISERVER_TYPE_PREFIX,
     CANONICAL_TYPE_PREFIX,

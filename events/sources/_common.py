@@ -13,13 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from modelhooks.events.errors import BadRequest
+from modelhooks.events.errors import BadRequest, PartlyBad
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.model import CanonicalEvent, EventData, parse
 from modelhooks.events.safe_json import loads, loads_or_raw
 
 __all__ = [
-    "PartlyBad",
     "as_object",
     "canonical",
     "each",
@@ -38,18 +37,6 @@ D = TypeVar("D", bound=EventData)
 _MISSING = object()
 
 
-class PartlyBad(BadRequest):
-    """Some units of one delivery (S3 records, registry events) are bad input and the others
-    are not: `translated` holds what those mean, so they still take effect (a bad record
-    does not take its neighbours with it) while these are refused."""
-
-    def __init__(self, refused: Sequence[BadRequest], translated: list[CanonicalEvent]) -> None:
-        shown = "; ".join(e.message for e in refused[:3])
-        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
-        super().__init__(shown + more, refused=len(refused))
-        self.translated = translated
-
-
 def each(
     units: Sequence[Any], one: Callable[[int, Any], CanonicalEvent | None]
 ) -> list[CanonicalEvent]:
@@ -65,10 +52,7 @@ def each(
             continue
         if event is not None:
             events.append(event)
-    if refused and len(refused) == len(units):
-        raise refused[0]
-    if refused:
-        raise PartlyBad(refused, events)
+    PartlyBad.check(refused, events, len(units))
     return events
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from modelhooks.cli import argtypes, common
-from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
+from modelhooks.core.errors import BadRequest, ModelhooksError, PartlyBad, Transient
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources import PartlyBad, translate
+from modelhooks.events.sources import translate
 
 __all__ = ["Summary", "add_parser", "read_documents", "replay", "select"]
 
@@ -167,14 +167,17 @@ def to_events(
         ctype = content_type(doc)
         try:
             inbounds = decode({"Content-Type": ctype}, json.dumps(doc).encode(), max_bytes=1 << 30)
+        except PartlyBad as exc:  # a bad one (a batch member, a record) is reported alone
+            inbounds = exc.good
+            yield BadRequest(f"{where}: {exc.message}")
         except ModelhooksError as exc:
             yield BadRequest(f"{where}: {exc.message}")
             continue
-        for inbound in inbounds:  # a bad one (a batch member, a record) is reported alone
+        for inbound in inbounds:
             try:
                 yield from translate(inbound, layout=layout, registry_host=registry_host)
             except PartlyBad as exc:
-                yield from exc.translated
+                yield from exc.good
                 yield BadRequest(f"{where}: {exc.message}")
             except ModelhooksError as exc:
                 yield BadRequest(f"{where}: {exc.message}")

@@ -8,6 +8,7 @@
     │   └── Throttled          a backend or quota said "slow down"
     └── Permanent              never retried (but dead-lettered)
         ├── BadRequest         malformed input: the reason names the field
+        │   └── PartlyBad      some units of a delivery are, the others (its `good`) not
         ├── Unauthenticated    missing or invalid delivery credentials
         ├── Forbidden          a tenant acting outside its allowed buckets/repositories
         ├── NotFound           a thing the request names does not exist
@@ -28,6 +29,7 @@ from modelhooks.events.errors import (
     BadRequest,
     ConfigError,
     ModelhooksError,
+    PartlyBad,
     PayloadTooLarge,
     Permanent,
     Transient,
@@ -43,6 +45,7 @@ __all__ = [
     "Forbidden",
     "ModelhooksError",
     "NotFound",
+    "PartlyBad",
     "PayloadTooLarge",
     "Permanent",
     "Throttled",

@@ -20,6 +20,7 @@ import msgspec
 from modelhooks.core.errors import (
     BadRequest,
     ModelhooksError,
+    PartlyBad,
     PayloadTooLarge,
     Permanent,
     Transient,
@@ -41,7 +42,7 @@ from modelhooks.events.inbound import Inbound
 from modelhooks.events.ingress import decode
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
-from modelhooks.events.sources import PartlyBad, kind_of, translate
+from modelhooks.events.sources import kind_of, translate
 
 __all__ = [
     "Delivery",
@@ -136,11 +137,15 @@ def ingest_each(
     if len(body) > limit:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limit}")
     delivery.auth.check(path, headers, body)
-    inbounds = decode(headers, body, max_bytes=limit)
+    refused: list[tuple[Outcome, Permanent]] = []
+    try:
+        inbounds = decode(headers, body, max_bytes=limit)
+    except PartlyBad as exc:  # batch members that are no CloudEvent
+        inbounds = exc.good
+        refused.append((Outcome("-", "-", "batch member", 400, error=exc.as_json()), exc))
     _check_count(len(inbounds), delivery.max_events)
     horizon = datetime.now(UTC) + timedelta(seconds=delivery.max_future_skew)
     events: list[CanonicalEvent] = []
-    refused: list[tuple[Outcome, Permanent]] = []
     for inbound in inbounds:
         try:
             # trust is bound to the route: what may come through it
@@ -149,7 +154,7 @@ def ingest_each(
                 inbound, layout=delivery.layout, registry_host=delivery.registry_host
             )
         except PartlyBad as exc:
-            translated = exc.translated
+            translated = exc.good
             refused.append((_refusal(inbound, exc), exc))
         except Permanent as exc:
             refused.append((_refusal(inbound, exc), exc))

@@ -566,12 +566,14 @@ def test_a_bad_batch_member_does_not_take_the_good_ones_with_it(
     good = structured("canonical-artifact-pushed")
     bad = {**good, "id": "bad-version", "data": {**good["data"], "version": "../1"}}
     future = {**good, "id": "dated-later", "time": "2999-01-01T00:00:00Z"}
-    batch = json.dumps([bad, future, good])
+    no_event = {**good, "specversion": "0.3"}  # not a CloudEvent 1.0: refused as it is read
+    batch = json.dumps([bad, no_event, future, good])
     resp = client.post("/", data=batch, content_type="application/cloudevents-batch+json")
     assert resp.status_code == 400
     refused = _refused(resp)
-    assert [r[0] for r in refused] == ["bad-version", "dated-later"]
-    assert "version" in refused[0][1] and "future" in refused[1][1]
+    assert [r[0] for r in refused] == ["-", "bad-version", "dated-later"]
+    assert refused[0][1] == "batch[1]: specversion must be '1.0', got '0.3'"
+    assert "version" in refused[1][1] and "future" in refused[2][1]
     assert versions(home, "sentiment") == ["1"]
     # every member bad: the delivery is refused whole, as before
     resp = client.post(

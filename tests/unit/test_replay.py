@@ -157,6 +157,11 @@ def test_a_bad_record_is_reported_and_its_neighbours_sent(
     assert replay(home, str(stored)) == 2
     err = capsys.readouterr().err
     assert "sent 1, succeeded 1, failed 1" in err and "s3 record 0: s3.object.key" in err
+    event = samples.load("canonical-artifact-pushed")
+    stored.write_text(json.dumps([{**event, "specversion": "0.3"}, event]))  # a batch
+    assert replay(home, str(stored), "--dry-run") == 2
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "batch[0]: specversion" in out[0]["error"] and out[1]["id"] == "replay-0001"
 
 
 def test_only_regular_files_of_a_directory_are_read_and_huge_ones_refused(
