@@ -338,18 +338,21 @@ def deliver(
         return error_response(exc)
     outcomes = [o for o, _ in refused] + run_all(events, dispatch, delivery.deadline)
     status = worst(o.status for o in outcomes) if outcomes else 204
-    if status >= 300:
-        return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
     replies = [r for o in outcomes for r in o.replies]
-    skips = [o.as_json() for o in outcomes if o.skipped]
-    if skips and not replies:  # say why nothing was done (not a CloudEvent: no reply)
-        return json_response(200, {"skipped": skips})
     if delivery.sink is not None and replies:
+        # the replies of what took effect go on whatever its neighbours' outcome: a 4xx is
+        # never redelivered, and they were lost with it (a sink dedupes by reply id)
         try:
             for reply in replies:
                 delivery.sink(reply)
         except ModelhooksError as exc:
             return error_response(exc)
+    if status >= 300:
+        return json_response(status, {"outcomes": [o.as_json() for o in outcomes]})
+    skips = [o.as_json() for o in outcomes if o.skipped]
+    if skips and not replies:  # say why nothing was done (not a CloudEvent: no reply)
+        return json_response(200, {"skipped": skips})
+    if delivery.sink is not None and replies:
         return Response(204)
     return encode_replies(replies)
 

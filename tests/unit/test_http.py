@@ -661,3 +661,20 @@ def test_an_event_id_claimed_on_another_tenants_route_does_not_block_this_tenant
     assert versions(home, "sentiment") == ["1"] and versions(home, "other") == ["1"]
     again = client.post("/team-b", json=real, content_type=ctype)  # a redelivery: the same reply
     assert again.status_code == 200 and again.get_data() == resp.get_data()
+
+
+def test_replies_of_what_took_effect_reach_the_sink_beside_a_refusal(
+    sink: list[dict[str, str]], home: Path
+) -> None:
+    """A batch with a bad member answers 400 (never redelivered): the good member's reply,
+    model.registered, was dropped with the answer, and nothing downstream (notify) saw it."""
+    from functions_framework import create_app
+
+    app = create_app(target="register", source=str(ROOT / "functions" / "main.py"))
+    good = structured("canonical-artifact-pushed")
+    bad = {**good, "id": "bad-version", "data": {**good["data"], "version": "../1"}}
+    resp = app.test_client().post(
+        "/", data=json.dumps([bad, good]), content_type="application/cloudevents-batch+json"
+    )
+    assert resp.status_code == 400
+    assert [h["ce-type"] for h in sink] == ["dev.modelhooks.model.registered"]
