@@ -144,8 +144,9 @@ def _maybe_json(raw: bytes, ctype: str) -> Any:
 def _pubsub_wrapped(doc: Mapping[str, Any], headers: Mapping[str, str]) -> Inbound:
     msg = doc["message"]
     msg_id = msg.get("messageId") or msg.get("message_id")
-    if not isinstance(msg_id, str) or not msg_id:
+    if not isinstance(msg_id, str) or not msg_id.strip():
         raise BadRequest("Pub/Sub push: message.messageId is missing")
+    check_text(msg_id, "message.messageId")
     attrs = msg.get("attributes") or {}
     if not isinstance(attrs, dict):
         raise BadRequest("Pub/Sub push: message.attributes must be an object")
@@ -178,9 +179,14 @@ def _pubsub_unwrapped(h: Mapping[str, str], body: bytes) -> Inbound:
         for k, v in h.items()
         if not k.startswith(_PUBSUB_META) and k not in skip
     }
+    # as a wrapped push's messageId: every push without one was one id (a Conflict for all
+    # but the first)
+    msg_id = check_text(h[f"{_PUBSUB_META}message-id"].strip(), f"{_PUBSUB_META}message-id")
+    if not msg_id:
+        raise BadRequest(f"Pub/Sub push: {_PUBSUB_META}message-id is empty")
     return Inbound(
         kind="pubsub",
-        id=h[f"{_PUBSUB_META}message-id"],
+        id=msg_id,
         data=_lenient_json(body),
         attributes=attrs,
         headers=h,

@@ -116,6 +116,26 @@ def test_pubsub_unwrapped_gcs_notification(client: FlaskClient, home: Path) -> N
     assert versions(home, "sentiment") == ["1"]
 
 
+@pytest.mark.parametrize("message_id", ["", "  ", "\x7f"])
+def test_a_pubsub_push_without_a_message_id_is_a_bad_request(
+    client: FlaskClient, home: Path, message_id: str
+) -> None:
+    """An unwrapped push with an empty x-goog-pubsub-message-id was event id '': every such
+    push was one event (the second a Conflict, or a duplicate answered with the first's reply)."""
+    wrapped = samples.load("gcs-pubsub-finalize-marker")
+    msg = wrapped["message"]
+    headers = {"x-goog-pubsub-message-id": message_id, **msg["attributes"]}
+    resp = client.post(
+        "/", headers=headers, data=base64.b64decode(msg["data"]), content_type="application/json"
+    )
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    assert "message-id" in resp.json["message"]
+    wrapped["message"] = {**msg, "messageId": message_id, "message_id": message_id}
+    resp = client.post("/", json=wrapped)
+    assert resp.status_code == 400 and "messageId" in resp.json["message"]
+    assert versions(home, "sentiment") == []
+
+
 def test_a_file_that_is_not_the_marker_is_acknowledged_without_effect(
     client: FlaskClient, home: Path
 ) -> None:
