@@ -185,7 +185,9 @@ class ModelRegistered(EventData, frozen=True, kw_only=True):
     model_version_id: str
     model_artifact_id: str
     namespace: str = "default"
-    created: Annotated[bool, _doc("false when everything already existed (a redelivery)")]
+    created: Annotated[
+        bool, _doc("false when everything already existed (registered by another event)")
+    ]
 
 
 class ModelSigned(EventData, frozen=True, kw_only=True):
@@ -447,6 +449,20 @@ class CanonicalEvent(msgspec.Struct, frozen=True, kw_only=True):
             subject=subject,
             time=datetime.now(UTC),
             extensions=extensions or {},
+        )
+
+    def reply(self, data: EventData, *, source: str, name: str) -> CanonicalEvent:
+        """The event a function answers this one with: named after it (`<id>/<name>`), of
+        its subject and its time. A function of the event and the state it leaves, so a
+        redelivery the delivery log does not remember (a crash before its record was
+        written, another instance) answers what the first delivery was answered."""
+        return CanonicalEvent(
+            id=f"{self.id}/{name}",
+            source=source,
+            type=data.TYPE,
+            data=data,
+            subject=self.subject,
+            time=self.time,
         )
 
     @property

@@ -114,9 +114,7 @@ def _purged(
         policy=policy.name,
         namespace=data.namespace,
     )
-    return CanonicalEvent.new(
-        reply, source="modelhooks/cleanup", subject=event.subject, id=f"{event.id}/purged/{n}"
-    )
+    return event.reply(reply, source="modelhooks/cleanup", name=f"purged/{n}")
 
 
 def plan(

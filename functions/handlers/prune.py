@@ -86,11 +86,7 @@ def handle(
         kept=[d.tag for d in planned.keep],
         manifests=list(done.referrers + done.manifests),
     )
-    return [
-        CanonicalEvent.new(
-            reply, source="modelhooks/prune", subject=event.subject, id=f"{event.id}/pruned"
-        )
-    ]
+    return [event.reply(reply, source="modelhooks/prune", name="pruned")]
 
 
 def _with_pushed(

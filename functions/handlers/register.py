@@ -157,6 +157,9 @@ def _register(
             )
         )
         created = True
+    # the event that registered it, delivered again after its answer was forgotten (a crash
+    # before the delivery log's record, another instance), answers as the first time
+    created = created or artifact.custom_properties.get("source_event") == event.id
     if not live:  # a push older than the model's deletion: recorded, archived, and …
         return [_deleted_before(event, pushed, namespace, model.custom_properties)]
     reply = ModelRegistered(
@@ -171,11 +174,7 @@ def _register(
         namespace=namespace,
         created=created,
     )
-    return [
-        CanonicalEvent.new(
-            reply, source="modelhooks/register", subject=event.subject, id=f"{event.id}/registered"
-        )
-    ]
+    return [event.reply(reply, source="modelhooks/register", name="registered")]
 
 
 def pushed_of(

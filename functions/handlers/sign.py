@@ -159,9 +159,7 @@ def _reply(
         signer=props.get("signature.signer", ""),
         namespace=pushed.namespace or "default",
     )
-    return CanonicalEvent.new(
-        signed, source="modelhooks/sign", subject=event.subject, id=f"{event.id}/signed"
-    )
+    return event.reply(signed, source="modelhooks/sign", name="signed")
 
 
 FUNCTION = Function(

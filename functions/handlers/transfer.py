@@ -71,11 +71,7 @@ def handle(
         namespace=namespace or "default",
         created=done.created,
     )
-    return [
-        CanonicalEvent.new(
-            reply, source="modelhooks/transfer", subject=event.subject, id=f"{event.id}/registered"
-        )
-    ]
+    return [event.reply(reply, source="modelhooks/transfer", name="registered")]
 
 
 def tenant(data: TransferRequested, tenancy: Tenancy) -> str | None:

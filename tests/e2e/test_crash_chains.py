@@ -10,7 +10,13 @@ mid-stream, restarted, everything unanswered delivered again with some answered 
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import random
+import signal
+import sqlite3
+import urllib.request
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +31,7 @@ from modelhooks.core.records import ModelState
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
 from tests.contract.register_order import T0, apply_all, in_time_order
 from tests.e2e.conftest import Served
-from tests.e2e.crash import crash_and_redeliver
+from tests.e2e.crash import body_of, crash_and_redeliver
 from tests.e2e.packaging import free_port
 from tests.fakes.memory_registry import InMemoryModelRegistry
 from tests.local_store import lay_model
@@ -34,6 +40,7 @@ from tests.unit.signing_material import make_key
 pytestmark = pytest.mark.e2e
 
 DELETE = {"deletionPolicy": "Delete"}
+ROUTES = ("register", "sign")
 
 
 def signing_set(home: Path, seed: int, models: int = 24) -> list[CanonicalEvent]:
@@ -120,5 +127,70 @@ def test_the_signing_chain_survives_a_kill_mid_stream(
                 assert files == [], (name, v, files)
                 assert version is None or version.state == ModelState.ARCHIVED, (name, v)
                 assert not any(k.startswith("signature.") for k in props), (name, v, props)
+    finally:
+        registry.close()
+
+
+def _answer(url: str, body: bytes) -> tuple[int, dict[str, str], Any]:
+    """(status, ce-* headers, body as JSON) of one delivery."""
+    req = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/cloudevents+json"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        headers = {k.lower(): v for k, v in resp.headers.items() if k.lower().startswith("ce-")}
+        return resp.status, headers, json.loads(resp.read() or b"null")
+
+
+def _recorded(home: Path, event_id: str) -> bool:
+    """Whether the delivery log holds a record of `event_id` (as a restart reads it)."""
+    db = home / "deliveries.db"
+    if not db.exists():
+        return False
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return bool(conn.execute("SELECT 1 FROM deliveries WHERE id=?", (event_id,)).fetchone())
+
+
+def test_a_kill_between_the_effect_and_its_record_neither_doubles_it_nor_changes_the_reply(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    """The delivery log writes its records a moment after the answer (group commit): a kill
+    then loses the record of an effect that committed. The redelivery of that id runs the
+    functions again on the state they left: one registration, the signature as written, and
+    the answer the first delivery got."""
+    key = make_key(tmp_path)
+    port = free_port()
+    home = tmp_path / f"home-{port}"
+    flags = ("--signing-key", str(key.private))
+    served = serve(port, *flags)
+    for attempt in range(20):  # the kill lands before the group commit almost always
+        name = f"bert{attempt}"
+        lay_model(home, "models", f"models/{name}/1", content=f"weights {attempt}".encode())
+        data = ArtifactPushed(
+            model=name, version="1", uri=f"gs://models/models/{name}/1/", digest="gcs-generation:1",
+            store="gcs",
+        )  # fmt: skip
+        event = CanonicalEvent(id=f"push-{attempt}", source="crash", type=data.TYPE, data=data,
+                               time=T0)  # fmt: skip
+        # as the platform delivers it to each function's own endpoint: the reply is the answer
+        first = [_answer(f"{served.url}/functions/{fn}", body_of(event)) for fn in ROUTES]
+        os.kill(served.process.pid, signal.SIGKILL)
+        served.process.wait(timeout=10)
+        if not _recorded(home, event.id):
+            break
+        served = serve(port, *flags)
+    else:
+        pytest.fail("every record was written before the kill")
+    where = home / "store" / "models" / "models" / name / "1"
+    signature = (where / "model.sig").read_bytes()
+
+    again = serve(port, *flags)
+    assert [_answer(f"{again.url}/functions/{fn}", body_of(event)) for fn in ROUTES] == first
+    assert (where / "model.sig").read_bytes() == signature  # not signed again
+    registry = SqliteModelRegistry(home / "registry.db")
+    try:
+        model = registry.get_model(name)
+        assert model is not None
+        (version,) = registry.list_versions(model.id)
+        assert len(registry.list_artifacts(version.id)) == 1
     finally:
         registry.close()

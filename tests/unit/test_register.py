@@ -65,7 +65,9 @@ def test_same_event_twice_yields_one_version() -> None:
     first = register(pushed(), reg)[0].data
     second = register(pushed(), reg)[0].data
     assert isinstance(first, ModelRegistered) and isinstance(second, ModelRegistered)
-    assert second.created is False
+    assert second == first  # answered as the first time (created by this event)
+    other = register(pushed(id="other"), reg)[0].data
+    assert isinstance(other, ModelRegistered) and other.created is False
     assert second.model_version_id == first.model_version_id
     assert len(reg.versions) == 1 and len(reg.artifacts) == 1
 
