@@ -133,7 +133,7 @@ class ArtifactPushed(EventData, frozen=True, kw_only=True):
         _doc("the tenant the event belongs to; unset: the tenant that owns the location"),
     ] = None
     tag: Annotated[str | None, _doc("the tag pushed, for OCI")] = None
-    size: int | None = None
+    size: Annotated[int, Meta(ge=0, description="the artifact's size in bytes")] | None = None
     labels: dict[str, str] = field(default_factory=dict)
 
 

@@ -127,7 +127,7 @@ def _distribution_event(
         repository=repository,
         digest=digest,
         tag=str(tag),
-        size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+        size=size if type(size) is int and 0 <= size < 1 << 63 else None,  # as told, if sane
         id=event_id,
         time=time,
         where=where,

@@ -68,6 +68,7 @@ def test_a_translated_event_survives_a_round_trip_through_its_own_attributes() -
         ({**PUSHED.to_dict(), "model": "sentiment\n"}, "model: Expected `str` matching"),
         ({**PUSHED.to_dict(), "version": "1\n"}, "version: Expected `str` matching"),
         ({**PUSHED.to_dict(), "namespace": "ml\n"}, "namespace: Expected `str` matching"),
+        ({**PUSHED.to_dict(), "size": -1}, "size: Expected `int` >= 0"),
     ],
 )
 def test_invalid_data_is_a_bad_request_naming_the_field(data: object, message: str) -> None:

@@ -59,6 +59,14 @@ def test_a_tagged_manifest_push_is_an_artifact_push() -> None:
     assert event.time == datetime(2026, 11, 23, 17, 2, 12, 311827, tzinfo=UTC)
 
 
+@pytest.mark.parametrize("size", [-1, 1 << 63, True, "742", 7.5])
+def test_a_size_no_registry_would_tell_is_left_out(size: object) -> None:
+    """target.size is told, not relied on: one that is no size of a blob is left unset."""
+    [doc] = samples.inbound("oci-distribution-push").data["events"]
+    [event] = _distribution({**doc, "target": {**doc["target"], "size": size}})
+    assert event.data.size is None and event.data.digest == DIGEST
+
+
 @pytest.mark.parametrize(
     "name",
     ["oci-distribution-blob-push", "oci-distribution-referrer-push", "oci-distribution-pull"],
