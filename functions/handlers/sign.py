@@ -28,7 +28,7 @@ from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
 
 if TYPE_CHECKING:  # the ports' Protocols: type hints only (test_cold_start)
-    from modelhooks.core.ports import ModelRegistry, Signer
+    from modelhooks.core.ports import ModelRegistry, ObjectStore, Signer
 
 __all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
 
@@ -94,14 +94,15 @@ def sign_artifact(
         signed = sign_oci(client, repo, ref, signer, options=options)
         host = pushed.uri.removeprefix("oci://").partition("/")[0]
         location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
-        written = None
+        written: list[tuple[ObjectStore, str, str]] = []  # what to remove, if archived
     else:
         from modelhooks.adapters.signing.model import sign_model
 
         store, bucket, prefix = stores.resolve(pushed.uri)
         signed = sign_model(store, bucket, prefix, signer, options=options)
         location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
-        written = (store, bucket, signed.key)
+        wrote = ((signed.key, signed.created), (_binding(signed.key), signed.bound))
+        written = [(store, bucket, key) for key, this in wrote if this]
     signature = {
         "signature.uri": location,
         "signature.root_digest": f"sha256:{signed.root_digest}",
@@ -117,15 +118,18 @@ def sign_artifact(
             registry.update_version(msgspec.structs.replace(current, custom_properties=props))
             return [_reply(event, pushed, props)]
     # Archived meanwhile: the deletion counts as come first, as had it come before this push
-    # was signed: no signature recorded (an archived version holds none) and none left next
-    # to the files (its cleanup may have listed them before this one was written).
-    if written is not None:
-        from modelhooks.adapters.signing.binding import binding_key
-
-        store, bucket, key = written
-        for gone in (binding_key(key), key):
-            store.delete(bucket, gone)
+    # was signed: no signature recorded (an archived version holds none) and none of what
+    # this delivery wrote left next to the files (its cleanup may have listed them before it
+    # was written); what another delivery wrote is that one's to remove, or stays.
+    for where, bucket_name, key in reversed(written):  # the binding first: it names it
+        where.delete(bucket_name, key)
     raise Skip("the version was archived while it was signed: no signature is kept")
+
+
+def _binding(signature: str) -> str:
+    from modelhooks.adapters.signing.binding import binding_key
+
+    return binding_key(signature)
 
 
 def _registered_version(registry: ModelRegistry, pushed: ArtifactPushed) -> ModelVersion:

@@ -81,3 +81,34 @@ def test_a_version_archived_while_it_is_signed_keeps_no_signature(tmp_path: Path
         sign(event, registry, signer)
     assert sorted(p.name for p in model.iterdir()) == files  # no signature, no binding
     assert signature_props(registry) == {}
+
+
+def test_what_another_delivery_wrote_is_left_to_it(tmp_path: Path) -> None:
+    """A duplicate finding the signature another delivery wrote (and had not recorded yet),
+    and the version archived meanwhile, removes nothing: it wrote nothing. (That delivery
+    removes what it wrote, or recorded it before the deletion: then the files are as the
+    deletion's policy leaves them.)"""
+    from modelhooks.adapters.signing import sign_model
+
+    model = write_model(tmp_path / "store" / "models" / "bert" / "1")
+    registry, event = InMemoryModelRegistry(), push(tmp_path)
+    register_model(event, event.data, registry=registry)  # type: ignore[arg-type]
+    key = make_key(tmp_path).private
+    assert isinstance(event.data, ArtifactPushed)
+    home = event.data.uri[7:].split("/store/")[0]
+    stores = build(load_settings(env={"MODELHOOKS_HOME": home})).deps.stores
+    store, bucket, prefix = stores.resolve(event.data.uri)
+    first = sign_model(store, bucket, prefix, KeySigner.from_file(key))  # the other delivery
+    assert first.created and first.bound
+
+    class DeletedMeanwhile(KeySigner):
+        def signed(self, bundle: bytes) -> bool:  # hashed: the deletion lands
+            archive_model(DELETION, DELETED, registry=registry)
+            return super().signed(bundle)
+
+    files = sorted(p.name for p in model.iterdir())
+    with pytest.raises(Skip, match="archived"):
+        sign(event, registry, DeletedMeanwhile.from_file(key))
+    assert sorted(p.name for p in model.iterdir()) == files  # its signature and binding stay
+    assert {"model.sig", "model.sig.binding"} <= set(files)
+    assert signature_props(registry) == {}

@@ -57,7 +57,8 @@ class Location(msgspec.Struct, frozen=True):
 
 
 class Signed(msgspec.Struct, frozen=True):
-    """A model's signature: where it is, what it covers, whether this call wrote it."""
+    """A model's signature: where it is, what it covers, whether this call wrote it (and
+    its binding statement next to it)."""
 
     bucket: str
     key: str
@@ -65,6 +66,7 @@ class Signed(msgspec.Struct, frozen=True):
     signer: str
     created: bool
     manifest: Manifest
+    bound: bool = False
 
     def __repr__(self) -> str:  # without the manifest: every file of the model
         return (
@@ -165,7 +167,8 @@ def sign_model(
     def bound(signed: Signed, *, raced: bool = False) -> Signed:
         if at is None:  # next to a signature in the model's prefix: its binding statement
             listed = None if raced else binding_key(out.key) in seen  # raced: ask the store
-            _bind(store, bucket, prefix, signer, manifest, files, out.key, listed)
+            wrote = _bind(store, bucket, prefix, signer, manifest, files, out.key, listed)
+            return msgspec.structs.replace(signed, bound=wrote)
         return signed
 
     # in the model's prefix, the listing said whether a signature is there (a request less;
@@ -200,23 +203,25 @@ def _bind(
     files: list[tuple[str, ObjectInfo]],
     signature: str,
     listed: bool | None,
-) -> None:
+) -> bool:
     """Write the binding statement next to the signature (modelhooks.adapters.signing.binding)
     unless one binding these very objects is there; only when the signature's ignore_paths
     name it (older signatures did not: `model_signing verify` would see an extra file).
-    `listed`: whether a listing made just now found one (None: ask the store)."""
+    `listed`: whether a listing made just now found one (None: ask the store). Whether
+    this call wrote it."""
     key = binding_key(signature)
     if key.rsplit("/", 1)[-1] not in manifest.serialization.ignore_paths:
-        return
+        return False
     binding = Binding.of(manifest, files)
     if (old := _existing(Location(store, bucket, key), listed)) is not None:
         try:
             if Binding.from_statement(unverified_payload(old)[1]) == binding and signer.signed(old):
-                return  # a redelivery: the same objects already bound
+                return False  # a redelivery: the same objects already bound
         except VerificationFailed:
             pass  # unreadable: replaced below
     name = manifest.model_name or bucket
     store.put(bucket, key, signer.sign(binding.statement(name)), if_absent=False)
+    return True
 
 
 def verify_bundle(
