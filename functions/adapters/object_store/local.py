@@ -35,18 +35,26 @@ __all__ = ["LocalObjectStore"]
 # once written: a process killed while writing leaves nothing there (a named leftover is an
 # extra file to upstream `model_signing verify` for ever). A replacing put links it under
 # `.<name>.<random><_WRITING>` first and renames that into place; where O_TMPFILE is not
-# supported the data is written under that name. Such a file is never an object, and no
-# listing shows it (a concurrent delivery's content digest or signature listing would
-# otherwise name a file that is gone a moment later).
+# supported, or its file cannot be linked through /proc, the data is written under that
+# name. Such a file is never an object, and no listing shows it (a concurrent delivery's
+# content digest or signature listing would otherwise name a file that is gone a moment
+# later).
 _WRITING = ".modelhooks-writing"
 _ALIGNED = 1 << 20  # reads this long or longer go through a page-aligned buffer (read_chunks)
 _spare = threading.local()  # .buffer: the thread's page-aligned buffer, between its reads
+# False once an unnamed file could not be linked into place here (no /proc mounted: a
+# chroot, a minimal sandbox; linkat(2) through it refused): every put then names its file
+_unnamed_files = True
+
+
+class _Unlinkable(Exception):
+    """An unnamed file was written but cannot be linked into place (nothing was placed)."""
 
 
 def _writing(parent: str, name: str) -> tuple[int, str | None]:
     """A file to write an object's data to in `parent`: unnamed, or where the file system
     has no O_TMPFILE, named `.<name>.<random><_WRITING>`. (descriptor, its name or None)"""
-    flag = getattr(os, "O_TMPFILE", 0)
+    flag = getattr(os, "O_TMPFILE", 0) if _unnamed_files else 0
     if flag:
         try:
             return os.open(parent, flag | os.O_WRONLY | os.O_CLOEXEC, 0o600), None
@@ -66,6 +74,10 @@ def _link(tmp: str | None, fd: int, parent: str, name: str) -> None:
     directory = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory, follow_symlinks=True)
+    except FileExistsError:
+        raise
+    except OSError as exc:  # no /proc, or a link through it refused: name files instead
+        raise _Unlinkable(exc) from exc
     finally:
         os.close(directory)
 
@@ -212,6 +224,14 @@ class LocalObjectStore:
         return io.FileIO(fd, "rb")
 
     def put(self, bucket: str, key: str, data: bytes, *, if_absent: bool = False) -> ObjectInfo:
+        global _unnamed_files
+        try:
+            return self._put(bucket, key, data, if_absent)
+        except _Unlinkable:  # nothing placed: written again, under a name, from now on
+            _unnamed_files = False
+            return self._put(bucket, key, data, if_absent)
+
+    def _put(self, bucket: str, key: str, data: bytes, if_absent: bool) -> ObjectInfo:
         p = self._checked(bucket, key)
         parent, name = os.path.split(p)
         try:
