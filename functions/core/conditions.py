@@ -90,9 +90,11 @@ class ModelEvent(msgspec.Struct, frozen=True):
 
 
 def event_name(model: str, source: str, event_id: str, reason: str) -> str:
-    """`<model>.<16 hex>` from the CloudEvent's identity (source, id) and the reason."""
+    """`<model>.<16 hex>` from the CloudEvent's identity (source, id) and the reason: a DNS
+    subdomain for any Model name (cut to 200 characters, without the `.` or `-` the cut may
+    end on: `a.` + `.` or `a-.` is no name the API server takes)."""
     digest = hashlib.sha256(f"{source}\n{event_id}\n{reason}".encode()).hexdigest()[:16]
-    return f"{model[:200]}.{digest}"
+    return f"{model[:200].rstrip('.-')}.{digest}"
 
 
 def model_of_subject(subject: str | None) -> tuple[str, str] | None:

@@ -257,6 +257,37 @@ def test_notify_takes_a_model_to_ready_and_through_its_deletion(
             getattr(resource, "close", lambda: None)()
 
 
+@pytest.mark.parametrize("cut_on", [".", "-"])
+def test_a_model_named_at_the_limit_gets_its_finalizer_and_event(
+    admin: Admin, tmp_path: Path, cut_on: str
+) -> None:
+    """A 253-character Model name whose 200th character is a `.` or `-`: the Event named
+    after it is still a name the API server takes (it was a 422, notify's answer a 400)."""
+    ns = admin.namespace(rollout=False)
+    name = "m" * 199 + cut_on + "n" * 53
+    admin.create(ns, model(name, deletionPolicy="Delete"))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    created = ModelCreated(name=name, namespace=ns, spec={"deletionPolicy": "Delete"})
+    try:
+        for _ in range(2):  # a redelivery records nothing more
+            app.function("notify").handle(_event(created, "created"))
+        assert app.deps.cluster is not None
+        held = app.deps.cluster.get_model(ns, name)
+        assert held and held["metadata"]["finalizers"] == [FINALIZER]
+        events = admin.events(ns)
+        assert [e["reason"] for e in events] == ["FinalizerAdded"]
+        assert events[0]["regarding"]["name"] == name
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
+
+
 def test_a_ready_model_rolls_out_its_inference_services_once(
     admin: Admin, kube_apiserver: KubeApiServer
 ) -> None:
