@@ -57,10 +57,11 @@ class Tenancy(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a 
         """The event with its namespace resolved, or Forbidden.
 
         An event that names no namespace (a bucket or registry notification) gets the one
-        that owns its location; one that names a namespace must stay inside it.
+        that owns its location; one that names a namespace must stay inside it. A Model's
+        location is its spec.source.
         """
-        uri = getattr(event.data, "uri", None)
-        if not self.rules or not isinstance(uri, str):
+        uri = _uri_of(event.data) if self.rules else None
+        if uri is None:
             return event
         namespace = getattr(event.data, "namespace", None)
         if namespace is None:
@@ -77,6 +78,25 @@ class Tenancy(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a 
                 location=_location(uri),
             )
         return event
+
+
+def _uri_of(data: object) -> str | None:
+    """The location an event's functions act on: its `uri`, or a Model's spec.source (a
+    Model in one namespace naming another's bucket was registered, its bucket listed, and
+    its repository pruned or cleaned up by functions that did not check it themselves)."""
+    uri = getattr(data, "uri", None)
+    if isinstance(uri, str):
+        return uri
+    spec = getattr(data, "spec", None)
+    source = spec.get("source") if isinstance(spec, dict) else None
+    if not source:
+        return None  # no source: nothing located (ApiServerSource mode Reference)
+    from modelhooks.core.sources import model_source  # not at start: most events have a uri
+
+    try:
+        return model_source(source).uri
+    except BadRequest:
+        return None  # the function refuses it, naming the field
 
 
 def _location(uri: str) -> str:

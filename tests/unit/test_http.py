@@ -552,6 +552,27 @@ def test_another_namespace_cannot_archive_a_tenants_model(
     assert model is not None and model.state.value == "LIVE"
 
 
+@pytest.mark.parametrize("action", ["add", "update"])
+def test_a_model_naming_another_tenants_bucket_is_refused(
+    client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None], action: str
+) -> None:
+    """A Model in namespace ml whose spec.source is gs://models, the bucket of namespace
+    other: 403 naming both, the bucket neither listed nor registered (it was registered
+    under ml, the tenancy check being for events with a `uri` only)."""
+    configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://ml-models;other=gs://models"})
+    doc = structured(f"k8s-resource-{action}")
+    assert doc["data"]["spec"]["source"] == {"gcs": {"uri": "gs://models/models/sentiment/1/"}}
+    doc["data"]["status"] = {}  # nothing registered yet: the update registers too
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 403, resp.get_data(as_text=True)
+    assert "namespace 'ml' may not act on gs://models" in resp.get_data(as_text=True)
+    assert versions(home, "sentiment") == []
+    configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://models"})  # its own: registered
+    resp = client.post("/", json=doc, content_type="application/cloudevents+json")
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert versions(home, "sentiment") == ["1"]
+
+
 def test_a_large_body_under_the_limit_arrives_whole(client: FlaskClient, home: Path) -> None:
     doc = structured("canonical-artifact-pushed")
     doc["data"]["labels"] = {f"k{i}": "v" * 100 for i in range(2000)}  # ~230 KB, many reads
