@@ -60,12 +60,13 @@ def decode(
         batch = _json(body, "CloudEvents batch")
         if not isinstance(batch, list):
             raise BadRequest("a CloudEvents batch must be a JSON array")
-        members, refused = [], []
+        members: list[Inbound] = []
+        refused: list[BadRequest] = []
         for i, item in enumerate(batch):  # a bad member does not take the others with it
             try:
                 members.append(_structured(item, f"batch[{i}]", h))
             except BadRequest as exc:
-                refused.append(exc)
+                PartlyBad.note(refused, exc)
         PartlyBad.check(refused, members, len(batch))
         return members
     if "ce-specversion" in h:

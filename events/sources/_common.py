@@ -41,14 +41,15 @@ def each(
     units: Sequence[Any], one: Callable[[int, Any], CanonicalEvent | None]
 ) -> list[CanonicalEvent]:
     """`one(n, unit)` over every unit of a body that carries several: their events. Some bad:
-    PartlyBad carrying the others' events; every one bad: the first one's BadRequest."""
+    PartlyBad carrying the others' events; every one bad: the first one's BadRequest; more
+    than MAX_REFUSED bad: a BadRequest at once."""
     events: list[CanonicalEvent] = []
     refused: list[BadRequest] = []
     for n, unit in enumerate(units):
         try:
             event = one(n, unit)
         except BadRequest as exc:
-            refused.append(exc)
+            PartlyBad.note(refused, exc)
             continue
         if event is not None:
             events.append(event)
