@@ -154,6 +154,33 @@ def test_source_must_name_exactly_one_store(
     assert "spec.source must set exactly one of oci, gcs, s3 or http" in exc.body
 
 
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ({"gcs": {"uri": "gs://models/models/../../etc/"}}, "must not hold '..' segments"),
+        ({"s3": {"uri": "s3://models/models/m/.."}}, "must not hold '..' segments"),
+        ({"gcs": {"uri": "gs://models/models/a\u0000b/"}}, "spec.source.gcs.uri"),
+        ({"s3": {"uri": "s3://models/models/\n/1/"}}, "spec.source.s3.uri"),
+        (
+            {"gcs": {"uri": "gs://models/models/m/1/"}, "secretRef": {"name": "../x"}},
+            "spec.source.secretRef.name",
+        ),
+    ],
+)
+def test_a_source_the_functions_would_refuse_is_refused_at_apply(
+    api: Any, namespace: str, source: dict[str, Any], says: str
+) -> None:
+    """Accepted before, then refused by register and cleanup (400): the Model's deletion
+    waited on the cleanup finalizer for ever, its source being immutable."""
+    exc = _refused(api, namespace, _model("bad-path", source=source, deletionPolicy="Delete"))
+    assert exc.status == 422 and says in exc.body, exc.body
+
+
+def test_a_source_with_dots_in_its_names_is_taken(api: Any, namespace: str) -> None:
+    source = {"gcs": {"uri": "gs://models/m..v2/1.0/..x/"}, "secretRef": {"name": "a.b-c"}}
+    assert _create(api, namespace, _model("dots", source=source))["spec"]["source"] == source
+
+
 def test_deletion_policy_is_an_enum(api: Any, namespace: str) -> None:
     exc = _refused(api, namespace, _model("bad-policy", deletionPolicy="Destroy"))
     assert exc.status == 422
