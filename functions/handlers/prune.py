@@ -9,10 +9,13 @@ List the repository's history, plan (modelhooks.core.retention: keep the newest 
 stream and what is protected, recent, in use by a live registered version or the Model, or
 named by a kept tag or index), delete exactly the plan — referrers, tags, manifests — and
 reply `tags.pruned` with it. A tag that names another digest than planned, since, is left
-alone; a second delivery finds nothing more to delete. Untagged manifests (policy
-`untagged`) are those the registry lists and those archived registered versions name that
-no tag does: the distribution API lists none, and a prune killed between its untags and
-its manifest deletes left them so for good.
+alone; a second delivery finds nothing more to delete.
+
+A run stopped between its tag deletes and its manifest deletes (a killed process) leaves
+those manifests untagged, and the distribution API lists no untagged manifest, so its
+redelivery cannot find them: the registry's own garbage collection reclaims them
+(`registry garbage-collect --delete-untagged`). Finding them here would cost a manifest
+read per version ever archived in the repository, on every delivery.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import msgspec
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.errors import BadRequest, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.records import Manifest, ModelState, Tag
+from modelhooks.core.records import ModelState, Tag
 from modelhooks.core.retention import Policies, Policy, apply, model_policy, plan
 from modelhooks.core.sources import model_source
 from modelhooks.core.tenancy import Tenancy
@@ -75,14 +78,11 @@ def handle(
     tags, untagged = client.history(repo)
     if isinstance(data, ArtifactPushed):
         tags = _with_pushed(client, repo, tags, data, event.time)
-    used, registered = _registered(registry, f"{uri}@")
-    if policy.untagged is not None:
-        untagged = [*untagged, *_untagged(client, repo, registered, tags, untagged)]
     planned = plan(
         tags,
         policy,
         untagged=untagged,
-        in_use=used | pinned,
+        in_use=in_use(registry) | pinned,
         now=datetime.now(UTC),
     )
     done = apply(client, repo, planned)
@@ -118,27 +118,6 @@ def _with_pushed(
     return [*tags, Tag(tag, digest, at, children)]
 
 
-def _untagged(
-    client: OciRegistry, repo: str, registered: set[str], tags: list[Tag], listed: list[Manifest]
-) -> list[Manifest]:
-    """The manifests registered versions name that no tag names and the registry still
-    holds: what the distribution API cannot list. A prune killed between its untags and its
-    manifest deletes left them so (its redelivery lists fewer tags); a tag deleted by hand
-    too. One manifest read each (a registered version's manifest deleted since: none)."""
-    from modelhooks.adapters.oci.distribution import created_at
-
-    named = {t.digest for t in tags} | {m.digest for m in listed}
-    found = []
-    for digest in sorted(registered - named):
-        try:
-            manifest, digest, _ = client.manifest(repo, digest)
-        except NotFound:
-            continue
-        children = tuple(str(m.get("digest")) for m in manifest.get("manifests") or ())
-        found.append(Manifest(digest, created_at(manifest), children))
-    return found
-
-
 def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[str]] | None:
     """(repository URI, policy, digests pinned) for a Model asking for retention of an OCI
     source, else None. The Model's own tag is protected; its digest (the reference's, or
@@ -162,22 +141,13 @@ def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[
 
 def in_use(registry: ModelRegistry) -> frozenset[str]:
     """The digests live registered versions name: never deleted."""
-    return _registered(registry, "")[0]
-
-
-def _registered(registry: ModelRegistry, prefix: str) -> tuple[frozenset[str], set[str]]:
-    """(the digests live registered versions name: never deleted, those of the archived
-    versions registered at `prefix`… (oci://host/repo@), in one pass)."""
-    live, archived = set(), set()
-    for model in registry.list_models():
-        for version in registry.list_versions(model.id):
-            props = version.custom_properties
-            digest = props.get("digest", "")
-            if model.state == ModelState.LIVE and version.state == ModelState.LIVE:
-                live.add(digest)
-            elif prefix and props.get("uri", "").startswith(prefix):
-                archived.add(digest)
-    return frozenset(live - {""}), archived - {""}
+    return frozenset(
+        version.custom_properties.get("digest", "")
+        for model in registry.list_models()
+        if model.state == ModelState.LIVE
+        for version in registry.list_versions(model.id)
+        if version.state == ModelState.LIVE
+    ) - {""}
 
 
 FUNCTION = Function(

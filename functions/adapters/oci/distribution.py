@@ -46,7 +46,6 @@ __all__ = [
     "OCI_MANIFEST",
     "TITLE",
     "DistributionRegistry",
-    "created_at",
     "digest_of",
     "parse_uri",
 ]
@@ -277,7 +276,7 @@ class DistributionRegistry:
             except NotFound:  # deleted since it was listed (a concurrent run): not a tag
                 return None
             children = tuple(str(m.get("digest")) for m in manifest.get("manifests") or ())
-            return Tag(name, digest, created_at(manifest), children)
+            return Tag(name, digest, _created(manifest), children)
 
         with ThreadPoolExecutor(self.workers) as pool:
             found = list(pool.map(read, list(self.tags(repo))))
@@ -344,7 +343,7 @@ _HOST = re.compile(
 )
 
 
-def created_at(manifest: dict[str, Any]) -> datetime | None:
+def _created(manifest: dict[str, Any]) -> datetime | None:
     """The push time a manifest declares (a time zone is required), or None."""
     created = (manifest.get("annotations") or {}).get(CREATED)
     try:
