@@ -33,7 +33,9 @@ __all__ = [
 
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 40
-MAX_KEY_LENGTH = 256
+# a Kubernetes label or annotation key (a 253-character prefix, "/", a 63-character name)
+# as an object's managedFields name it (f:<key>): a Model may carry one
+MAX_KEY_LENGTH = 320
 
 
 def _text_bad(value: str) -> bool:
