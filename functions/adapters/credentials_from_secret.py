@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = ["clients_for", "gcs_credentials", "oci_auth", "s3_keys"]
 
 Secret = Mapping[str, bytes]
 _DOCKER_HUB = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def clients_for(
@@ -68,10 +70,28 @@ def s3_keys(secret: Secret, where: str) -> tuple[str, str, str | None]:
         )
     token = secret.get("AWS_SESSION_TOKEN")
     return (
-        _text(secret, "AWS_ACCESS_KEY_ID", where),
-        _text(secret, "AWS_SECRET_ACCESS_KEY", where),
-        _text(secret, "AWS_SESSION_TOKEN", where) if token else None,
+        _s3_key(secret, "AWS_ACCESS_KEY_ID", where, longest=128),
+        _s3_key(secret, "AWS_SECRET_ACCESS_KEY", where),
+        _s3_key(secret, "AWS_SESSION_TOKEN", where) if token else None,
     )
+
+
+def _s3_key(secret: Secret, key: str, where: str, longest: int = 0) -> str:
+    """A key's text, refused (naming the key, never its value) when no S3 service could
+    take it: empty, holding a control character (the access key id goes into a header: a
+    newline or NUL in it failed every request as if S3 were down, 503 for ever), or an
+    access key id longer than AWS's 128 characters (a header too large: the same)."""
+    value = _text(secret, key, where)
+    why = ""
+    if not value:
+        why = "is empty"
+    elif _CONTROL.search(value):
+        why = "holds a control character"
+    elif longest and len(value) > longest:
+        why = f"is longer than {longest} characters"
+    if why:
+        raise BadRequest(f"{where}: {key} {why}: not an S3 credential", field=key)
+    return value
 
 
 def gcs_credentials(secret: Secret, where: str) -> Any:

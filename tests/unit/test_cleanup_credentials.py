@@ -97,6 +97,30 @@ def test_s3_secret_without_the_keys_names_them(secret: dict[str, bytes]) -> None
     assert status_of(refused.value) == 400
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("AWS_ACCESS_KEY_ID", b"AK\nSECRETVALUE", "holds a control character"),
+        ("AWS_ACCESS_KEY_ID", b"AK\x00SECRETVALUE", "holds a control character"),
+        ("AWS_SECRET_ACCESS_KEY", b"SECRETVALUE\x00", "holds a control character"),
+        ("AWS_SESSION_TOKEN", b"SECRET\rVALUE", "holds a control character"),
+        ("AWS_ACCESS_KEY_ID", b"", "is empty"),
+        ("AWS_SECRET_ACCESS_KEY", b"\n", "is empty"),
+        ("AWS_ACCESS_KEY_ID", b"SECRETVALUE" * 50_000, "is longer than 128 characters"),
+    ],
+)
+def test_s3_keys_no_service_could_take_are_refused_naming_the_key_not_the_value(
+    key: str, value: bytes, why: str
+) -> None:
+    """On MinIO these failed every request as if S3 were down (503, retried for ever)."""
+    secret = {"AWS_ACCESS_KEY_ID": b"AKIA1", "AWS_SECRET_ACCESS_KEY": b"s3cret", key: value}
+    with pytest.raises(BadRequest) as refused:
+        s3_keys(secret, WHERE)
+    assert refused.value.message == f"{WHERE}: {key} {why}: not an S3 credential"
+    assert status_of(refused.value) == 400
+    assert "SECRETVALUE" not in repr(refused.value.as_json())
+
+
 def test_an_s3_store_acts_with_the_secrets_keys_and_keeps_its_endpoint(tmp_path: Path) -> None:
     base = S3ObjectStore(endpoint_url="http://127.0.0.1:9", region="eu-west-1")
     stores = _stores(tmp_path, s3=base)
