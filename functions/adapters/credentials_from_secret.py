@@ -106,6 +106,8 @@ def gcs_credentials(secret: Secret, where: str) -> Any:
         from google.oauth2 import service_account
     if not isinstance(info, dict) or info.get("type") != "service_account":
         raise BadRequest(f"{where}: key.json is not a service-account key", field="key.json")
+    if not isinstance(info.get("private_key", ""), str):  # google-auth's error would show it
+        raise BadRequest(f"{where}: key.json's private_key is not a PEM text", field="key.json")
     load: Any = service_account.Credentials.from_service_account_info  # google-auth: untyped
     try:
         return load(info)
@@ -138,8 +140,10 @@ def oci_auth(secret: Secret, host: str, where: str) -> tuple[str, str]:
     user, password = entry.get("username"), entry.get("password")
     if isinstance(entry.get("auth"), str) and not (user and password):
         try:
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            user, colon, password = base64.b64decode(entry["auth"]).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
+            user = colon = password = None
+        if not colon:  # a token alone is no user: it was sent, and shown, as the user name
             user = password = None
     if not (isinstance(user, str) and user and isinstance(password, str)):
         raise BadRequest(

@@ -190,6 +190,17 @@ def test_a_bad_gcs_secret_is_refused_naming_key_json(
     assert WHERE in refused.value.message
 
 
+@pytest.mark.parametrize("key", [{"x": "SECRETVALUE"}, ["SECRETVALUE"]])
+def test_a_gcs_private_key_that_is_no_text_is_refused_without_showing_it(key: Any) -> None:
+    """google-auth's error showed it: "{'x': 'SECRETVALUE'} could not be converted to bytes"."""
+    info = json.loads(_service_account_key())
+    secret = {"key.json": json.dumps({**info, "private_key": key}).encode()}
+    with pytest.raises(BadRequest) as refused:
+        gcs_credentials(secret, WHERE)
+    assert refused.value.message == f"{WHERE}: key.json's private_key is not a PEM text"
+    assert "SECRETVALUE" not in repr(refused.value.as_json())
+
+
 # --- OCI --------------------------------------------------------------------------------
 
 
@@ -222,6 +233,8 @@ def test_oci_auth_from_username_password_or_a_docker_config(
         ({".dockerconfigjson": b"[]"}, "no `auths` object"),
         (_dockerconfig({"r.example": {"email": "x"}}), "needs username and password, or auth"),
         (_dockerconfig({"r.example": {"auth": "%%%"}}), "needs username and password, or auth"),
+        # a token alone (no user:): it was taken for the user name, and a refusal showed it
+        (_dockerconfig({"r.example": {"auth": base64.b64encode(b"SECRETVALUE").decode()}}), "needs username and password, or auth"),
     ],
 )  # fmt: skip
 def test_a_bad_oci_secret_is_refused_naming_the_keys(
@@ -230,6 +243,7 @@ def test_a_bad_oci_secret_is_refused_naming_the_keys(
     with pytest.raises(BadRequest, match=message) as refused:
         oci_auth(secret, "r.example", WHERE)
     assert WHERE in refused.value.message
+    assert "SECRETVALUE" not in repr(refused.value.as_json())
 
 
 def test_oci_clients_act_with_the_secret_never_the_process_credentials(tmp_path: Path) -> None:
