@@ -142,7 +142,7 @@ def oci_auth(secret: Secret, host: str, where: str) -> tuple[str, str]:
         try:
             user, colon, password = base64.b64decode(entry["auth"]).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
-            user = colon = password = None
+            user, colon, password = None, "", None
         if not colon:  # a token alone is no user: it was sent, and shown, as the user name
             user = password = None
     if not (isinstance(user, str) and user and isinstance(password, str)):
