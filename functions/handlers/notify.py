@@ -41,7 +41,7 @@ from modelhooks.core.conditions import (
     is_resource_name,
     model_of_subject,
 )
-from modelhooks.core.errors import BadRequest, Conflict, Unavailable
+from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.model_status import cleanup_failed, progress, rollout_version
 from modelhooks.core.sources import model_source
@@ -180,6 +180,8 @@ def _apply(cluster: Cluster, model: dict[str, Any], desired: Any) -> dict[str, A
         try:
             rv = model["metadata"]["resourceVersion"]
             return cluster.apply_status(ns, name, desired(model), resource_version=rv)
+        except NotFound:  # deleted since it was read: nothing to tell (a 404 is redelivered)
+            raise Skip(f"Model {ns}/{name} is gone") from None
         except Conflict:
             found = cluster.get_model(ns, name)
             if found is None:

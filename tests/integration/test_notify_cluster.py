@@ -396,3 +396,42 @@ def test_a_finalizer_write_that_lost_a_race_is_retried_keeping_the_winner(
         "example.com/second",
         FINALIZER,
     ]
+
+
+def test_a_model_deleted_before_its_status_is_applied_is_skipped_not_a_404(
+    admin: Admin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Model read (the watch cache's, a moment old), then deleted, then its status
+    applied: 404 from the API server, which was notify's answer (a 404 Knative redelivers
+    until its dead letter); a Model gone is a Skip, as a Conflict's read finding none."""
+    from modelhooks.core.function import Skip
+
+    ns = admin.namespace(rollout=False)
+    admin.create(ns, model("gone"))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    cluster = app.deps.cluster
+    assert cluster is not None
+    try:
+        stale = cluster.get_model(ns, "gone")
+        admin.delete(ns, "gone")
+        read = cluster.get_model
+        monkeypatch.setattr(
+            cluster, "get_model", lambda n, m, cached=False: stale if cached else read(n, m)
+        )
+        registered = ModelRegistered(
+            model="gone", version="1", uri="oci://registry.local:5000/models/demo@" + DIGEST,
+            digest=DIGEST, registry="kubernetes", registered_model_id="7",
+            model_version_id="9", model_artifact_id="11", namespace=ns, created=True,
+        )  # fmt: skip
+        with pytest.raises(Skip, match="is gone"):
+            app.function("notify").handle(_event(registered, "registered-gone"))
+        assert admin.events(ns) == []
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
