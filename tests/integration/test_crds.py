@@ -181,6 +181,19 @@ def test_a_source_with_dots_in_its_names_is_taken(api: Any, namespace: str) -> N
     assert _create(api, namespace, _model("dots", source=source))["spec"]["source"] == source
 
 
+@pytest.mark.parametrize("version", ["1.0 beta", "v1/2", "-1", ".1", "v1:rc", "1\n"])
+def test_a_version_no_event_can_carry_is_refused_at_apply(
+    api: Any, namespace: str, version: str
+) -> None:
+    exc = _refused(api, namespace, _model("bad-version", version=version))
+    assert exc.status == 422 and "spec.version" in exc.body, exc.body
+
+
+def test_a_version_with_build_metadata_is_taken(api: Any, namespace: str) -> None:
+    created = _create(api, namespace, _model("semver", version="1.0.0-rc.1+b_7"))
+    assert created["spec"]["version"] == "1.0.0-rc.1+b_7"
+
+
 def test_deletion_policy_is_an_enum(api: Any, namespace: str) -> None:
     exc = _refused(api, namespace, _model("bad-policy", deletionPolicy="Destroy"))
     assert exc.status == 422
