@@ -435,3 +435,24 @@ def test_a_model_deleted_before_its_status_is_applied_is_skipped_not_a_404(
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
+
+
+@pytest.mark.parametrize("note", ["é" * 1000, "模" * 400 + "x", "a" * 2000])
+def test_an_event_note_is_cut_to_the_bytes_the_api_server_takes(admin: Admin, note: str) -> None:
+    """A CleanupFailed note naming objects with non-ASCII keys: 1,024 characters were up to
+    4 KB, refused (422) by the API server's limit of 1,024 bytes."""
+    from modelhooks.core.conditions import ModelEvent
+
+    ns = admin.namespace(rollout=False)
+    admin.create(ns, model("noted"))
+    cluster = kubernetes_cluster(str(admin.kubeconfig), env={})
+    assert cluster is not None
+    event = ModelEvent(
+        namespace=ns, name="noted.1", model="noted", uid="", reason="CleanupFailed",
+        action="KeepFinalizer", note=note, time=datetime.now(UTC), type="Warning",
+    )  # fmt: skip
+    assert cluster.record(event) and not cluster.record(event)  # once
+    (recorded,) = admin.events(ns)
+    kept = recorded["note"]
+    assert note.startswith(kept) and len(kept.encode()) <= 1024 < len(note.encode())
+    assert len(kept.encode()) > 1020

@@ -205,7 +205,7 @@ class KubernetesCluster:
             "reportingInstance": self._instance,
             "action": event.action,
             "reason": event.reason,
-            "note": event.note[:1024],
+            "note": _note(event.note),
             "type": event.type,
             "regarding": {
                 "apiVersion": f"{GROUP}/{VERSION}",
@@ -272,6 +272,13 @@ class KubernetesCluster:
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _note(text: str) -> str:
+    """An Event's note as the API server takes it: at most 1024 bytes of UTF-8 (not
+    characters: a note of 1,000 'é' was refused, 422, notify's answer a 400), cut on a
+    character."""
+    return text.encode()[:1024].decode(errors="ignore")
 
 
 def _model_path(namespace: str, name: str = "") -> str:
