@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from modelhooks.core.errors import ModelhooksError, NotFound, PayloadTooLarge
 from modelhooks.delivery.broker import Broker, single
 from modelhooks.delivery.encoding import Response, error_response, internal_error, json_response
@@ -50,17 +52,39 @@ Handler = Callable[[str, str, Mapping[str, str], bytes], Response]
 
 def guarded(handler: Handler, where: str) -> Handler:
     """`handler`, never raising: errors of the tree answer their JSON status, anything else
-    a JSON 500 without internals and one log line with the traceback."""
+    a JSON 500 without internals and one log line with the traceback. A refusal for good is
+    answered 200 to a sender that would retry it for ever (`_retries_every_failure`)."""
 
     def handle(method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         try:
-            return handler(method, path, headers, body)
+            response = handler(method, path, headers, body)
         except ModelhooksError as exc:
-            return error_response(exc)
+            response = error_response(exc)
         except Exception as exc:
             return internal_error(exc, where)
+        if _retries_every_failure(headers) and _for_good(response.status):
+            return msgspec.structs.replace(response, status=200)  # the reasons as they were
+        return response
 
     return handle
+
+
+# distribution's notification endpoint retries every answer but a 2xx or 3xx, for ever, and
+# what it notifies next waits behind it (one retrying sink, one queue): answered 4xx, a push
+# our route refuses for good (bad input, not this route's or tenant's kind or location, a
+# Conflict) held back every later notification of that registry. Its envelope's type:
+_DISTRIBUTION_EVENTS = "application/vnd.docker.distribution.events."
+
+
+def _retries_every_failure(headers: Mapping[str, str]) -> bool:
+    ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    return ctype.strip().lower().startswith(_DISTRIBUTION_EVENTS)
+
+
+def _for_good(status: int) -> bool:
+    """A refusal no retry changes: not unauthenticated (the sender's to fix), too large to
+    read, timed out or throttled."""
+    return 400 <= status < 500 and status not in (401, 408, 413, 429)
 
 
 def function_delivery(name: str, delivery: Delivery) -> Handler:

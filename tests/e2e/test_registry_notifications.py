@@ -53,3 +53,42 @@ def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
     assert rows[0]["uri"] == f"oci://{registry.host}/{repo}@{digest}"
     # Blob pushes were notified too (distribution) but registered nothing of their own.
     assert len(ours()) == 1
+
+
+@pytest.mark.parametrize("kind", ["docker_registry", "distribution3"])
+def test_a_notification_refused_for_good_does_not_hold_back_the_next(
+    kind: str, request: pytest.FixtureRequest, serve: Callable[..., Served]
+) -> None:
+    """distribution retries every answer but 2xx/3xx, for ever, and what it notifies next
+    waits behind it: a push the route's tenant may not act on (403) held back every later
+    notification of the registry. It is answered 200 with why; the next push registers."""
+    registry: OciRegistry = request.getfixturevalue(kind)
+    path, run = f"/{registry.kind}-events", uuid.uuid4().hex[:8]
+    served = serve(
+        registry.notify_port,
+        "--ingress-route-auth",
+        f"{path}=bearer:token={registry.notify_token}",
+        "--ingress-auth",
+        "bearer:token=only-for-the-routes-above",
+        "--ingress-registry-host",
+        registry.host,
+        "--ingress-route-kinds",
+        f"{path}=oci",
+        "--ingress-route-namespaces",
+        f"{path}=team-a",
+        "--tenancy-tenants",
+        f"team-a=oci://{registry.host}/allowed-{run}/*",
+        "--store-allow-local-targets",
+        "true",
+    )
+    with requests.Session() as http:
+        push_artifact(http, registry, f"denied-{run}/m", "v1", {"weights.bin": b"d" * 2048})
+        digest = push_artifact(
+            http, registry, f"allowed-{run}/m", "v1", {"weights.bin": b"a" * 2048}
+        )
+
+    def registered() -> list[dict[str, str]]:
+        return [r for r in served.registrations() if r["model"].endswith(f"-{run}/m")]
+
+    rows = served.wait_for("the allowed push's registration", registered, timeout=60)
+    assert [(r["model"], r["digest"]) for r in rows] == [(f"allowed-{run}/m", digest)]

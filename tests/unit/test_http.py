@@ -650,6 +650,38 @@ def test_a_bad_record_does_not_take_the_good_ones_with_it(client: FlaskClient, h
     assert versions(home, "bert") == ["2"]
 
 
+def test_distribution_is_answered_200_for_a_refusal_it_would_retry_for_ever(
+    client: FlaskClient, home: Path
+) -> None:
+    """distribution retries every answer but 2xx/3xx for ever, its later notifications
+    waiting behind it: a refusal for good is answered 200 to its envelope type, with the
+    same reasons; the same body under another type is answered as before."""
+    registry_events = structured("oci-distribution-push")
+    bad = registry_events["events"][0]
+    bad["target"] |= {"repository": "bert", "digest": "sha256:not-hex"}
+    body = json.dumps({"events": [bad]})
+    for ctype, status in (
+        ("application/vnd.docker.distribution.events.v1+json", 200),
+        ("application/vnd.docker.distribution.events.v2+json; charset=utf-8", 200),
+        ("application/json", 400),
+    ):
+        resp = client.post("/", data=body, content_type=ctype)
+        assert resp.status_code == status, ctype
+        assert resp.json is not None and "not a digest" in resp.json["message"]
+    assert versions(home, "bert") == []
+
+
+def test_distribution_without_its_credentials_is_still_told_401(
+    client: FlaskClient, configure: Callable[[dict[str, str]], None]
+) -> None:
+    """Credentials are the sender's to fix: retried, the notification goes through once
+    they are (and 200 to anyone naming the envelope type would accept the unauthenticated)."""
+    configure({"MODELHOOKS_INGRESS_AUTH": "bearer:token=s3cret"})
+    body = json.dumps(structured("oci-distribution-push"))
+    ctype = "application/vnd.docker.distribution.events.v1+json"
+    assert client.post("/", data=body, content_type=ctype).status_code == 401
+
+
 def test_a_batch_member_the_route_does_not_accept_is_refused_alone(
     client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None]
 ) -> None:
