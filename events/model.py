@@ -19,6 +19,7 @@ from msgspec import Meta, field
 from modelhooks.events.errors import BadRequest
 
 __all__ = [
+    "END",
     "EVENT_TYPES",
     "ArtifactDeleted",
     "ArtifactPurged",
@@ -45,10 +46,10 @@ StoreKind = Literal["local", "gcs", "s3", "oci", "http"]
 # segments, no leading or trailing space.
 _SEGMENT = r"[A-Za-z0-9_](?:[A-Za-z0-9._ -]*[A-Za-z0-9._-])?"
 # msgspec searches with Python's re, whose '$' also matches before a final '\n' ('v1\n' was
-# a version); JSON Schema's (ECMA-262) '$' does not, and the lookahead is valid in both
-_END = r"$(?!\n)"
-NAME_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*{_END}"
-VERSION_PATTERN = rf"^[A-Za-z0-9_][A-Za-z0-9._+-]*{_END}"
+# a version); JSON Schema's (ECMA-262) '$' does not (the schemas say '$': events.schemas)
+END = r"$(?!\n)"
+NAME_PATTERN = rf"^{_SEGMENT}(?:/{_SEGMENT})*{END}"
+VERSION_PATTERN = rf"^[A-Za-z0-9_][A-Za-z0-9._+-]*{END}"
 Name = Annotated[
     str,
     Meta(min_length=1, max_length=253, pattern=NAME_PATTERN, description="a model name"),
@@ -59,7 +60,7 @@ VersionName = Annotated[
 ]
 # A Kubernetes namespace (DNS label): the tenant.
 Namespace = Annotated[
-    str, Meta(min_length=1, max_length=63, pattern=rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?{_END}")
+    str, Meta(min_length=1, max_length=63, pattern=rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?{END}")
 ]
 D = TypeVar("D", bound="EventData")
 
@@ -225,7 +226,7 @@ class PruneRequested(EventData, frozen=True, kw_only=True):
     uri: Annotated[
         str,
         Meta(
-            pattern=rf"^oci://[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9][a-z0-9._/-]*{_END}",
+            pattern=rf"^oci://[a-z0-9][a-z0-9.-]*(:[0-9]+)?/[a-z0-9][a-z0-9._/-]*{END}",
             max_length=1024,
             description="the repository, oci://host[:port]/repository",
         ),
@@ -277,7 +278,7 @@ class TransferSource(_Part, frozen=True, kw_only=True):
     region: Annotated[str | None, _doc("s3: the bucket's region")] = None
     uri: Annotated[_REF | None, _doc("oci: host/repository:tag|@digest; uri: http(s)://…")] = None
     sha256: Annotated[
-        Annotated[str, Meta(pattern=rf"^(sha256:)?[0-9a-fA-F]{{64}}{_END}")] | None,
+        Annotated[str, Meta(pattern=rf"^(sha256:)?[0-9a-fA-F]{{64}}{END}")] | None,
         _doc("uri: the sha256 of what it serves (checked before anything is registered)"),
     ] = None
 

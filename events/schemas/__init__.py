@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec.json
 
-from modelhooks.events.model import EVENT_TYPES, SCHEMA_BASE, EventData
+from modelhooks.events.model import END, EVENT_TYPES, SCHEMA_BASE, EventData
 
 __all__ = ["DIRECTORY", "filename", "generate", "write"]
 
@@ -23,11 +23,17 @@ def filename(cls: type[EventData]) -> str:
     return f"{cls.TYPE}.v{cls.VERSION}.json"
 
 
+# The models' patterns end with `$(?!\n)`: Python's re (msgspec's) also matches `$` before a
+# final newline. JSON Schema's `$` (ECMA-262, no multiline) does not, so the schemas say `$`
+# alone, which every validator compiles (RE2-based ones, e.g. Go's, refuse a lookahead).
+_PY_END, _END = json.dumps(END)[1:-1], "$"
+
+
 def generate() -> dict[str, dict[str, Any]]:
     """file name → schema, for every canonical type."""
     out = {}
     for cls in EVENT_TYPES.values():
-        schema = msgspec.json.schema(cls)
+        schema = json.loads(json.dumps(msgspec.json.schema(cls)).replace(_PY_END, _END))
         schema = {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"{SCHEMA_BASE}/{filename(cls)}",

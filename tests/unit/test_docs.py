@@ -35,6 +35,21 @@ def test_event_schemas_are_fresh() -> None:
     assert on_disk == expected, "events/schemas is stale: run `make docs`"
 
 
+def test_event_schema_patterns_are_ones_every_json_schema_validator_compiles() -> None:
+    """ECMA-262 patterns without lookarounds (RE2-based validators, e.g. Go's, refuse them):
+    the models' `$(?!\\n)` (for Python's re) is `$` in the schemas, which ECMA reads alike."""
+
+    def patterns(node: object) -> list[str]:
+        if isinstance(node, dict):
+            found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+            return found + [p for v in node.values() for p in patterns(v)]
+        return [p for v in node for p in patterns(v)] if isinstance(node, list) else []
+
+    every = [p for schema in generate().values() for p in patterns(schema)]
+    assert every and all(p.endswith("$") for p in every)
+    assert [p for p in every if "(?=" in p or "(?!" in p or "(?<" in p] == []
+
+
 def test_the_install_without_knative_is_generated_from_the_knative_services() -> None:
     from tests.tools import plain_kubernetes
 
