@@ -39,8 +39,14 @@ FIELD_MANAGER = "modelhooks-notify"  # owner of the status fields notify applies
 REPORTING_CONTROLLER = "modelhooks.dev/notify"
 MODEL_ANNOTATION = "modelhooks.dev/model"  # on a workload: the Model it serves
 ROLLOUT_ANNOTATION = "modelhooks.dev/model-version"  # set on it: <version>@<digest>
-_SUBJECT = re.compile(r"^/apis/modelhooks\.dev/[^/]+/namespaces/([^/]+)/models/([^/]+)$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"  # a namespace
+_DNS_SUBDOMAIN_ = r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?"  # a Model's name
+# a Model's path, of names only (a subject of '..' or '.' steered the requests made for it
+# at other paths of the API server: the namespace, the list of Models, discovery)
+_SUBJECT = re.compile(
+    rf"/apis/modelhooks\.dev/[^/]+/namespaces/({_DNS_LABEL})/models/({_DNS_SUBDOMAIN_})"
+)
+_DNS_SUBDOMAIN = re.compile(_DNS_SUBDOMAIN_)
 
 
 # frozen msgspec Structs, not dataclasses: making a Struct class costs ~2 % of a dataclass's
@@ -100,10 +106,10 @@ def event_name(model: str, source: str, event_id: str, reason: str) -> str:
 def model_of_subject(subject: str | None) -> tuple[str, str] | None:
     """(namespace, name) when a CloudEvent's subject is a Model's path, as the ApiServerSource
     and `watch-models` set it (and the functions replying to them keep it)."""
-    found = _SUBJECT.match(subject or "")
+    found = _SUBJECT.fullmatch(subject or "")
     return (found[1], found[2]) if found else None
 
 
 def is_resource_name(name: str) -> bool:
     """Whether `name` can be a Model's name (a DNS subdomain)."""
-    return bool(_DNS_SUBDOMAIN.match(name))
+    return bool(_DNS_SUBDOMAIN.fullmatch(name))

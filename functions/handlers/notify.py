@@ -143,7 +143,7 @@ def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None
         return None
     if named:
         return cluster.get_model(*named)
-    if isinstance(data, ModelCreated | ModelUpdated):
+    if isinstance(data, ModelCreated | ModelUpdated) and is_resource_name(data.name):
         return cluster.get_model(data.namespace, data.name)
     if isinstance(data, ArtifactPurged):
         if data.model and is_resource_name(data.model):  # cleanup names the deleted Model

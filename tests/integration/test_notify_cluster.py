@@ -456,3 +456,48 @@ def test_an_event_note_is_cut_to_the_bytes_the_api_server_takes(admin: Admin, no
     kept = recorded["note"]
     assert note.startswith(kept) and len(kept.encode()) <= 1024 < len(note.encode())
     assert len(kept.encode()) > 1020
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"),
+    [("{ns}", "."), ("{ns}", ".."), ("..", ".."), (".", "bert"), ("{ns}", "bert%2Fstatus")],
+)
+def test_a_subject_naming_no_model_reaches_no_other_path(
+    admin: Admin, tmp_path: Path, namespace: str, name: str
+) -> None:
+    """A subject's namespace and name are Kubernetes names or no Model's: '.' and '..'
+    steered notify's requests at the list of Models, the namespace or discovery (a KeyError,
+    500, or a 403 blaming notify's role)."""
+    from modelhooks.core.function import Skip
+
+    ns = admin.namespace(rollout=False)
+    admin.create(ns, model("bert", deletionPolicy="Delete"))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    subject = f"/apis/modelhooks.dev/v1alpha1/namespaces/{namespace.format(ns=ns)}/models/{name}"
+    registered = ModelRegistered(
+        model="bert/status", version="1", uri="oci://registry.local:5000/models/demo@" + DIGEST,
+        digest=DIGEST, registry="kubernetes", registered_model_id="7",
+        model_version_id="9", model_artifact_id="11", namespace=ns, created=True,
+    )  # fmt: skip
+    created = ModelCreated(name="bert/status", namespace=ns, spec={"deletionPolicy": "Delete"})
+    try:
+        for data in (registered, created):
+            event = CanonicalEvent(
+                id=f"odd-{data.TYPE}", source="it", type=data.TYPE, data=data,
+                time=datetime(2026, 3, 1, tzinfo=UTC), subject=subject,
+            )  # fmt: skip
+            with pytest.raises(Skip, match="no Model"):
+                app.function("notify").handle(event)
+        assert admin.events(ns) == []
+        assert app.deps.cluster is not None
+        found = app.deps.cluster.get_model(ns, "bert")
+        assert found and not found["metadata"].get("finalizers") and not found.get("status")
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
