@@ -176,6 +176,40 @@ def test_a_source_the_functions_would_refuse_is_refused_at_apply(
     assert exc.status == 422 and says in exc.body, exc.body
 
 
+@pytest.mark.parametrize("policy", ["Delete", "Untag"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"gcs": {"uri": "gs://models//models/m/1/"}},
+        {"s3": {"uri": "s3://models//m/1/"}},
+        {"gcs": {"uri": "gs://models"}},
+        {"s3": {"uri": "s3://models/"}},
+    ],
+)
+def test_a_source_cleanup_would_refuse_is_refused_at_apply(
+    api: Any, namespace: str, source: dict[str, Any], policy: str
+) -> None:
+    """An absolute key ('//' after the bucket) or a whole bucket: cleanup refuses it (400,
+    never retried), so such a Model with a policy other than Retain, once deleted, waited
+    on the cleanup finalizer for ever."""
+    from modelhooks.core.cleanup import check_prefix
+    from modelhooks.core.errors import BadRequest
+    from modelhooks.core.stores import split_uri
+
+    uri = next(iter(source.values()))["uri"]
+    with pytest.raises(BadRequest):  # what cleanup answers for it
+        check_prefix(split_uri(uri)[2], uri)
+    exc = _refused(api, namespace, _model("bad-prefix", source=source, deletionPolicy=policy))
+    assert exc.status == 422 and "spec" in exc.body, exc.body
+
+
+def test_a_whole_bucket_is_taken_under_retain(api: Any, namespace: str) -> None:
+    """Register takes a whole bucket, and a Retain Model gets no cleanup finalizer."""
+    source = {"gcs": {"uri": "gs://models/"}}
+    created = _create(api, namespace, _model("whole-bucket", source=source))
+    assert created["spec"]["source"] == source and created["spec"]["deletionPolicy"] == "Retain"
+
+
 def test_a_source_with_dots_in_its_names_is_taken(api: Any, namespace: str) -> None:
     source = {"gcs": {"uri": "gs://models/m..v2/1.0/..x/"}, "secretRef": {"name": "a.b-c"}}
     assert _create(api, namespace, _model("dots", source=source))["spec"]["source"] == source
