@@ -31,7 +31,7 @@ class Tenancy(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a 
         rules = []
         for part in filter(None, (p.strip() for p in spec.split(";"))):
             ns, sep, pats = part.partition("=")
-            patterns = tuple(p.strip() for p in pats.split(",") if p.strip())
+            patterns = tuple(_pattern(p.strip()) for p in pats.split(",") if p.strip())
             if not sep or not ns.strip() or not patterns:
                 raise ConfigError(
                     f"MODELHOOKS_TENANCY_TENANTS: {part!r} is not 'namespace=pattern,…'"
@@ -78,6 +78,23 @@ class Tenancy(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a 
                 location=_location(uri),
             )
         return event
+
+
+def _pattern(pattern: str) -> str:
+    """A pattern as `allows` matches it. A gs:// or s3:// location is its bucket, so
+    `gs://b/` and `gs://b/*` (the bucket's every object) are `gs://b`: they matched no
+    location, refusing every event of the bucket they name. A path below a bucket would
+    match nothing either: a ConfigError naming it."""
+    scheme, sep, rest = pattern.partition("://")
+    if not sep or scheme.lower() not in ("gs", "s3"):
+        return pattern
+    bucket, _, path = rest.partition("/")
+    if path.strip("/") not in ("", "*", "**"):
+        raise ConfigError(
+            f"MODELHOOKS_TENANCY_TENANTS: {pattern!r}: a {scheme}:// pattern names buckets "
+            f"(tenancy is per bucket), not {path!r} inside one"
+        )
+    return f"{scheme}://{bucket}"
 
 
 def _uri_of(data: object) -> str | None:

@@ -573,6 +573,32 @@ def test_a_model_naming_another_tenants_bucket_is_refused(
     assert versions(home, "sentiment") == ["1"]
 
 
+@pytest.mark.parametrize("pattern", ["gs://models/", "gs://models/*", "gs://mod*/"])
+def test_a_bucket_pattern_ending_in_a_slash_names_the_bucket(
+    client: FlaskClient,
+    home: Path,
+    configure: Callable[[dict[str, str]], None],
+    pattern: str,
+) -> None:
+    """`gs://models/` (or `/*`) is bucket models: it matched no location (a location is
+    `gs://models`), so namespace ml's Model in its own bucket was a 403."""
+    configure({"MODELHOOKS_TENANCY_TENANTS": f"ml={pattern}"})
+    resp = client.post(
+        "/", json=structured("k8s-resource-add"), content_type="application/cloudevents+json"
+    )
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert versions(home, "sentiment") == ["1"]
+
+
+def test_a_bucket_pattern_with_a_path_fails_at_start() -> None:
+    """Tenancy is per bucket: `gs://models/team-a/*` matched nothing, silently."""
+    from modelhooks.core.errors import ConfigError
+    from modelhooks.core.tenancy import Tenancy
+
+    with pytest.raises(ConfigError, match="MODELHOOKS_TENANCY_TENANTS: 'gs://models/team-a/"):
+        Tenancy.parse("ml=gs://models/team-a/*")
+
+
 def test_a_large_body_under_the_limit_arrives_whole(client: FlaskClient, home: Path) -> None:
     doc = structured("canonical-artifact-pushed")
     doc["data"]["labels"] = {f"k{i}": "v" * 100 for i in range(2000)}  # ~230 KB, many reads
