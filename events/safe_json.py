@@ -33,9 +33,10 @@ __all__ = [
 
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 40
-# a Kubernetes label or annotation key (a 253-character prefix, "/", a 63-character name)
-# as an object's managedFields name it (f:<key>): a Model may carry one
-MAX_KEY_LENGTH = 320
+# a Kubernetes qualified name (a 253-character prefix, "/", a 63-character name: 317) as an
+# object's managedFields name it: a label or annotation f:<key> (319), a finalizer v:"<name>"
+# (321), a condition of the CRD's longest type (316) k:{"type":"<type>"} (329)
+MAX_KEY_LENGTH = 330
 
 
 def _text_bad(value: str) -> bool:

@@ -87,3 +87,38 @@ def test_a_model_labelled_and_annotated_at_kubernetes_limits_is_registered(
     resp = client.post("/", json=event, content_type="application/cloudevents+json")
     assert resp.status_code == 200, resp.get_data(as_text=True)
     assert _versions(home, "labelled") == ["1"]
+
+
+def test_a_model_with_a_finalizer_and_a_condition_at_kubernetes_limits_is_registered(
+    models: tuple[Any, str], serve: tuple[FlaskClient, Path]
+) -> None:
+    """Another controller's finalizer (a 317-character qualified name: managedFields key
+    `v:"<name>"`, 321) and condition (type of the CRD's 316: `k:{"type":"<type>"}`, 329)
+    were over ingress's key limit of 320: the Model's every event a 400."""
+    objects, namespace = models
+    client, home = serve
+    lay_model(home, "models", "models/finalized/1")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"name": "finalized", "finalizers": [LONGEST_KEY]},
+        "spec": {"source": {"gcs": {"uri": "gs://models/models/finalized/1/"}}, "version": "1"},
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    condition = {
+        "type": LONGEST_KEY[:-1],  # 316, the CRD's maxLength
+        "status": "True",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "reason": "Watched",
+        "message": "",
+    }
+    objects.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "finalized", {"status": {"conditions": [condition]}}
+    )
+    stored = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "finalized")
+    fields = str([m["fieldsV1"] for m in stored["metadata"]["managedFields"]])
+    assert f'v:"{LONGEST_KEY}"' in fields and f'k:{{"type":"{LONGEST_KEY[:-1]}"}}' in fields
+    event = to_cloudevent("add", stored, "https://apiserver")
+    resp = client.post("/", json=event, content_type="application/cloudevents+json")
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert _versions(home, "finalized") == ["1"]
