@@ -36,6 +36,7 @@ from typing import TypeVar
 
 import msgspec
 
+from modelhooks.core.conditions import model_of_subject
 from modelhooks.core.errors import ConfigError, Forbidden
 from modelhooks.events.auth import Authenticator, Principal, from_spec
 from modelhooks.events.model import CanonicalEvent
@@ -123,19 +124,21 @@ class RouteAuth(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than 
 
 def bind_tenant(routes: RouteAuth, path: str, event: CanonicalEvent) -> CanonicalEvent:
     """The event as the route's tenant sends it: its namespace set, or Forbidden when the
-    payload names another one."""
+    payload, or the subject (a Model's path: the Model notify acts on), names another one."""
     found = _longest(routes.namespaces, path)
     if found is None:
         return event
     tenant = routes.namespaces[found]
     data = event.data
     named = getattr(data, "namespace", None)
-    if named is not None and named != tenant:
-        raise Forbidden(
-            f"route {found} belongs to namespace {tenant!r}; the event names {named!r}",
-            namespace=named,
-            route_namespace=tenant,
-        )
+    model = model_of_subject(event.subject)  # the Model notify acts on, wherever data is
+    for claimed in (named, model[0] if model else None):
+        if claimed is not None and claimed != tenant:
+            raise Forbidden(
+                f"route {found} belongs to namespace {tenant!r}; the event names {claimed!r}",
+                namespace=claimed,
+                route_namespace=tenant,
+            )
     if hasattr(data, "namespace") and named != tenant:
         return event.replace(data=data.replace(namespace=tenant))
     return event

@@ -200,3 +200,29 @@ def test_a_route_bound_to_a_tenant_decides_the_namespace(
     registry = SqliteModelRegistry(home / "registry.db")
     model = registry.get_model("sentiment")
     assert model is not None and model.custom_properties["namespace"] == "team-a"
+
+
+@pytest.mark.parametrize("namespace", ["team-a", None])
+def test_a_route_bound_to_a_tenant_decides_the_model_its_subject_names(
+    serve: Callable[[dict[str, str]], FlaskClient], home: Path, namespace: str | None
+) -> None:
+    """notify acts on the Model a subject names before its data's: team-a's route sent an
+    event of its own (its namespace, its bucket) naming team-b's Model in its subject, and
+    notify wrote that Model's status (digest, Registered/Signed/Ready) or, for a purge,
+    removed its cleanup finalizer. Refused now, nothing registered."""
+    client = serve(
+        {
+            "MODELHOOKS_INGRESS_ROUTE_NAMESPACES": "/team-a=team-a",
+            "MODELHOOKS_INGRESS_ROUTE_KINDS": "/team-a=canonical",
+        }
+    )
+    data = {k: v for k, v in canonical()["data"].items() if k != "namespace"}
+    if namespace:
+        data["namespace"] = namespace
+    other = canonical(data=data, subject="/apis/modelhooks.dev/v1alpha1/namespaces/team-b/models/m")
+    resp = client.post("/team-a", json=other)
+    assert resp.status_code == 403 and resp.json is not None, resp.get_data(as_text=True)
+    assert resp.json["details"] == {"namespace": "team-b", "route_namespace": "team-a"}
+    assert models(home) == []
+    own = canonical(data=data, subject="/apis/modelhooks.dev/v1alpha1/namespaces/team-a/models/m")
+    assert client.post("/team-a", json=own).status_code == 200  # its own Model: taken
