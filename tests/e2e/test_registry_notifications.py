@@ -22,11 +22,12 @@ def registry(request: pytest.FixtureRequest) -> OciRegistry:
     return reg
 
 
-def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
-    registry: OciRegistry, serve: Callable[..., Served]
-) -> None:
+def serve_for(
+    registry: OciRegistry, serve: Callable[..., Served], kinds: str, *more: str
+) -> Served:
+    """`modelhooks serve` on the port `registry` notifies, its route taking `kinds` only."""
     path = f"/{registry.kind}-events"
-    served = serve(
+    return serve(
         registry.notify_port,
         "--ingress-route-auth",
         f"{path}=bearer:token={registry.notify_token}",
@@ -35,10 +36,17 @@ def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
         "--ingress-registry-host",
         registry.host,
         "--ingress-route-kinds",
-        f"{path}=oci,zot",  # the registry's route takes registry notifications only
+        f"{path}={kinds}",
         "--store-allow-local-targets",
         "true",  # the registry listens on loopback here
+        *more,
     )
+
+
+def test_a_pushed_model_gets_registered_and_blobs_are_ignored(
+    registry: OciRegistry, serve: Callable[..., Served]
+) -> None:
+    served = serve_for(registry, serve, "oci,zot")  # registry notifications only
     repo = f"e2e/{uuid.uuid4().hex[:8]}"
     with requests.Session() as http:
         digest = push_artifact(http, registry, repo, "v1", {"weights.bin": b"w" * 2048})
@@ -63,23 +71,15 @@ def test_a_notification_refused_for_good_does_not_hold_back_the_next(
     waits behind it: a push the route's tenant may not act on (403) held back every later
     notification of the registry. It is answered 200 with why; the next push registers."""
     registry: OciRegistry = request.getfixturevalue(kind)
-    path, run = f"/{registry.kind}-events", uuid.uuid4().hex[:8]
-    served = serve(
-        registry.notify_port,
-        "--ingress-route-auth",
-        f"{path}=bearer:token={registry.notify_token}",
-        "--ingress-auth",
-        "bearer:token=only-for-the-routes-above",
-        "--ingress-registry-host",
-        registry.host,
-        "--ingress-route-kinds",
-        f"{path}=oci",
+    run = uuid.uuid4().hex[:8]
+    served = serve_for(
+        registry,
+        serve,
+        "oci",
         "--ingress-route-namespaces",
-        f"{path}=team-a",
+        f"/{registry.kind}-events=team-a",
         "--tenancy-tenants",
         f"team-a=oci://{registry.host}/allowed-{run}/*",
-        "--store-allow-local-targets",
-        "true",
     )
     with requests.Session() as http:
         push_artifact(http, registry, f"denied-{run}/m", "v1", {"weights.bin": b"d" * 2048})
