@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -14,6 +15,7 @@ from typing import Any
 
 from modelhooks.cli import argtypes, common
 from modelhooks.core.errors import BadRequest, ConfigError, ModelhooksError, Unavailable
+from modelhooks.core.logs import configure
 
 __all__ = ["add_parser"]
 
@@ -67,6 +69,18 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
         "time (env MODELHOOKS_WATCH_CONCURRENCY; default 8; 1: every event in order)",
     )
     wm.add_argument(
+        "--backoff-delay",
+        type=_backoff,
+        default=os.environ.get("MODELHOOKS_WATCH_BACKOFF_DELAY") or "0.5",
+        metavar="SECONDS",
+        help=f"a delivery refused as transient (5xx, 429, no answer) is sent again after this, "
+        f"then twice as long each time, {RETRIES} times; then its Model is set aside (an ERROR "
+        f"line names it) and sent again later, the waits doubling on up to {LONGEST:g} s, "
+        "its later events behind it, while the other Models go on. When the target answers "
+        "no delivery through all those retries of one, the watch stops (exit 3) "
+        "(env MODELHOOKS_WATCH_BACKOFF_DELAY; default 0.5)",
+    )
+    wm.add_argument(
         "--to", metavar="URL", type=argtypes.http_url, help="POST here instead of in-process"
     )
     wm.add_argument(
@@ -85,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"MODELHOOKS_WATCH_MODE: {args.mode!r} is not Resource or Reference")
     if args.raw and not args.to:
         raise BadRequest("--raw sends to a server: give --to URL")
+    configure("WARNING")  # a Model set aside, a watch interrupted: JSON lines on stderr
     settings = common.settings(args)
     api = _api_client(args.kubeconfig)
-    send = _raw_sender(args.to) if args.raw else _canonical_sender(args, settings)
+    delay = args.backoff_delay
+    send = _raw_sender(args.to, delay) if args.raw else _canonical_sender(args, settings, delay)
     watcher = ModelWatcher(
         api,
         send,
@@ -96,12 +112,16 @@ def run(args: argparse.Namespace) -> int:
         state_file=args.state,
         concurrency=args.concurrency,
         namespace_selector=args.namespace_selector,
+        set_aside=(min(delay * 2**RETRIES, LONGEST), LONGEST),
     )
     where = f" in namespaces {args.namespace_selector}" if args.namespace_selector else ""
     print(f"watching Models on {api.configuration.host}{where}", file=sys.stderr, flush=True)
     kept = f"; the position is kept in {args.state}" if args.state else ""
     with common.interruptible(lambda: f"stopped watching{kept}"):
-        watcher.run()
+        try:
+            watcher.run()
+        except _TargetDown as down:
+            raise down.error from None
     return 0
 
 
@@ -122,14 +142,49 @@ def _api_client(kubeconfig: str | None) -> Any:
 
 
 # A delivery refused as transient (5xx, 429, no answer) is retried as a Knative Trigger
-# retries (exponential, from 0.5 s); after the last retry the watch stops with exit status 3,
-# and its restart (a Pod's) lists the Models again and sends what it has not sent.
+# retries (exponential, from --backoff-delay); after the last retry its Model is set aside
+# (ModelWatcher: sent again later, up to LONGEST apart) unless the target answered nothing
+# meanwhile, to it or to any other delivery: then the watch stops with exit status 3, and
+# its restart (a Pod's) lists the Models again and sends what it has not sent.
 RETRIES = 6
+LONGEST = 300.0  # s: the longest wait before a Model set aside is sent again
 
 
-def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
+def _backoff(text: str) -> float:
+    value = argtypes.non_negative(text)
+    if not 0 < value <= LONGEST:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be over 0 and at most {LONGEST:g}")
+    return value
+
+
+class _TargetDown(Exception):
+    """The target answered no delivery through every retry of one (`error`): not one Model's
+    trouble, so not set aside; the watch stops."""
+
+    def __init__(self, error: Unavailable) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class _Answers:
+    """How many deliveries' attempts the target has answered, whatever it answered."""
+
+    def __init__(self) -> None:
+        self._count, self._lock = 0, threading.Lock()
+
+    def seen(self) -> int:
+        with self._lock:
+            return self._count
+
+    def add(self) -> None:
+        with self._lock:
+            self._count += 1
+
+
+def _canonical_sender(args: argparse.Namespace, settings: Any, delay: float) -> Any:
     from modelhooks.cli.replay import to_events
 
+    answers = _Answers()
     send_one = (
         common.http_sender(args.to, "structured") if args.to else common.local_sender(settings)
     )
@@ -139,38 +194,46 @@ def _canonical_sender(args: argparse.Namespace, settings: Any) -> Any:
             if isinstance(event, ModelhooksError):
                 outcome = event.message
             else:
-                outcome = _delivered(partial(send_one, event), doc)
+                outcome = _delivered(partial(send_one, event), doc, answers, delay)
             print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
 
     return send
 
 
-def _raw_sender(url: str) -> Any:
+def _raw_sender(url: str, delay: float) -> Any:
+    answers = _Answers()
     pool = common.http_pool(url)
     headers = {"Content-Type": "application/cloudevents+json"}
 
     def send(doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
-        outcome = _delivered(lambda: common.post(pool, url, body, headers), doc)
+        outcome = _delivered(lambda: common.post(pool, url, body, headers), doc, answers, delay)
         print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
 
     return send
 
 
-def _delivered(post: Callable[[], tuple[int, str]], doc: dict[str, Any]) -> str:
-    """`post` until it is not refused as transient: "ok", or the reason of a refusal."""
-    delay, attempt = 0.5, 0
+def _delivered(
+    post: Callable[[], tuple[int, str]], doc: dict[str, Any], answers: _Answers, delay: float
+) -> str:
+    """`post` until it is not refused as transient: "ok", or the reason of a refusal.
+    Unavailable when every retry was refused, _TargetDown when no attempt of it nor of any
+    other delivery (`answers`) got an answer meanwhile."""
+    before, attempt = answers.seen(), 0
     while True:
         try:
             status, reason = post()
+            answers.add()
         except Unavailable as exc:
             status, reason = 503, exc.message
         if status < 500 and status != 429:
             return "ok" if status < 300 else reason
+        what = f"{doc['type']} {doc['subject']}"
         if attempt == RETRIES:
-            raise Unavailable(
-                f"{doc['type']} {doc['subject']} not delivered after {RETRIES} retries: {reason}"
-            )
-        print(f"{doc['type']} {doc['subject']}: {reason}; again in {delay:g} s", file=sys.stderr)
+            error = Unavailable(f"{what} not delivered after {RETRIES} retries: {reason}")
+            if answers.seen() == before:
+                raise _TargetDown(error)
+            raise error
+        print(f"{what}: {reason}; again in {delay:g} s", file=sys.stderr)
         time.sleep(delay)
         delay, attempt = delay * 2, attempt + 1

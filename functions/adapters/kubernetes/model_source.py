@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from modelhooks.core.errors import ConfigError
+from modelhooks.core.errors import ConfigError, Transient
 from modelhooks.core.extras import require
 from modelhooks.core.logs import log
 
@@ -179,14 +180,23 @@ class WatchState:
         else:
             self.sent[_uid(obj)] = dict(obj)
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, behind: Mapping[str, Object | None] | None = None) -> None:
+        """Saved; `behind`: the Models whose latest events are not delivered yet (by uid),
+        each as last delivered (None: never), saved so, and with no resourceVersion: the
+        next start lists the Models again and sends each what it has not had."""
+        sent = dict(self.sent)
+        for uid, obj in (behind or {}).items():
+            if obj is None:
+                sent.pop(uid, None)
+            else:
+                sent[uid] = obj
         doc = {
             "namespace": self.namespace,
             "namespaceSelector": self.namespace_selector,
-            "resourceVersion": self.resource_version,
+            "resourceVersion": "" if behind else self.resource_version,
         }
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**doc, "sent": self.sent}))
+        tmp.write_text(json.dumps({**doc, "sent": sent}))
         os.replace(tmp, path)  # a crash leaves the old state or the new, never half of one
 
     @classmethod
@@ -239,10 +249,16 @@ class ModelWatcher:
     >>> watcher.close()                                 # doctest: +SKIP
 
     Events of one Model are sent in order, one at a time; with `concurrency` > 1, those of
-    different Models at once (a burst of new Models is not sent one chain at a time). The
-    state is saved only when every event it records has been sent, so a crash never skips
-    one: `send` raising stops `run` (raising it) and nothing after it is saved; it is sent
-    again next time.
+    different Models at once (a burst of new Models is not sent one chain at a time).
+
+    `send` raising Transient sets that Model aside (`_Lanes`): sent again after
+    `set_aside[0]` seconds, then twice as long each time up to `set_aside[1]`, its later
+    events waiting behind it, while the other Models' go on: one Model the receiver keeps
+    refusing holds up no other. `send` raising anything else stops `run` (raising it).
+
+    The state is saved only when nothing is in flight but the Models set aside, and saved
+    with those as last delivered and no resourceVersion (`WatchState.save`): a crash never
+    skips an event; what was not delivered is sent again by the next start's list.
     """
 
     def __init__(
@@ -256,10 +272,14 @@ class ModelWatcher:
         timeout_seconds: int = 240,
         concurrency: int = 1,
         namespace_selector: str | None = None,
+        set_aside: tuple[float, float] = (32.0, 300.0),
     ) -> None:
         self._api, self._send, self._reference = api_client, send, reference
-        self._lock = threading.RLock()  # the state, against the lanes' saves when idle
-        self._lanes = _Lanes(concurrency, on_idle=self._save, on_failure=self.close)
+        self._lock = threading.RLock()  # the state, against the lanes' saves when settled
+        self._lanes = _Lanes(concurrency, self._save, on_failure=self.close, waits=set_aside)
+        # the Models with events not delivered yet (by uid): each as last delivered (None:
+        # never), what a save records of it, and how many of its events are not delivered
+        self._behind: dict[str, tuple[Object | None, int]] = {}
         self._state_file, self._timeout = state_file, timeout_seconds
         self.state = (
             WatchState.load(state_file, namespace, namespace_selector)
@@ -402,6 +422,8 @@ class ModelWatcher:
             gone = [uid for uid, obj in self.state.sent.items() if not selected(obj)]
             for uid in gone:
                 del self.state.sent[uid]
+                if uid in self._behind:  # saved as never sent
+                    self._behind[uid] = (None, self._behind[uid][1])
         if gone:
             log(
                 logging.INFO,
@@ -410,18 +432,32 @@ class ModelWatcher:
 
     def _emit(self, action: Action, obj: Object) -> None:
         event = to_cloudevent(action, obj, self._source, reference=self._reference)
+        uid, meta = _uid(obj), obj.get("metadata") or {}
+        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         with self._lock:  # recorded and in flight at once: no save in between
+            last, count = self._behind.get(uid, (self.state.sent.get(uid), 0))
+            self._behind[uid] = (last, count + 1)
             self.state.record(action, obj)
-            self._lanes.submit(_uid(obj), lambda: self._send(event))
+            self._lanes.submit(uid, lambda: self._deliver(uid, action, obj, event), name)
         if self.state.resource_version == "":  # during a relist: keep what was sent so far
             self._save()
 
-    def _save(self) -> None:
-        """The state saved, when every event it records has been sent (else the lanes save
-        it when they are idle) and none failed."""
+    def _deliver(self, uid: str, action: Action, obj: Object, event: dict[str, Any]) -> None:
+        self._send(event)
         with self._lock:
-            if self._state_file is not None and self._lanes.idle():
-                self.state.save(self._state_file)
+            count = self._behind[uid][1] - 1
+            if count == 0:  # its latest event: caught up
+                del self._behind[uid]
+            else:
+                self._behind[uid] = (None if action == "delete" else dict(obj), count)
+
+    def _save(self) -> None:
+        """The state saved, when nothing is in flight but the Models set aside (else the
+        lanes save it when that is so) and nothing failed."""
+        with self._lock:
+            if self._state_file is not None and self._lanes.settled():
+                behind = {uid: last for uid, (last, _) in self._behind.items()}
+                self.state.save(self._state_file, behind)
 
 
 class _Namespaces:
@@ -561,62 +597,136 @@ def _reason(exc: Any) -> str:
 
 
 class _Lanes:
-    """Calls run in order per key, `workers` keys at once. The first failure is kept
-    (`raise_failure`), `on_failure` is called, and nothing more is run; `on_idle` is called
-    when the last call in flight ends well.
+    """Calls run in order per key, `workers` keys at once; `on_settled` is called when the
+    last call in flight ends and none failed (the keys set aside wait, not in flight).
 
-    A call whose key has one in flight waits in that key's queue, not in a worker: the
-    worker that ends a key's call takes its next one (a Model's echoed status update does not
-    hold a worker while its create is sent, which halved a burst's concurrency)."""
+    A call that raises Transient sets its key aside: logged as an ERROR naming it (`name`)
+    and the reason, counted, called again after `waits[0]`, then twice as long each time up
+    to `waits[1]`, while the other keys go on; its key's later calls wait behind it (one
+    key's calls never overtake each other). Anything else raised is kept
+    (`raise_failure`), `on_failure` is called, and nothing more is run.
+
+    A call whose key has one in flight or set aside waits in that key's queue, not in a
+    worker: the worker that ends a key's call takes its next one (a Model's echoed status
+    update does not hold a worker while its create is sent, which halved a burst's
+    concurrency); a key set aside holds no worker while it waits."""
 
     def __init__(
-        self, workers: int, on_idle: Callable[[], None], on_failure: Callable[[], None]
+        self,
+        workers: int,
+        on_settled: Callable[[], None],
+        on_failure: Callable[[], None],
+        waits: tuple[float, float] = (32.0, 300.0),
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="watch-send")
-        self._on_idle, self._on_failure = on_idle, on_failure
+        self._on_settled, self._on_failure, self._waits = on_settled, on_failure, waits
         self._lock = threading.Lock()
-        self._queues: dict[str, collections.deque[Callable[[], None]]] = {}  # keys in flight
+        self._due = threading.Condition(self._lock)  # a key set aside, or drain
+        # keys in flight or set aside: (name, call) in order, the first one's being run
+        self._queues: dict[str, collections.deque[tuple[str, Callable[[], None]]]] = {}
+        self._failing: dict[str, float] = {}  # key set aside → its last wait, until delivered
+        self._waiting: dict[str, float] = {}  # key set aside → when it is run again
         self._pending = 0
         self._failure: BaseException | None = None
+        self._draining = False
+        self._resumer: threading.Thread | None = None
+        self.set_aside = 0  # how many times a key was set aside, for the logs
 
-    def submit(self, key: str, call: Callable[[], None]) -> None:
+    def submit(self, key: str, call: Callable[[], None], name: str = "") -> None:
         with self._lock:
             self.raise_failure()
             self._pending += 1
             queue = self._queues.get(key)
-            if queue is not None:  # runs after the key's call in flight, by its worker
-                queue.append(call)
+            if queue is not None:  # runs after the key's call in flight or set aside
+                queue.append((name or key, call))
                 return
-            self._queues[key] = collections.deque()
-            self._pool.submit(self._run, key, call)
+            self._queues[key] = collections.deque([(name or key, call)])
+            self._pool.submit(self._run, key)
 
-    def _run(self, key: str, call: Callable[[], None] | None) -> None:
-        while call is not None:
+    def _run(self, key: str) -> None:
+        while True:
+            with self._lock:
+                if self._failure is not None:
+                    return
+                name, call = self._queues[key][0]
             try:
-                if self._failure is None:
-                    call()
+                call()
+            except Transient as exc:
+                self._put_aside(key, name, exc)
+                return
             except BaseException as exc:
                 with self._lock:
                     self._failure = self._failure or exc
                 self._on_failure()
-            finally:
-                with self._lock:
-                    self._pending -= 1
-                    idle = self._pending == 0 and self._failure is None
-                    queue = self._queues[key]
-                    call = queue.popleft() if queue else None
-                    if call is None:
-                        del self._queues[key]
-                if idle:
-                    self._on_idle()
+                return
+            with self._lock:
+                queue = self._queues[key]
+                queue.popleft()
+                self._pending -= 1
+                recovered = self._failing.pop(key, None) is not None
+                if not queue:
+                    del self._queues[key]
+                settled = self._settled()
+            if recovered:
+                log(logging.WARNING, f"Model {name} delivered after being set aside", model=name)
+            if settled:
+                self._on_settled()
+            if not queue:
+                return
 
-    def idle(self) -> bool:
+    def _put_aside(self, key: str, name: str, exc: Transient) -> None:
         with self._lock:
-            return self._pending == 0 and self._failure is None
+            last = self._failing.get(key)
+            wait = self._waits[0] if last is None else min(last * 2, self._waits[1])
+            self._failing[key], self._waiting[key] = wait, time.monotonic() + wait
+            self.set_aside += 1
+            aside, total, settled = len(self._waiting), self.set_aside, self._settled()
+            if self._resumer is None:
+                self._resumer = threading.Thread(
+                    target=self._resume, name="watch-set-aside", daemon=True
+                )
+                self._resumer.start()
+            self._due.notify()
+        log(
+            logging.ERROR,
+            f"Model {name} set aside, sent again in {wait:g} s (its later events wait behind "
+            f"it, the other Models' go on): {exc.message}",
+            model=name,
+            reason=exc.message,
+            retry_in=wait,
+            set_aside=aside,
+            set_aside_total=total,
+        )
+        if settled:
+            self._on_settled()
+
+    def _resume(self) -> None:
+        """Each key set aside run again when its time comes (one thread for them all)."""
+        with self._lock:
+            while not self._draining:
+                now = time.monotonic()
+                for key in [k for k, at in self._waiting.items() if at <= now]:
+                    del self._waiting[key]
+                    self._pool.submit(self._run, key)
+                soonest = min(self._waiting.values(), default=None)
+                self._due.wait(None if soonest is None else soonest - now)
+
+    def _settled(self) -> bool:
+        """Nothing in flight but the keys set aside, and nothing failed (under the lock)."""
+        waiting = sum(len(self._queues[key]) for key in self._waiting)
+        return self._pending == waiting and self._failure is None
+
+    def settled(self) -> bool:
+        with self._lock:
+            return self._settled()
 
     def drain(self) -> None:
+        """Wait for the calls in flight; the keys set aside are not run again."""
+        with self._lock:
+            self._draining = True
+            self._due.notify()
         self._pool.shutdown(wait=True)
 
     def raise_failure(self) -> None:
