@@ -18,7 +18,9 @@ asks for bookmarks and keeps the resourceVersion of the last event or bookmark; 
 connection re-watches from it. On 410 Gone the Models are listed again and only the
 difference to what was already sent goes out (`relist_changes`, by uid and
 resourceVersion; a Model missing from the list is sent as deleted, as it was last sent).
-With a state file that resourceVersion and the objects sent survive a restart. What a
+With a state file that resourceVersion and the objects sent survive a restart (a Model
+whose events are not delivered yet, one set aside, is saved as last delivered, with no
+resourceVersion: the next start lists again and sends it). What a
 relist cannot show: a Model created and deleted while the watch was expired, and the
 intermediate updates of one (they collapse into one update).
 
