@@ -17,17 +17,18 @@ from modelhooks.core.errors import Conflict
 
 
 @pytest.fixture
-def no_proc(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """link(2) through /proc/self/fd refused, as without /proc: the paths so asked for."""
+def no_proc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """No /proc mounted: its fd directory is one that does not exist (a link through it
+    fails as it would). The paths a link was asked through."""
     link, asked = os.link, []
 
-    def refused(src: object, *args: object, **kwargs: object) -> None:
-        if str(src).startswith("/proc/self/fd/"):
+    def counted(src: object, *args: object, **kwargs: object) -> None:
+        if str(src).startswith(local._FD):
             asked.append(str(src))
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", src)
         link(src, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(os, "link", refused)
+    monkeypatch.setattr(os, "link", counted)
+    monkeypatch.setattr(local, "_FD", str(tmp_path / "no-proc" / "self" / "fd"))
     monkeypatch.setattr(local, "_unnamed_files", True, raising=False)
     return asked
 
@@ -53,3 +54,27 @@ def test_a_put_without_proc_writes_a_named_file(
     assert len(no_proc) == asked
     assert (where / "model.sig").read_bytes() == b"sig"
     assert sorted(p.name for p in where.iterdir()) == ["model.sig", "weights.bin"]
+
+
+def test_a_link_that_fails_for_its_own_reason_is_that_puts_failure_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With /proc there, a link that fails for a reason of its own (its directory removed
+    meanwhile by a concurrent cleanup) fails that put only: the store does not give up
+    unnamed files for good (a file named while written is left behind by a crash)."""
+    link = os.link
+
+    def gone(src: object, *args: object, **kwargs: object) -> None:
+        if str(src).startswith(local._FD):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", src)
+        link(src, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local, "_unnamed_files", True, raising=False)
+    store = LocalObjectStore(tmp_path)
+    with monkeypatch.context() as once:
+        once.setattr(os, "link", gone)
+        with pytest.raises(FileNotFoundError):
+            store.put("models", "m/1/model.sig", b"sig", if_absent=True)
+    assert local._unnamed_files is True
+    store.put("models", "m/1/model.sig", b"sig", if_absent=True)
+    assert sorted(p.name for p in (tmp_path / "models" / "m" / "1").iterdir()) == ["model.sig"]

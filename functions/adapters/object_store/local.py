@@ -73,13 +73,20 @@ def _link(tmp: str | None, fd: int, parent: str, name: str) -> None:
         return
     directory = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=directory, follow_symlinks=True)
+        os.link(f"{_FD}/{fd}", name, dst_dir_fd=directory, follow_symlinks=True)
     except FileExistsError:
         raise
-    except OSError as exc:  # no /proc, or a link through it refused: name files instead
-        raise _Unlinkable(exc) from exc
+    except OSError as exc:
+        if exc.errno in _REFUSED_THROUGH_PROC or not os.path.isdir(_FD):
+            raise _Unlinkable(exc) from exc  # no /proc, or linking through it refused
+        raise  # this link failed (its directory removed meanwhile, no space): as any put's
     finally:
         os.close(directory)
+
+
+_FD = "/proc/self/fd"
+# what a kernel or sandbox answers a link through /proc it does not make
+_REFUSED_THROUGH_PROC = frozenset({errno.EXDEV, errno.EPERM, errno.EINVAL, errno.ENOSYS})
 
 
 class LocalObjectStore:
