@@ -82,9 +82,10 @@ def _retries_every_failure(headers: Mapping[str, str]) -> bool:
 
 
 def _for_good(status: int) -> bool:
-    """A refusal no retry changes: not unauthenticated (the sender's to fix), too large to
-    read, timed out or throttled."""
-    return 400 <= status < 500 and status not in (401, 408, 413, 429)
+    """A refusal no retry changes: bad input, not this route's or tenant's, a Conflict. Not
+    unauthenticated (the sender's to fix), a 404 (a path mistyped in its configuration, or
+    what it names not readable yet), too large, timed out or throttled: those it retries."""
+    return status in (400, 403, 409, 422)
 
 
 def function_delivery(name: str, delivery: Delivery) -> Handler:
