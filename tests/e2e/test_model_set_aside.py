@@ -34,11 +34,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
 
 class Refusing:
-    """Forwards each CloudEvent POSTed to it to `target`, except those of the Model named
-    `refused` while `refusing`: 503. Keeps (name, action, forwarded) of every one."""
+    """Forwards each CloudEvent POSTed to it to `target`, except those of the Models named in
+    `refused`: 503. Keeps (name, action, forwarded) of every one."""
 
-    def __init__(self, target: str, refused: str) -> None:
-        self.refused, self.refusing = refused, True
+    def __init__(self, target: str, *refused: str) -> None:
+        self.refused = set(refused)
         self.seen: list[tuple[str, str, bool]] = []
         proxy = self
 
@@ -47,7 +47,7 @@ class Refusing:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 doc = json.loads(body)
                 name, action = doc.get("name", ""), doc["type"].rpartition(".")[2]
-                refuse = proxy.refusing and name == proxy.refused
+                refuse = name in proxy.refused
                 proxy.seen.append((name, action, not refuse))
                 status, answer = 503, b'{"error": "refused by the test proxy"}'
                 if not refuse:
@@ -130,11 +130,11 @@ def test_a_model_refused_every_time_holds_up_no_other(
         "--signing-enabled", "false",
     )  # fmt: skip
     suffix = uuid.uuid4().hex[:8]
-    poison, good = f"poison-{suffix}", f"good-{suffix}"
+    first, second, good = f"poison-a-{suffix}", f"poison-b-{suffix}", f"good-{suffix}"
     repo = f"model-aside/{suffix}"
     push_model(distribution3, repo, suffix, tmp_path, tag="v1")
     reference = f"{distribution3.host}/{repo}:v1"
-    proxy = Refusing(served.url + "/", poison)
+    proxy = Refusing(served.url + "/", first, second)
     state, log = tmp_path / "state.json", tmp_path / "watch.log"
     command = [MODELHOOKS, "watch-models", "--kubeconfig", kubeconfig, "--namespace", namespace,
                "--raw", "--to", proxy.url, "--state", str(state), "--concurrency", "1",
@@ -146,62 +146,62 @@ def test_a_model_refused_every_time_holds_up_no_other(
             started.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
         return started[-1]
 
-    def set_aside_lines() -> list[dict[str, Any]]:
+    def logged(severity: str, name: str) -> list[dict[str, Any]]:
         lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
         return [
             doc
             for doc in map(json.loads, lines)
-            if doc.get("severity") == "ERROR" and doc.get("model") == f"{namespace}/{poison}"
+            if doc.get("severity") == severity and doc.get("model") == f"{namespace}/{name}"
         ]
+
+    def ready(name: str) -> Callable[[], bool]:
+        return lambda: _ready(models_api, namespace, name)
+
+    def saved() -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(state.read_text())
+        return doc
 
     try:
         watcher = start()
         served.wait_for("the watcher's first list", state.exists)
-        created = _create(models_api, namespace, poison, reference)
-        served.wait_for(f"{poison} set aside (log: {log})", set_aside_lines, timeout=30)
-        line = set_aside_lines()[0]
+        uids = [
+            _create(models_api, namespace, n, reference)["metadata"]["uid"] for n in (first, second)
+        ]
+        served.wait_for(f"{first} set aside (log: {log})", lambda: logged("ERROR", first), 30)
+        line = logged("ERROR", first)[0]
         assert "HTTP 503" in line["reason"] and "refused by the test proxy" in line["reason"]
         assert line["retry_in"] == pytest.approx(3.2) and line["set_aside_total"] >= 1
 
-        # one worker (--concurrency 1), the refused Model first: the other still goes on
+        # one worker (--concurrency 1), two refused Models first: another still goes on
         _create(models_api, namespace, good, reference)
-        served.wait_for(
-            f"{good} Ready (log: {log})", lambda: _ready(models_api, namespace, good), timeout=30
-        )
-        assert not _ready(models_api, namespace, poison)
-        assert watcher.poll() is None, log.read_text()
-        assert ("add", True) not in proxy.of(poison)
+        served.wait_for(f"{good} Ready (log: {log})", ready(good), timeout=30)
+        assert not _ready(models_api, namespace, first) and watcher.poll() is None
         models_api.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "models", poison, {"metadata": {"labels": {"v": "2"}}}
+            GROUP, VERSION, namespace, "models", first, {"metadata": {"labels": {"v": "2"}}}
         )  # its update waits behind its add
-        uid = created["metadata"]["uid"]
-
-        def saved() -> dict[str, Any]:
-            doc: dict[str, Any] = json.loads(state.read_text())
-            return doc
-
+        served.wait_for(f"{second} set aside", lambda: logged("ERROR", second), 30)
         served.wait_for("the state saved", lambda: saved()["resourceVersion"] == "")
         watcher.kill()  # a crash: only what the state file says survives
         watcher.wait(timeout=10)
         doc = saved()
-        assert uid not in doc["sent"]  # never delivered: not counted as sent
+        assert not set(uids) & set(doc["sent"])  # never delivered: not counted as sent
         assert any(obj["metadata"]["name"] == good for obj in doc["sent"].values())
+        assert all(not through for _, through in proxy.of(first) + proxy.of(second))
 
-        refused_before = len(proxy.of(poison))
+        # restarted: the first let through is sent again and becomes Ready; the second,
+        # still refused, is set aside again, then delivered by its next try once let through
+        proxy.refused = {second}
+        before = len(logged("ERROR", second))
         start()
-        served.wait_for(
-            f"{poison} sent again after the restart",
-            lambda: len(proxy.of(poison)) > refused_before,
-            timeout=30,
-        )
-        proxy.refusing = False
-        served.wait_for(
-            f"{poison} Ready once let through (log: {log})",
-            lambda: _ready(models_api, namespace, poison),
-            timeout=30,
-        )
-        forwarded = [action for action, through in proxy.of(poison) if through]
+        served.wait_for(f"{first} Ready after the restart (log: {log})", ready(first), 30)
+        forwarded = [action for action, through in proxy.of(first) if through]
         assert forwarded[0] == "add", forwarded  # nothing of it overtook its add
+        served.wait_for(
+            f"{second} set aside again", lambda: len(logged("ERROR", second)) > before, 30
+        )
+        proxy.refused = set()
+        served.wait_for(f"{second} Ready once let through (log: {log})", ready(second), 30)
+        assert logged("WARNING", second), log.read_text()  # delivered after being set aside
         assert started[-1].poll() is None, log.read_text()
     finally:
         for process in started:
