@@ -84,8 +84,15 @@ def _pattern(pattern: str) -> str:
     """A pattern as `allows` matches it. A gs:// or s3:// location is its bucket, so
     `gs://b/` and `gs://b/*` (the bucket's every object) are `gs://b`: they matched no
     location, refusing every event of the bucket they name. A path below a bucket would
-    match nothing either: a ConfigError naming it."""
+    match nothing either: a ConfigError naming it. An oci:// pattern ending in '/' names
+    the repositories below it.
+
+    >>> _pattern("gs://models/"), _pattern("oci://reg:5000/ml/")
+    ('gs://models', 'oci://reg:5000/ml/*')
+    """
     scheme, sep, rest = pattern.partition("://")
+    if sep and scheme.lower() == "oci" and pattern.endswith("/"):
+        return f"{pattern}*"  # 'oci://reg/ml/': the repositories under ml/ (it matched none)
     if not sep or scheme.lower() not in ("gs", "s3"):
         return pattern
     bucket, _, path = rest.partition("/")

@@ -590,6 +590,19 @@ def test_a_bucket_pattern_ending_in_a_slash_names_the_bucket(
     assert versions(home, "sentiment") == ["1"]
 
 
+@pytest.mark.parametrize("pattern", ["oci://reg:5000/ml/", "reg:5000/ml/*"])
+def test_a_repository_pattern_ending_in_a_slash_names_the_repositories_below(
+    pattern: str,
+) -> None:
+    """`oci://reg/ml/` matched no repository (a location is `oci://reg/ml/bert`): the
+    namespace it was meant for was refused every one of them."""
+    from modelhooks.core.tenancy import Tenancy
+
+    tenancy = Tenancy.parse(f"ml={pattern}")
+    assert tenancy.owner("oci://reg:5000/ml/bert@sha256:" + "0" * 64) == "ml"
+    assert tenancy.owner("oci://reg:5000/other/bert:1") is None
+
+
 def test_a_bucket_pattern_with_a_path_fails_at_start() -> None:
     """Tenancy is per bucket: `gs://models/team-a/*` matched nothing, silently."""
     from modelhooks.core.errors import ConfigError
