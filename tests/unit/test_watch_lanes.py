@@ -1,5 +1,6 @@
-"""watch-models sends the events of different Models at once and one Model's in order, and
-saves its position only when every event before it was sent (a crash re-sends, never skips)."""
+"""watch-models sends the events of different Models at once and one Model's in order, sets a
+Model whose delivery failed transiently aside without holding up the others, and saves its
+position only when every event before it was sent (a crash re-sends, never skips)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from pathlib import Path
 import pytest
 
 from modelhooks.adapters.kubernetes.model_source import ModelWatcher, WatchState, _Lanes
+from modelhooks.core.errors import Unavailable
 
 
 def _lanes(workers: int) -> tuple[_Lanes, list[str]]:
     calls: list[str] = []
-    return _Lanes(workers, on_idle=lambda: calls.append("idle"), on_failure=lambda: None), calls
+    return _Lanes(
+        workers, on_settled=lambda: calls.append("settled"), on_failure=lambda: None
+    ), calls
 
 
 def test_one_keys_calls_run_in_order_and_other_keys_at_once() -> None:
@@ -57,7 +61,7 @@ def test_a_call_waiting_for_its_key_holds_no_worker() -> None:
 
 def test_a_failure_stops_what_follows_and_is_raised() -> None:
     stopped = threading.Event()
-    lanes = _Lanes(2, on_idle=lambda: None, on_failure=stopped.set)
+    lanes = _Lanes(2, on_settled=lambda: None, on_failure=stopped.set)
     ran: list[int] = []
 
     def fail() -> None:
@@ -71,6 +75,28 @@ def test_a_failure_stops_what_follows_and_is_raised() -> None:
     assert ran == []
     with pytest.raises(RuntimeError):
         lanes.raise_failure()
+
+
+def test_a_key_set_aside_holds_up_no_other_and_keeps_its_order() -> None:
+    ran: list[str] = []
+    failures = iter([True, True, False])
+    settled = threading.Event()
+
+    def flaky() -> None:
+        if next(failures):
+            raise Unavailable("HTTP 503: refused")
+        ran.append("a1")
+
+    lanes = _Lanes(1, settled.set, lambda: None, waits=(0.05, 0.1))
+    lanes.submit("a", flaky, "ml/a")
+    lanes.submit("a", lambda: ran.append("a2"), "ml/a")
+    lanes.submit("b", lambda: ran.append("b1"), "ml/b")
+    deadline = time.monotonic() + 10
+    while len(ran) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lanes.drain()
+    assert ran == ["b1", "a1", "a2"]  # b went on while a was aside; a's calls in order
+    assert lanes.set_aside == 2 and lanes.settled() and settled.is_set()
 
 
 class _Api:

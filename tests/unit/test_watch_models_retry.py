@@ -1,18 +1,14 @@
 """watch-models retries a delivery refused as transient, as a Knative Trigger does; when the
 retries are spent its Model is set aside (Unavailable: ModelWatcher sends it again later)
 unless the target answered nothing meanwhile (the watch stops, exit 3, so a Pod restarts and
-lists again); a permanent refusal is reported and the watch goes on. The lanes set a key
-aside and go on with the others, its later calls behind it."""
+lists again); a permanent refusal is reported and the watch goes on."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
-from modelhooks.adapters.kubernetes.model_source import _Lanes
 from modelhooks.cli import watch_models
 from modelhooks.core.errors import Unavailable
 
@@ -80,25 +76,3 @@ def test_another_delivery_answered_meanwhile_sets_it_aside(slept: list[float]) -
 
     with pytest.raises(Unavailable):
         watch_models._delivered(post, DOC, answers, 0.5)
-
-
-def test_a_key_set_aside_holds_up_no_other_and_keeps_its_order() -> None:
-    ran: list[str] = []
-    failures = iter([True, True, False])
-    settled = threading.Event()
-
-    def flaky() -> None:
-        if next(failures):
-            raise Unavailable("HTTP 503: refused")
-        ran.append("a1")
-
-    lanes = _Lanes(1, settled.set, lambda: None, waits=(0.05, 0.1))
-    lanes.submit("a", flaky, "ml/a")
-    lanes.submit("a", lambda: ran.append("a2"), "ml/a")
-    lanes.submit("b", lambda: ran.append("b1"), "ml/b")
-    deadline = time.monotonic() + 10
-    while len(ran) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    lanes.drain()
-    assert ran == ["b1", "a1", "a2"]  # b went on while a was aside; a's calls in order
-    assert lanes.set_aside == 2 and lanes.settled() and settled.is_set()
