@@ -36,7 +36,6 @@ from typing import TypeVar
 
 import msgspec
 
-from modelhooks.core.conditions import model_of_subject
 from modelhooks.core.errors import ConfigError, Forbidden
 from modelhooks.events.auth import Authenticator, Principal, from_spec
 from modelhooks.events.model import CanonicalEvent
@@ -131,7 +130,11 @@ def bind_tenant(routes: RouteAuth, path: str, event: CanonicalEvent) -> Canonica
     tenant = routes.namespaces[found]
     data = event.data
     named = getattr(data, "namespace", None)
-    model = model_of_subject(event.subject)  # the Model notify acts on, wherever data is
+    model = None
+    if event.subject:  # the Model notify acts on, wherever data is (a route bound to a tenant)
+        from modelhooks.core.conditions import model_of_subject  # notify's: not at start
+
+        model = model_of_subject(event.subject)
     for claimed in (named, model[0] if model else None):
         if claimed is not None and claimed != tenant:
             raise Forbidden(
