@@ -46,15 +46,14 @@ def registry_namespace(kube_apiserver: KubeApiServer, models_api: Any) -> str:  
     return namespace
 
 
-@pytest.fixture
-def chain(
+def serve_on_cluster(
     kube_apiserver: KubeApiServer,
     registry_namespace: str,
     serve: Callable[..., Served],
     tmp_path: Path,
-) -> Iterator[tuple[Served, Path]]:
-    """`modelhooks serve` (Kubernetes registry, notify and cleanup on the apiserver) fed by
-    `modelhooks watch-models --raw`; yields the server and the watcher's log."""
+) -> tuple[Served, str]:
+    """`modelhooks serve` with the Kubernetes registry, notify and cleanup on the apiserver
+    (signing off), and the kubeconfig it uses."""
     kubeconfig = str(kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
     served = serve(
         free_port(),
@@ -66,6 +65,19 @@ def chain(
         "--store-allow-local-targets", "true",
         "--signing-enabled", "false",
     )  # fmt: skip
+    return served, kubeconfig
+
+
+@pytest.fixture
+def chain(
+    kube_apiserver: KubeApiServer,
+    registry_namespace: str,
+    serve: Callable[..., Served],
+    tmp_path: Path,
+) -> Iterator[tuple[Served, Path]]:
+    """`modelhooks serve` (Kubernetes registry, notify and cleanup on the apiserver) fed by
+    `modelhooks watch-models --raw`; yields the server and the watcher's log."""
+    served, kubeconfig = serve_on_cluster(kube_apiserver, registry_namespace, serve, tmp_path)
     log = tmp_path / "watch.log"
     with log.open("wb") as out:
         watcher = subprocess.Popen(

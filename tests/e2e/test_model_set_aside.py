@@ -24,7 +24,11 @@ import pytest
 from modelhooks.adapters.model_registry.kubernetes import GROUP, VERSION
 from tests.e2e.conftest import MODELHOOKS, Served
 from tests.e2e.pods import push_model
-from tests.e2e.test_model_chain import _conditions, registry_namespace  # noqa: F401
+from tests.e2e.test_model_chain import (  # noqa: F401 (a fixture)
+    _conditions,
+    registry_namespace,
+    serve_on_cluster,
+)
 from tests.e2e.test_model_resources import models_api  # noqa: F401 (a fixture)
 from tests.servers._proc import free_port
 from tests.servers.kube import KubeApiServer
@@ -118,17 +122,7 @@ def test_a_model_refused_every_time_holds_up_no_other(
     serve: Callable[..., Served],
     tmp_path: Path,
 ) -> None:
-    kubeconfig = str(kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
-    served = serve(
-        free_port(),
-        "--registry-backend", "kubernetes",
-        "--registry-kubeconfig", kubeconfig,
-        "--registry-namespace", registry_namespace,
-        "--notify-kubeconfig", kubeconfig,
-        "--cleanup-kubeconfig", kubeconfig,
-        "--store-allow-local-targets", "true",
-        "--signing-enabled", "false",
-    )  # fmt: skip
+    served, kubeconfig = serve_on_cluster(kube_apiserver, registry_namespace, serve, tmp_path)
     suffix = uuid.uuid4().hex[:8]
     first, second, good = f"poison-a-{suffix}", f"poison-b-{suffix}", f"good-{suffix}"
     repo = f"model-aside/{suffix}"
