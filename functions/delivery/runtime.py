@@ -49,7 +49,6 @@ __all__ = [
     "Outcome",
     "deliver",
     "entered",
-    "ingest",
     "ingest_each",
     "run",
     "run_all",
@@ -112,16 +111,6 @@ class Delivery(msgspec.Struct, frozen=True):
         them. Raises Skip when it names no model (nothing under the prefix but the marker:
         an upload aborted and cleaned up, a redelivery after the model was deleted)."""
         return event if self.resolve is None else self.resolve(event)
-
-
-def ingest(
-    headers: Mapping[str, str], body: bytes, delivery: Delivery, path: str = "/"
-) -> list[CanonicalEvent]:
-    """`ingest_each`'s events, or its first refusal raised."""
-    events, refused = ingest_each(headers, body, delivery, path)
-    if refused:
-        raise refused[0][1]
-    return events
 
 
 def ingest_each(

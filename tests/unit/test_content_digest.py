@@ -15,7 +15,7 @@ from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.bootstrap import build
 from modelhooks.core.content import MARKER_LABEL, PREFIX
 from modelhooks.delivery.http import create_app
-from modelhooks.delivery.runtime import ingest
+from modelhooks.delivery.runtime import ingest_each
 from modelhooks.events import samples
 from modelhooks.events.model import ArtifactPushed
 from tests.local_store import lay_model
@@ -69,7 +69,8 @@ def test_the_marker_identity_is_kept_as_a_label(home: Path) -> None:
     body = json.dumps(notification(7, "m")).encode()
     headers = {"Content-Type": "application/cloudevents+json"}
     delivery = build().delivery
-    (event,) = ingest(headers, body, delivery)
+    (event,), refused = ingest_each(headers, body, delivery)
+    assert refused == []
     event = delivery.enter(event)
     assert isinstance(event.data, ArtifactPushed)
     assert event.data.digest.startswith(PREFIX)
