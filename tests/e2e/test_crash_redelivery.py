@@ -24,13 +24,12 @@ from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
 from tests.contract.register_order import T0, apply_all, in_time_order, snapshot
 from tests.e2e.conftest import Served
 from tests.e2e.crash import crash_and_redeliver
+from tests.e2e.test_model_chain import registry_on
 from tests.fakes.memory_registry import InMemoryModelRegistry
 from tests.servers.kube import KubeApiServer
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = pytest.mark.e2e
-
-CRDS = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds"
 
 
 def event_set(seed: int, models: int = 40, prefix: str = "crash") -> list[CanonicalEvent]:
@@ -99,15 +98,7 @@ def test_a_kill_mid_stream_and_a_redelivery_end_in_the_time_ordered_state(
 def test_the_same_on_the_kubernetes_registry(
     serve: Callable[..., Served], kube_apiserver: KubeApiServer, tmp_path: Path
 ) -> None:
-    from kubernetes import client
-
-    namespace = f"crash-{uuid.uuid4().hex[:8]}"
-    kube_apiserver.install_crd(CRDS / "registeredmodel.yaml", "registeredmodels")
-    kube_apiserver.install_crd(CRDS / "modelversion.yaml", "modelversions")
-    with kube_apiserver.api_client() as api:
-        client.CoreV1Api(api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
-        )
+    namespace = registry_on(kube_apiserver, "crash")
     env = {
         "MODELHOOKS_REGISTRY_BACKEND": "kubernetes",
         "MODELHOOKS_REGISTRY_KUBECONFIG": str(kube_apiserver.write_kubeconfig(tmp_path / "kc")),

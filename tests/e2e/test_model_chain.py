@@ -34,9 +34,15 @@ CRDS = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds"
 @pytest.fixture(scope="module")
 def registry_namespace(kube_apiserver: KubeApiServer, models_api: Any) -> str:  # noqa: F811
     """The registry's CRDs served, and a namespace of its own for its records."""
+    return registry_on(kube_apiserver, "registry")
+
+
+def registry_on(kube_apiserver: KubeApiServer, prefix: str) -> str:
+    """The Kubernetes registry's CRDs served, and a new namespace `<prefix>-…` for its
+    records (its name)."""
     from kubernetes import client
 
-    namespace = f"registry-{uuid.uuid4().hex[:8]}"
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
     kube_apiserver.install_crd(CRDS / "registeredmodel.yaml", "registeredmodels")
     kube_apiserver.install_crd(CRDS / "modelversion.yaml", "modelversions")
     with kube_apiserver.api_client() as api:

@@ -90,6 +90,13 @@ def _at_start(target: str, home: Path, expression: str, **settings: str) -> Any:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+def _printed(code: str) -> Any:
+    """The JSON a fresh interpreter running `code` prints last."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 # What every target imports: its classes are made at every start, so none is a dataclass
 # (making one generates and compiles its methods, ~0.5 ms each; a msgspec Struct ~20 us)
 SHARED = ("modelhooks.main", "modelhooks.bootstrap", "modelhooks.core", "modelhooks.events",
@@ -148,9 +155,7 @@ def test_signing_with_a_key_makes_no_dataclass(tmp_path: Path) -> None:
         " if name.startswith('modelhooks.') for k, v in vars(m).items()"
         " if isinstance(v, type) and v.__module__ == name and dataclasses.is_dataclass(v))))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == []
+    assert _printed(code) == []
 
 
 def test_prune_answers_a_gcs_push_without_listing_it(tmp_path: Path) -> None:
@@ -233,9 +238,7 @@ def test_a_command_line_start_loads_only_the_named_commands_module() -> None:
         "build_parser(['watch-models', '--help'])\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    loaded = set(json.loads(out.stdout))
+    loaded = set(_printed(code))
     assert "modelhooks.cli.watch_models" in loaded
     others = {f"modelhooks.cli.{name}" for name in ("serve", "transfer", "prune", "sign")}
     assert not loaded & others
