@@ -62,7 +62,7 @@ def guarded(handler: Handler, where: str) -> Handler:
             response = error_response(exc)
         except Exception as exc:
             return internal_error(exc, where)
-        if _retries_every_failure(headers) and _for_good(response.status):
+        if _for_good(response.status) and _retries_every_failure(headers):
             return msgspec.structs.replace(response, status=200)  # the reasons as they were
         return response
 
