@@ -1,4 +1,4 @@
-"""The HTTP server of `modelhooks serve` and `modelhooks dead-letter`: uvicorn (asyncio)
+"""The HTTP server of `modelhooks serve` and `modelhooks dead-letter`: uvicorn (on uvloop)
 reads requests, and a bounded pool of threads runs the handlers.
 
 Bounded by construction: a stalled or slow client costs a coroutine, never a thread; at
@@ -369,6 +369,14 @@ _HEAD = 64 * 1024  # bytes of a request's line and headers, at most
 _SLICE = 16 * 1024  # bytes parsed at a time: requests parsed ahead are few
 
 
+def event_loop() -> str:
+    """uvicorn's event loop: uvloop (libuv, in C: a dependency where it has wheels) when
+    installed, else asyncio's own."""
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def run(
     handler: Handler,
     *,
@@ -400,6 +408,7 @@ def run(
         on_ready(host, int(sock.getsockname()[1]))
     config = uvicorn.Config(
         Asgi(handler, limits, refuse),
+        loop=event_loop(),
         http=_bounded_protocol(limits.read_timeout),
         lifespan="on",
         timeout_keep_alive=limits.keepalive,

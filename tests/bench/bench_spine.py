@@ -2,8 +2,9 @@
 
 - cold start: process start → first answered CloudEvent, `register` vs a bare
   functions-framework hello function (goal ≤ 1.2x);
-- throughput: events/s and p50/p99 latency of `register` on SQLite vs a bare
-  functions-framework echo, under wrk (a C load generator, so the client is not the
+- throughput: events/s and p50/p99 latency of `register` on SQLite, as a functions-framework
+  target and on `modelhooks serve` (no Flask, no functions-framework: the floor of a target),
+  vs a bare functions-framework echo, under wrk (a C load generator, so the client is not the
   bottleneck; every request a unique artifact.pushed: tests/bench/wrk/unique_pushes.lua),
   goal ≥ 0.8x.
 
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ANCHORS = Path(__file__).resolve().parent / "anchors" / "bare.py"
 WRK = Path(__file__).resolve().parent / "wrk" / "unique_pushes.lua"
 FF = str(Path(sys.executable).with_name("functions-framework"))
+MODELHOOKS = str(Path(sys.executable).with_name("modelhooks"))
 
 
 def free_port() -> int:
@@ -63,23 +65,36 @@ def pushed_event(n: int) -> tuple[dict[str, str], bytes]:
 
 
 def start(target: str, source: Path, port: int, home: str) -> subprocess.Popen[bytes]:
+    """functions-framework serving `target` of `source` on `port`."""
+    argv = [FF, "--target", target, "--source", str(source), "--host", "127.0.0.1"]
+    return _launch([*argv, "--port", str(port)], home)
+
+
+def _launch(argv: list[str], home: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "MODELHOOKS_HOME": home}
     return subprocess.Popen(
-        [
-            FF,
-            "--target",
-            target,
-            "--source",
-            str(source),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+class Server(NamedTuple):
+    """A server under wrk: started on a port with a home, posted to at `path`."""
+
+    start: Callable[[int, str], subprocess.Popen[bytes]]
+    path: str = "/"
+
+
+def ff(target: str, source: Path) -> Server:
+    return Server(lambda port, home: start(target, source, port, home))
+
+
+def serve() -> Server:
+    """`modelhooks serve` on its defaults (every function in one process, uvicorn on uvloop
+    and a pool of 8 threads: no Flask, no functions-framework), posted to register's own
+    path: one function, as a functions-framework target is."""
+    argv = [MODELHOOKS, "serve", "--host", "127.0.0.1"]
+    return Server(
+        lambda port, home: _launch([*argv, "--port", str(port)], home), "/functions/register"
     )
 
 
@@ -127,9 +142,9 @@ class Run(NamedTuple):
     switches: float  # context switches per event
 
 
-def throughput(target: str, source: Path, seconds: float, concurrency: int) -> Run:
+def throughput(server: Server, seconds: float, concurrency: int) -> Run:
     """One run under wrk: `concurrency` keep-alive connections. The CPU is the serving
-    processes' (functions-framework's and its worker's): unlike the rate, it holds on a
+    processes' (functions-framework's and its worker's, or serve's): unlike the rate, it holds on a
     machine busy with other work. Their context switches (every thread's) say how often a
     request's thread gave the GIL away (each SQLite statement, each write, each wait)."""
     from tests.servers.recipes import RECIPES
@@ -137,15 +152,16 @@ def throughput(target: str, source: Path, seconds: float, concurrency: int) -> R
     RECIPES["wrk"].obtain()
     port = free_port()
     with tempfile.TemporaryDirectory() as home:
-        proc = start(target, source, port, home)
+        proc = server.start(port, home)
+        url = f"http://127.0.0.1:{port}{server.path}"
         try:
             _wait_ready(port, proc)
             warm = ["wrk", "-t1", f"-c{concurrency}", "-d1s", "-s", str(WRK)]
-            subprocess.run([*warm, f"http://127.0.0.1:{port}/"], check=True, capture_output=True)
+            subprocess.run([*warm, url], check=True, capture_output=True)
             before, switches = _cpu_seconds(proc.pid), _switches(proc.pid)
             load = ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:g}s", "--latency"]
             out = subprocess.run(
-                [*load, "-s", str(WRK), f"http://127.0.0.1:{port}/"],
+                [*load, "-s", str(WRK), url],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -155,7 +171,7 @@ def throughput(target: str, source: Path, seconds: float, concurrency: int) -> R
             proc.terminate()
             proc.wait()
     if "Non-2xx" in out:
-        raise RuntimeError(f"{target}: some requests failed\n{out}")
+        raise RuntimeError(f"{server.path} on {proc.args}: some requests failed\n{out}")
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])  # type: ignore[index]
     count = int(re.search(r"(\d+) requests in", out)[1])  # type: ignore[index]
     user, system = after[0] - before[0], after[1] - before[1]
@@ -217,14 +233,13 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
 T = TypeVar("T")
 
 
-def alternate(runs: int, a: Callable[[], T], b: Callable[[], T]) -> tuple[list[T], list[T]]:
-    """Interleave the two measurements so drift on the machine hits both alike."""
-    xs: list[T] = []
-    ys: list[T] = []
+def alternate(runs: int, *measures: Callable[[], T]) -> list[list[T]]:
+    """Interleave the measurements so drift on the machine hits each alike."""
+    results: list[list[T]] = [[] for _ in measures]
     for _ in range(runs):
-        xs.append(a())
-        ys.append(b())
-    return xs, ys
+        for measure, result in zip(measures, results, strict=True):
+            result.append(measure())
+    return results
 
 
 def main(argv: list[str] | None = None) -> list[Goal]:
@@ -252,45 +267,55 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         f"  ratio               {r / h:8.2f} x   goal ≤ 1.2x  {'MET' if r / h <= 1.2 else 'MISSED'}"
     )
 
-    reg_t, echo_t = alternate(
+    ff_t, serve_t, echo_t = alternate(
         3,
-        lambda: throughput("register", main_py, args.seconds, args.concurrency),
-        lambda: throughput("echo", ANCHORS, args.seconds, args.concurrency),
+        lambda: throughput(ff("register", main_py), args.seconds, args.concurrency),
+        lambda: throughput(serve(), args.seconds, args.concurrency),
+        lambda: throughput(ff("echo", ANCHORS), args.seconds, args.concurrency),
     )
-    rt, et = (statistics.median(r.rate for r in runs) for runs in (reg_t, echo_t))
     print(
         f"throughput (wrk, median of 3 x {args.seconds:.0f} s, {args.concurrency} keep-alive "
         "connections, every request a new version)"
     )
-    for label, runs in (("register (SQLite)", reg_t), ("anchor: ff echo", echo_t)):
+    rows = (
+        ("register: ff target", ff_t),
+        ("register: serve", serve_t),
+        ("anchor: ff echo", echo_t),
+    )
+    for label, runs in rows:
         rate, p50, p99, *_ = sorted(runs)[1]
         cpu, system, switches = (statistics.median(r[i] for r in runs) for i in (3, 4, 5))
         print(
-            f"  {label:18}  {rate:8.0f} events/s   p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
+            f"  {label:20}  {rate:8.0f} events/s   p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
             f"   CPU {cpu:5.3f} ms/event ({system:3.0%} system, {switches:4.1f} switches)"
         )
-    print(
-        f"  ratio               {rt / et:8.2f} x   goal ≥ 0.8x  {'MET' if rt / et >= 0.8 else 'MISSED'}"
-    )
-    rc, ec = (statistics.median(r.cpu for r in runs) for runs in (reg_t, echo_t))
-    print(f"  ratio by CPU/event  {ec / rc:8.2f} x   (echo's CPU per event / register's)")
-    reg_p99, echo_p99 = sorted(reg_t)[1].p99, sorted(echo_t)[1].p99
-    return [
+    et, ec = statistics.median(r.rate for r in echo_t), statistics.median(r.cpu for r in echo_t)
+    echo = sorted(echo_t)[1]
+    goals = [
         Goal(
             "cold start: register / ff hello",
             f"{r / h:.2f}x ({r * 1000:.0f} ms)",
             "<= 1.2x",
             r / h <= 1.2,
             anchor=f"ff hello {h * 1000:.0f} ms",
-        ),
-        Goal(
-            "throughput: register / ff echo",
-            f"{rt / et:.2f}x ({rt:.0f}/s, p99 {reg_p99:.1f} ms, CPU {rc:.2f} ms/event)",
-            ">= 0.8x",
-            rt / et >= 0.8,
-            anchor=f"ff echo {et:.0f}/s, p99 {echo_p99:.1f} ms, CPU {ec:.2f} ms/event",
-        ),
+        )
     ]
+    for name, runs in (("functions-framework target", ff_t), ("modelhooks serve", serve_t)):
+        rt, rc = statistics.median(r.rate for r in runs), statistics.median(r.cpu for r in runs)
+        print(
+            f"  ratio, {name:26} {rt / et:5.2f} x   goal ≥ 0.8x  {'MET' if rt / et >= 0.8 else 'MISSED'}"
+            f"   (by CPU/event {ec / rc:.2f} x)"
+        )
+        goals.append(
+            Goal(
+                f"throughput: register ({name}) / ff echo",
+                f"{rt / et:.2f}x ({rt:.0f}/s, p99 {sorted(runs)[1].p99:.1f} ms, CPU {rc:.2f} ms/event)",
+                ">= 0.8x",
+                rt / et >= 0.8,
+                anchor=f"ff echo {et:.0f}/s, p99 {echo.p99:.1f} ms, CPU {ec:.2f} ms/event",
+            )
+        )
+    return goals
 
 
 if __name__ == "__main__":

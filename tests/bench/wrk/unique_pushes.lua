@@ -1,5 +1,7 @@
 -- Every request a unique artifact.pushed (binary CloudEvent): a new version each time, named
--- by its content already, as the ingress hands it to `register` in the cluster.
+-- by its content already, as the ingress hands it to `register` in the cluster. Posted to the
+-- path of the URL wrk is given (a functions-framework target: /; modelhooks serve:
+-- /functions/register).
 local counter = 0
 local threads = 0
 function setup(thread)
@@ -17,5 +19,5 @@ function request()
     ["ce-source"] = "/bench",
     ["ce-type"] = "dev.modelhooks.artifact.pushed",
   }
-  return wrk.format("POST", "/", headers, body)
+  return wrk.format("POST", nil, headers, body)  -- nil: the path of the URL wrk was given
 end
