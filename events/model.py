@@ -254,6 +254,13 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
     )
     policy: str
     namespace: str = "default"
+    refused: Annotated[
+        str,
+        _doc(
+            "set when the deletion was refused for good (tenancy, the Model's source, Secret"
+            " or policy): why; nothing was deleted, and the Model keeps its finalizer"
+        ),
+    ] = ""
 
 
 # What a transfer request may carry: never credentials (those are the function's own

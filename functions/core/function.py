@@ -18,12 +18,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from modelhooks.core.errors import ConfigError
+from modelhooks.core.errors import ConfigError, Permanent
 from modelhooks.events.model import CanonicalEvent
 
-__all__ = ["Function", "Handler", "Skip", "WebhookHandler"]
+__all__ = ["Function", "Handler", "Refusal", "Skip", "WebhookHandler"]
 
 Handler = Callable[..., list[CanonicalEvent]]
+# What a function answers instead of refusing an event for good (its tenancy refused, or its
+# handler raised Permanent): the replies that tell whoever waits on it ([]: the 4xx stands).
+Refusal = Callable[[CanonicalEvent, Permanent], list[CanonicalEvent]]
 # A webhook function (admission) answers a request of its own instead of events: its
 # handler takes that request and returns its answer (`handle(review, *, deps) -> Decision`).
 WebhookHandler = Callable[..., Any]
@@ -50,6 +53,11 @@ class Function(msgspec.Struct, frozen=True):
     # listing of the version, Delivery.enter) before it runs; prune acts on OCI pushes
     # only, which their manifest digest names: its process lists nothing, nor builds a store.
     object_pushes: bool = True
+    # A refusal for good told as replies, answered 2xx so the platform routes them on
+    # (cleanup: an `artifact.purged` that deleted nothing and says why, for the Model's
+    # finalizer to wait visibly); not remembered by dedupe, so once the cause is fixed a
+    # redelivery acts. None: the refusal is a 4xx (dead-lettered).
+    refused: Refusal | None = None
 
     @property
     def needs(self) -> tuple[str, ...]:

@@ -1,7 +1,9 @@
 """The status notify applies to a `Model`, computed from the Model as read plus one event.
 
 notify owns status.registeredModelId / modelVersionId / resolvedDigest / signatureRef /
-observedGeneration and the conditions Registered, Signed, Ready and CleanupFailed. Each
+observedGeneration and the conditions Registered, Signed, Ready and CleanupFailed (True:
+reason CleanupFailed, something could not be deleted, or CleanupRefused, the deletion was
+refused for good; False, CleanedUp, once a later cleanup succeeded). Each
 apply carries every one of them that is already there (a server-side apply removes what its
 manager leaves out) and sets what this event says, so the result is a function of the set of
 events: registered-then-signed and signed-then-registered end alike.
@@ -11,14 +13,23 @@ events: registered-then-signed and signed-then-registered end alike.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from modelhooks.core.conditions import FINALIZER, Condition, merge
 from modelhooks.events.model import ArtifactPurged, ModelRegistered, ModelSigned
 
-__all__ = ["OWNED", "cleanup_failed", "progress", "rollout_version"]
+__all__ = [
+    "OWNED",
+    "cleaned_up",
+    "cleanup_failed",
+    "cleanup_report",
+    "progress",
+    "rollout_version",
+]
 
 OWNED = ("Registered", "Signed", "Ready", "CleanupFailed")
+_REPORTED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: ")  # a report's time, then what
 _FIELDS = ("registeredModelId", "modelVersionId", "resolvedDigest", "signatureRef")
 
 
@@ -64,22 +75,70 @@ def progress(
 
 
 def cleanup_failed(model: dict[str, Any], data: ArtifactPurged, now: str) -> dict[str, Any]:
-    """The status after a purge that left something behind: CleanupFailed, saying what."""
-    status, generation = _owned(model)
-    name = model["metadata"]["name"]
-    failed = "; ".join(f"{what}: {why}" for what, why in sorted(data.failed.items())[:5])
-    more = f" (and {len(data.failed) - 5} more)" if len(data.failed) > 5 else ""
-    message = (
-        f"deletionPolicy {data.policy} could not delete {len(data.failed)} item(s) of "
-        f"{data.uri}: {failed}{more}. The finalizer {FINALIZER} keeps this Model until "
-        "cleanup succeeds: fix the cause (the credentials of spec.source.secretRef, the "
-        "store's permissions or retention locks), then run cleanup again by touching the "
-        f"Model (kubectl annotate model {name} modelhooks.dev/retry-cleanup=$(date +%s) "
-        "--overwrite) or replaying its dead-lettered model.deleted; to keep the artifacts "
-        f"and let the Model go, remove the finalizer {FINALIZER} by hand"
+    """The status after a purge that left something behind, or was refused for good:
+    CleanupFailed as `cleanup_report` says it.
+
+    Its message starts with the attempt's time (`now`, the deletion event's), so of several
+    reports the condition shows the greatest message, the latest attempt's: a function of
+    the set of reports, not of the order they came in."""
+    status, _ = _owned(model)
+    failure = cleanup_report(model, data, now)
+    shown: dict[str, Any] = next(
+        (c for c in status["conditions"] if c.get("type") == "CleanupFailed"), {}
     )
-    failure = Condition("CleanupFailed", "True", "CleanupFailed", message, generation)
-    status["conditions"] = merge(status.get("conditions", []), [failure], now=now)
+    told = str(shown.get("message", "")) if shown.get("status") == "True" else ""
+    if _REPORTED.match(told) and told >= failure.message:  # a later attempt's (or this one)
+        return status
+    status["conditions"] = merge(status["conditions"], [failure], now=now)
+    return status
+
+
+def cleanup_report(model: dict[str, Any], data: ArtifactPurged, now: str) -> Condition:
+    """CleanupFailed True for a purge that left something behind (reason CleanupFailed) or
+    was refused for good (CleanupRefused): when, what, and what to do."""
+    generation = int(model["metadata"].get("generation", 1))
+    name = model["metadata"]["name"]
+    policy = f"deletionPolicy {data.policy}" if data.policy else "the cleanup policy"
+    if data.refused:
+        reason = "CleanupRefused"
+        what = f"cleanup by {policy} of {data.uri or 'spec.source'} was refused, nothing was "
+        what += f"deleted: {data.refused}"
+        causes = "its namespace's tenancy, spec.source, the Secret of spec.source.secretRef or "
+        causes += "cleanup's rights to read it, spec.deletionPolicy"
+    else:
+        failed = "; ".join(f"{what}: {why}" for what, why in sorted(data.failed.items())[:5])
+        more = f" (and {len(data.failed) - 5} more)" if len(data.failed) > 5 else ""
+        reason = "CleanupFailed"
+        what = f"{policy} could not delete {len(data.failed)} item(s) of {data.uri}: "
+        what += failed + more
+        causes = "the credentials of spec.source.secretRef, the store's permissions or "
+        causes += "retention locks"
+    message = (
+        f"{now}: {what}. The finalizer {FINALIZER} keeps this Model (and what cleanup did not "
+        f"delete) until a cleanup succeeds: fix the cause ({causes}), then run cleanup again "
+        f"by touching the Model (kubectl annotate model {name} "
+        "modelhooks.dev/retry-cleanup=$(date +%s) --overwrite); to keep the artifacts and let "
+        "the Model go, set spec.deletionPolicy Retain (a namespace whose tenancy refuses its "
+        f"source cannot) or remove the finalizer {FINALIZER} by hand"
+    )
+    return Condition("CleanupFailed", "True", reason, message[:32768], generation)
+
+
+def cleaned_up(model: dict[str, Any], data: ArtifactPurged, now: str) -> dict[str, Any]:
+    """The status after a purge that succeeded where an earlier one failed or was refused:
+    CleanupFailed False (the finalizer goes next), so a Model that other finalizers keep
+    does not go on saying its cleanup failed. A Model without CleanupFailed keeps none."""
+    status, generation = _owned(model)
+    if any(c.get("type") == "CleanupFailed" for c in status["conditions"]):
+        done = Condition(
+            "CleanupFailed",
+            "False",
+            "CleanedUp",
+            f"deletionPolicy {data.policy} applied to {data.uri}: {len(data.deleted)} "
+            f"deleted, {len(data.kept)} kept",
+            generation,
+        )
+        status["conditions"] = merge(status["conditions"], [done], now=now)
     return status
 
 

@@ -107,7 +107,12 @@ def _pattern(pattern: str) -> str:
 def _uri_of(data: object) -> str | None:
     """The location an event's functions act on: its `uri`, or a Model's spec.source (a
     Model in one namespace naming another's bucket was registered, its bucket listed, and
-    its repository pruned or cleaned up by functions that did not check it themselves)."""
+    its repository pruned or cleaned up by functions that did not check it themselves).
+    None for a refusal (an `artifact.purged` that says `refused`): it acted nowhere, and what
+    it tells, the refusal, goes on the Model of its own namespace (a Model naming another
+    tenant's bucket is told so, not refused again)."""
+    if getattr(data, "refused", ""):
+        return None
     uri = getattr(data, "uri", None)
     if isinstance(uri, str):
         return uri

@@ -90,7 +90,7 @@ def remote(fn: Function, url: str, timeout: float) -> Function:
             reason = getattr(exc, "reason", exc)
             raise Unavailable(f"{fn.name} at {url} did not answer: {reason}", url=url) from None
 
-    return Function(fn.name, fn.accepts, handle)
+    return Function(fn.name, fn.accepts, handle, refused=fn.refused)  # told here, as there
 
 
 def _replies(name: str, headers: dict[str, str], body: bytes) -> list[CanonicalEvent]:

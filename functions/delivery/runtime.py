@@ -26,7 +26,7 @@ from modelhooks.core.errors import (
     Transient,
     Unavailable,
 )
-from modelhooks.core.function import Function, Skip
+from modelhooks.core.function import Function, Refusal, Skip
 from modelhooks.core.logs import enabled, log
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.delivery.dedupe import Dedupe, payload_digest
@@ -241,8 +241,10 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
     started = time.perf_counter()
     digest = payload_digest(event)
     outcome_name = "ok"
+    tell = fn.refused  # set while a refusal for good may be told (tenancy, the handler)
     try:
         admitted = delivery.tenancy.admit(event)
+        tell = None  # dedupe's Conflict is no refusal of the function's: a 409
         key = _dedupe_key(fn.name, admitted)
         cached = delivery.dedupe.get(key, digest)
         if cached is not None:
@@ -251,13 +253,29 @@ def run(fn: Function, event: CanonicalEvent, delivery: Delivery) -> Outcome:
         else:
             if _paused(admitted):
                 raise Skip("the Model is paused (spec.paused): no function acts on it")
+            tell = fn.refused
             replies = tuple(fn.handle(admitted))
+            tell = None
             delivery.dedupe.put(key, digest, replies)
             outcome = Outcome(fn.name, event.id, event.type, 200 if replies else 204, replies)
-    except Exception as exc:  # Skip is not remembered: what made it skip may change
-        outcome_name, outcome = _failed(fn.name, event, exc)
+    except Exception as exc:  # Skip and refusals are not remembered: their cause may change
+        outcome_name, outcome = _told(fn.name, event, exc, tell) or _failed(fn.name, event, exc)
     _log(outcome, outcome_name, event, started)
     return outcome
+
+
+def _told(
+    function: str, event: CanonicalEvent, exc: Exception, tell: Refusal | None
+) -> tuple[str, Outcome] | None:
+    """A refusal for good that the function tells as replies (Function.refused): 200 with
+    them, so the platform routes them on, the reason kept in the outcome and its log line.
+    None when it tells nothing: the refusal's 4xx stands."""
+    if tell is None or not isinstance(exc, Permanent):
+        return None
+    replies = tuple(tell(event, exc))
+    if not replies:
+        return None
+    return "refused", Outcome(function, event.id, event.type, 200, replies, error=exc.as_json())
 
 
 def _dedupe_key(function: str, event: CanonicalEvent) -> tuple[str, str, str]:
@@ -284,7 +302,7 @@ def _failed(function: str, event: CanonicalEvent, exc: Exception) -> tuple[str, 
 
 def _log(outcome: Outcome, outcome_name: str, event: CanonicalEvent, started: float) -> None:
     """One structured line per outcome."""
-    level = logging.WARNING if outcome.status >= 400 else logging.INFO
+    level = logging.WARNING if outcome.status >= 400 or outcome.error else logging.INFO
     if not enabled(level):  # its fields are not even made (five outcomes per signed push)
         return
     fields: dict[str, Any] = {

@@ -18,10 +18,17 @@ Model's own namespace: only the name comes from the spec. A missing Secret answe
 RBAC refuses 403 (a namespace opts in by binding `modelhooks-cleanup-secrets`), and no
 cluster access configured answers 503 (retried, dead-lettered, replayed once fixed).
 Retain deletes nothing and reads no Secret.
+
+A Model's deletion refused for good (its namespace may not act on its source, a source,
+Secret or policy cleanup refuses: a 4xx) is told, not only dead-lettered: `refused` answers
+it with an `artifact.purged` that deleted nothing and says why, so notify sets CleanupFailed
+on the Model, which keeps its finalizer (and its artifacts) until a cleanup succeeds. A
+deletion no Model waits on (a registry's webhook) keeps its 4xx.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,7 +47,7 @@ from modelhooks.core.cleanup import (
     plan_objects,
     plan_oci,
 )
-from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
+from modelhooks.core.errors import BadRequest, Forbidden, Permanent, Unavailable
 from modelhooks.core.function import Function
 from modelhooks.core.records import PUSHED_AT, ModelState, stamp
 from modelhooks.core.sources import model_source
@@ -51,7 +58,16 @@ from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
 if TYPE_CHECKING:
     from modelhooks.core.ports import ModelRegistry, Secrets
 
-__all__ = ["FUNCTION", "Target", "in_use", "plan", "policy_of", "secret_name", "targets"]
+__all__ = [
+    "FUNCTION",
+    "Target",
+    "in_use",
+    "plan",
+    "policy_of",
+    "refused",
+    "secret_name",
+    "targets",
+]
 
 _SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain
 
@@ -115,6 +131,35 @@ def _purged(
         namespace=data.namespace,
     )
     return event.reply(reply, source="modelhooks/cleanup", name=f"purged/{n}")
+
+
+def refused(event: CanonicalEvent, error: Permanent) -> list[CanonicalEvent]:
+    """A Model's deletion refused for good, told to the Model: one `artifact.purged` naming
+    its source, deleting nothing, saying why (`refused`), named after the event and the
+    reason (a redelivery refused alike answers the same; one refused for another reason, or
+    a later success, another). [] when no Model is named (a registry's webhook)."""
+    data = event.data
+    if not isinstance(data, ModelDeleted):
+        return []
+    from modelhooks.core.conditions import model_of_subject  # notify's: not at start
+
+    source = data.spec.get("source")
+    if not source and model_of_subject(event.subject) is None:
+        return []
+    reason = f"{error.code}: {error.message}"
+    try:
+        uri = model_source(source).uri
+    except BadRequest:  # the source is what was refused: the location the error names, if any
+        uri = str(error.details.get("location", ""))
+    reply = ArtifactPurged(
+        uri=uri,
+        model=data.name,
+        policy=str(data.spec.get("deletionPolicy", "")),  # "": the policy file's
+        namespace=data.namespace,
+        refused=reason,
+    )
+    name = "refused/" + hashlib.sha256(reason.encode()).hexdigest()[:16]
+    return [event.reply(reply, source="modelhooks/cleanup", name=name)]
 
 
 def plan(
@@ -277,4 +322,5 @@ FUNCTION = Function(
     accepts=frozenset({ModelDeleted.TYPE}),
     handle=handle,
     extras=("gcp", "aws", "k8s"),  # GCS and S3 deletes; Artifact Registry's API; Secrets
+    refused=refused,
 )

@@ -10,8 +10,13 @@
 - `model.created` / `.updated`: a Model whose spec.deletionPolicy is not Retain, and that
   is not being deleted, gets the finalizer `modelhooks.dev/cleanup` (an event whose Model
   says Retain reads nothing: a later change of policy is an update event of its own).
-- `artifact.purged`: nothing failed → the finalizer goes (the deletion completes); something
-  failed → it stays, with the condition CleanupFailed saying what and what to do.
+- `artifact.purged`: nothing failed → the finalizer goes (the deletion completes), and a
+  CleanupFailed an earlier purge set turns False (CleanedUp) first; something failed, or
+  the deletion was refused for good (`refused`: tenancy, source, Secret, policy) → it stays,
+  with the condition CleanupFailed (reason CleanupFailed or CleanupRefused) saying what and
+  what to do, and a Warning Event. A failure or refusal is told only to a Model whose
+  deletion waits on the finalizer: once it is gone (a cleanup succeeded; a deleting object
+  takes no new finalizer) a late one changes nothing, so the end does not depend on order.
 - `tags.pruned`: an Event on the Model (when the event names one).
 
 Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/namespaces/
@@ -43,7 +48,13 @@ from modelhooks.core.conditions import (
 )
 from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.model_status import cleanup_failed, progress, rollout_version
+from modelhooks.core.model_status import (
+    cleaned_up,
+    cleanup_failed,
+    cleanup_report,
+    progress,
+    rollout_version,
+)
 from modelhooks.core.sources import model_source
 from modelhooks.events.model import (
     ArtifactPurged,
@@ -121,11 +132,15 @@ def _retained(model: ModelCreated | ModelUpdated) -> bool:
 
 def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model: Any) -> None:
     ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
-    if data.failed:
+    if data.failed or data.refused:
+        if not _deleting(model) or FINALIZER not in (model["metadata"].get("finalizers") or []):
+            raise Skip(f"Model {ns}/{name} waits on no cleanup (done, or not being deleted)")
+        report = cleanup_report(model, data, _now(event))  # this one's, whatever is shown
         model = _apply(cluster, model, lambda m: cleanup_failed(m, data, _now(event)))
-        message = _condition(model, "CleanupFailed").get("message", "cleanup failed")
-        _record(event, cluster, model, "CleanupFailed", "KeepFinalizer", message, "Warning")
+        _record(event, cluster, model, report.reason, "KeepFinalizer", report.message, "Warning")
     elif _deleting(model):
+        if _condition(model, "CleanupFailed").get("status") == "True":  # a retry succeeded
+            model = _apply(cluster, model, lambda m: cleaned_up(m, data, _now(event)))
         note = f"{data.policy}: {len(data.deleted)} deleted, {len(data.kept)} kept"
         _record(event, cluster, model, "CleanedUp", "RemoveFinalizer", note)
         cluster.remove_finalizer(ns, name, FINALIZER)
