@@ -8,7 +8,9 @@ for a connection that sent nothing: uvicorn bounds neither a new connection nor 
 headers, so a few hundred silent or trickling connections held every slot and all else got
 503) and a body stops being read past `max_body_bytes` (413); idle keep-alive connections
 close after `keepalive` seconds; at most 64 KiB of pipelined requests are read ahead, and
-an answer left unread for `read_timeout` closes its connection (`_bounded_protocol`).
+an answer left unread for `read_timeout` closes its connection (over TLS: once the
+keep-alive close has waited `read_timeout`), as does any close not done by then
+(`_bounded_protocol`). The same on uvloop and on asyncio's loop (tests/unit/test_server_loops).
 
 A refused body is drained before the answer (a lingering close, as nginx does): closing a
 connection with unread data makes the kernel reset it, and the sender, still sending, never
@@ -26,7 +28,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from modelhooks.core.errors import BadRequest, ModelhooksError, PayloadTooLarge
 from modelhooks.delivery.encoding import Response, error_response, json_response
@@ -225,6 +227,25 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             if self.backlog() <= _PIPELINED:
                 super().resume_reading()
 
+    class Closing:
+        """The transport, each close on the clock: one not done in `timeout` seconds is
+        aborted. A close waits for what was written to be taken and, over TLS, for the
+        client's close_notify, which the SSL layer (asyncio's and uvloop's alike) waited 30 s
+        for: a 408 for stalled headers held its connection 30 s more, and an answer left
+        unread over TLS (there the socket's buffer is hidden from pause_writing) until the
+        keep-alive close and 30 s after."""
+
+        def __init__(self, transport: Any, arm: Callable[[], None]) -> None:
+            self._transport, self._arm = transport, arm
+            self.write, self.is_closing = transport.write, transport.is_closing  # hot: bound
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._transport, name)
+
+        def close(self) -> None:
+            self._transport.close()
+            self._arm()
+
     class Bounded(HttpToolsProtocol):
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -233,14 +254,18 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             self.flow = ReadAhead(transport, lambda: len(self._held))
             # writing "pauses" whenever the client has not taken all that was written: an
             # answer (or a close, which waits to flush) left unread is always on the clock.
-            # Not over TLS: asyncio's SSL transport counts its socket's buffer too, and is
-            # not told when that drains, so at 0 it never resumes (the answer's body never
-            # went); there an answer is on the clock past the default 64 KiB left unread
+            # Not over TLS: at 0 the SSL transport (asyncio's and uvloop's) pauses at every
+            # write and resumes only when its socket's own buffer was full and drains, which
+            # need not happen (the answer's body never went); nor does it pause for that
+            # buffer: there an answer left unread is on the clock from the keep-alive close
+            # (Closing)
             if transport.get_extra_info("sslcontext") is None:
                 transport.set_write_buffer_limits(high=0)
             self._due: dict[str, asyncio.TimerHandle] = {}
             self._refusal: tuple[int, str, str] | None = None  # once those before are answered
             self._arm("headers", self._headers_late)
+            closing = Closing(transport, lambda: self._arm("close", transport.abort))
+            self.transport = cast(asyncio.Transport, closing)
 
         def data_received(self, data: bytes) -> None:
             if self._refusal is not None:
@@ -302,10 +327,10 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             self._disarm("write")
 
         def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)  # closes the transport: disarmed below
             for name in list(self._due):
                 self._disarm(name)
             self._held = memoryview(b"")
-            super().connection_lost(exc)
 
         def _arm(self, name: str, then: Callable[[], None]) -> None:
             """Call `then` in `timeout` seconds, unless already armed (or disarmed)."""
