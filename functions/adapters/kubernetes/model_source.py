@@ -15,7 +15,8 @@ that ApiServerSource sends (knative.dev/eventing, pkg/adapter/apiserver/events):
 
 Resuming, where Knative's adapter loses what happened while its watch was down: the watch
 asks for bookmarks and keeps the resourceVersion of the last event or bookmark; a broken
-connection re-watches from it. On 410 Gone the Models are listed again and only the
+connection re-watches from it, and so does a line that is no watch event (a proxy's error
+page, a line it cut off: an ERROR line names it, `garbled` counts them). On 410 Gone the Models are listed again and only the
 difference to what was already sent goes out (`relist_changes`, by uid and
 resourceVersion; a Model missing from the list is sent as deleted, as it was last sent).
 With a state file that resourceVersion and the objects sent survive a restart (a Model
@@ -243,6 +244,29 @@ class _Interrupted(Exception):
     """The watch ended with an error event other than 410: watch again."""
 
 
+class _Garbled(_Interrupted):
+    """A watch line that is no watch event (not JSON, cut off by a proxy, not an object with
+    a type and an object): what it held is not known, so the watch starts again from the
+    last resourceVersion (an event it cut off comes again)."""
+
+    def __init__(self, line: bytes) -> None:
+        shown = line[:200].decode("utf-8", "replace") + ("…" if len(line) > 200 else "")
+        super().__init__(f"not a watch event: {shown!r}")
+        self.line = shown
+
+
+def _garbled(exc: BaseException, count: int, what: str) -> None:
+    """The ERROR line of a garbled watch line (`exc`, a _Garbled), the `count`th of `what`."""
+    if isinstance(exc, _Garbled):
+        log(
+            logging.ERROR,
+            f"{what}: a line that is no watch event, the watch starts again from the last "
+            f"resourceVersion: {exc.line!r}",
+            line=exc.line,
+            garbled_total=count,
+        )
+
+
 class ModelWatcher:
     """Sends one CloudEvent per Model change until `close()`, resuming after disconnects.
 
@@ -297,6 +321,7 @@ class ModelWatcher:
             if namespace_selector
             else None
         )
+        self.garbled = 0  # watch lines that were no watch event, for the logs
 
     def run(self) -> None:
         try:
@@ -335,6 +360,9 @@ class ModelWatcher:
                     return
                 if self._reselect.is_set():
                     continue  # broken off by `_reselected`: list again, now
+                if isinstance(exc, _Garbled):
+                    self.garbled += 1
+                    _garbled(exc, self.garbled, "Model watch")
                 delay = min(max(delay * 2, 0.2), 10.0)
                 log(
                     logging.WARNING,
@@ -373,6 +401,8 @@ class ModelWatcher:
 
     def _relist(self) -> None:
         listed = self._call()
+        if not isinstance(listed, dict) or not isinstance(listed.get("metadata"), dict):
+            raise _Garbled(str(listed).encode())  # a proxy's page, not a list
         selected = self._selected()
         self._forget(selected)
         items = [obj for obj in listed.get("items") or [] if selected(obj)]
@@ -476,6 +506,7 @@ class _Namespaces:
         self._api, self._selector, self._on_change = api_client, selector, on_change
         self._timeout = timeout
         self.names: frozenset[str] = frozenset()
+        self.garbled = 0
         self._closed = threading.Event()
         self._response: Any = None
 
@@ -515,7 +546,10 @@ class _Namespaces:
         )
 
     def _list(self) -> str:
-        doc = json.loads(self._api_call().data)
+        data = self._api_call().data
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+            raise _Garbled(data)
         self._set(frozenset(ns["metadata"]["name"] for ns in doc.get("items") or []))
         return str(doc["metadata"]["resourceVersion"])
 
@@ -531,6 +565,9 @@ class _Namespaces:
             except (ApiException, HTTPError, OSError, ValueError, _Expired, _Interrupted) as exc:
                 if self._closed.is_set():
                     return
+                if isinstance(exc, _Garbled):
+                    self.garbled += 1
+                    _garbled(exc, self.garbled, "namespace watch")
                 version, delay = "", min(max(delay * 2, 0.2), 10.0)
                 log(
                     logging.WARNING,
@@ -737,11 +774,29 @@ class _Lanes:
 
 
 def _events(resp: Any) -> Iterator[dict[str, Any]]:
-    """The JSON lines of a watch response, as they arrive."""
+    """The watch events of a watch response, as they arrive: _Garbled at a line that is none
+    (a proxy's error page, a line it cut off, JSON of another shape)."""
     buffer = b""
     for chunk in resp.stream(amt=None, decode_content=False):
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
             if line.strip():
-                yield json.loads(line)
+                yield _event(line)
+
+
+def _event(line: bytes) -> dict[str, Any]:
+    """One watch event: {"type": str, "object": {…, "metadata": {…}}}, else _Garbled."""
+    try:
+        event = json.loads(line)
+    except ValueError:  # not JSON, cut off, not UTF-8
+        raise _Garbled(line) from None
+    obj = event.get("object") if isinstance(event, dict) else None
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("type"), str)
+        or not isinstance(obj, dict)
+        or not isinstance(obj.get("metadata") or {}, dict)
+    ):
+        raise _Garbled(line)
+    return event

@@ -1,0 +1,186 @@
+"""`ModelWatcher` on a REAL kube-apiserver behind a proxy that garbles the watch stream: a
+line that is no watch event (a proxy's error page, a line cut off, JSON of another shape,
+bytes that are no UTF-8) is logged as an ERROR line, counted, and the watch starts again
+from the last resourceVersion, so the event it hid still goes out, once; an ERROR event
+with a Status, a bookmark and a 410 Gone are what a real API server sends, and go by."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from modelhooks.adapters.kubernetes.model_source import ModelWatcher
+from tests.integration.test_model_source import (  # noqa: F401 (fixtures)
+    Cluster,
+    Recorder,
+    Running,
+    api_client,
+    lost_and_duplicated,
+    models,
+    namespace,
+    wait_until,
+)
+from tests.servers.kube import KubeApiServer
+
+pytestmark = pytest.mark.integration
+
+Fault = Callable[[bytes, str], bytes]  # (a Model event's line, the watch's resourceVersion)
+
+
+class Garbling:
+    """A proxy to the apiserver, plain HTTP to its client: each Model event line of a watch
+    (ADDED, MODIFIED, DELETED) is replaced by what the next of `faults` makes of it."""
+
+    def __init__(
+        self, kube: KubeApiServer, faults: list[Fault], *, connection_close: bool = False
+    ) -> None:
+        upstream = urlsplit(kube.url)
+        context = ssl.create_default_context(cafile=str(kube.ca_file))
+        pending, lock = list(faults), threading.Lock()
+        upstreams: set[http.client.HTTPSConnection] = set()
+        watches: list[BaseHTTPRequestHandler] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                conn = http.client.HTTPSConnection(
+                    upstream.hostname or "", upstream.port, context=context, timeout=300
+                )
+                with lock:
+                    upstreams.add(conn)
+                try:
+                    auth = {"Authorization": self.headers["Authorization"]}
+                    conn.request("GET", self.path, headers=auth)
+                    self._forward(conn.getresponse())
+                except OSError:  # the watcher broke off, or the proxy closed
+                    pass
+                finally:
+                    with lock:
+                        upstreams.discard(conn)
+                    conn.close()
+
+            def _forward(self, resp: http.client.HTTPResponse) -> None:
+                self.send_response(resp.status)
+                self.send_header("Content-Type", resp.getheader("Content-Type") or "")
+                if connection_close:
+                    self.send_header("Connection", "close")
+                query = parse_qs(urlsplit(self.path).query)
+                if query.get("watch") != ["true"]:
+                    body = resp.read()
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                version = query.get("resourceVersion", [""])[0]
+                with lock:
+                    watches.append(self)
+                for line in iter(resp.readline, b""):
+                    if json.loads(line)["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        with lock:  # the latest watch's: one broken off may linger upstream
+                            latest = watches[-1] is self
+                            fault = pending.pop(0) if pending and latest else None
+                        line = fault(line, version) if fault else line
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.pending, self._upstreams, self._lock = pending, upstreams, lock
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        """Stopped, its watches broken off (a watch waiting upstream holds its thread)."""
+        self.server.shutdown()
+        self.server.server_close()
+        with self._lock:
+            for conn in self._upstreams:
+                if conn.sock is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def _status(code: int, reason: str) -> bytes:
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    return json.dumps({"type": "ERROR", "object": {**status, "reason": reason, "code": code}})
+
+
+FAULTS: list[tuple[str, Fault]] = [
+    ("a proxy's error page", lambda line, rv: b"<html>502 Bad Gateway</html>\n" + line),
+    ("a line cut off", lambda line, rv: line[: len(line) // 2] + b"\n"),
+    ("no UTF-8", lambda line, rv: b"\xff\xfe\x00{\n" + line),
+    ("JSON, not an event", lambda line, rv: b"[1, 2]\n" + line),
+    ("an object that is no object", lambda line, rv: b'{"type": "ADDED", "object": "m"}\n'),
+    (
+        "a bookmark",
+        lambda line, rv: (
+            json.dumps(
+                {
+                    "type": "BOOKMARK",
+                    "object": {"kind": "Model", "metadata": {"resourceVersion": rv}},
+                }
+            ).encode()
+            + b"\n"
+            + line
+        ),
+    ),
+    ("an ERROR event", lambda line, rv: _status(500, "InternalError").encode() + b"\n" + line),
+    ("410 Gone", lambda line, rv: _status(410, "Expired").encode() + b"\n"),
+]
+GARBLED = 5  # the faults before the bookmark: m1's; m2 meets the ERROR events
+
+
+@pytest.fixture
+def proxy(kube_apiserver: KubeApiServer) -> Iterator[Garbling]:
+    garbling = Garbling(kube_apiserver, [fault for _, fault in FAULTS])
+    yield garbling
+    garbling.close()
+
+
+def test_a_garbled_watch_line_is_logged_counted_and_the_watch_goes_on(
+    kube_apiserver: KubeApiServer,
+    models: Any,  # noqa: F811
+    namespace: str,  # noqa: F811
+    proxy: Garbling,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster, sent = Cluster(models, namespace), Recorder()
+    caplog.set_level(logging.WARNING)
+    with api_client(kube_apiserver, proxy.url) as api:
+        watcher = ModelWatcher(api, sent, namespace=namespace)
+        running = Running(watcher)
+        with running:
+            alive = lambda: running.error is None and running.thread.is_alive()  # noqa: E731
+            wait_until("the first list", lambda: watcher.state.resource_version != "")
+            for name in ("m1", "m2", "m3"):  # m1 meets the garbled lines, m2 the errors
+                cluster.create(name)
+                added = lambda n=name: ("add", n) in sent.seen() or not alive()  # noqa: E731
+                wait_until(f"add {name}", added)
+                assert alive(), f"the watcher stopped: {running.error!r}"
+            assert not proxy.pending
+
+    expected = [("add", "m1"), ("add", "m2"), ("add", "m3")]
+    assert sent.seen() == expected
+    assert lost_and_duplicated(sent.events, expected) == ([], [])
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [getattr(r, "garbled_total", None) for r in errors] == list(range(1, GARBLED + 1))
+    assert "502 Bad Gateway" in errors[0].getMessage() and watcher.garbled == GARBLED
+    assert "InternalError" in caplog.text and "410 Gone" in caplog.text
