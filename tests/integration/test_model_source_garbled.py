@@ -13,6 +13,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -184,3 +185,29 @@ def test_a_garbled_watch_line_is_logged_counted_and_the_watch_goes_on(
     assert [getattr(r, "garbled_total", None) for r in errors] == list(range(1, GARBLED + 1))
     assert "502 Bad Gateway" in errors[0].getMessage() and watcher.garbled == GARBLED
     assert "InternalError" in caplog.text and "410 Gone" in caplog.text
+
+
+def test_a_watch_through_a_proxy_answering_connection_close_is_broken_off_at_once(
+    kube_apiserver: KubeApiServer,
+    models: Any,  # noqa: F811
+    namespace: str,  # noqa: F811
+) -> None:
+    """http.client hands the socket to the response when the server answers `Connection:
+    close`: `close()` found no socket to shut down, and the watcher went on waiting for the
+    watch's timeout (240 s) (as did a relist when the selected namespaces changed)."""
+    proxy, sent = Garbling(kube_apiserver, [], connection_close=True), Recorder()
+    try:
+        with api_client(kube_apiserver, proxy.url) as api:
+            watcher = ModelWatcher(api, sent, namespace=namespace)
+            running = Running(watcher)
+            running.thread.start()
+            Cluster(models, namespace).create("m1")
+            sent.wait_for("add", "m1")  # listed or watched: the watch is up, or comes now
+            time.sleep(0.5)
+            started = time.monotonic()
+            watcher.close()
+            running.thread.join(timeout=10)
+            assert not running.thread.is_alive(), "close() did not break the watch off"
+            assert time.monotonic() - started < 5 and running.error is None
+    finally:
+        proxy.close()

@@ -618,7 +618,13 @@ class _Namespaces:
 
 
 def _break_off(response: Any) -> None:
-    """A watch waiting for its next event broken off (its socket shut down)."""
+    """A watch waiting for its next event broken off (its socket shut down). urllib3's
+    `shutdown()` reaches the socket a response was handed: http.client gives it up from the
+    connection when the server (a proxy) answers `Connection: close`, and then closing or
+    listing again waited for the watch's timeout (240 s)."""
+    with contextlib.suppress(AttributeError, ValueError, RuntimeError, OSError):
+        response.shutdown()  # urllib3 ≥ 2.3; raises once released, or None
+        return
     sock = getattr(getattr(response, "connection", None), "sock", None)
     if sock is not None:
         import socket
