@@ -23,6 +23,7 @@ Cloud Run instance) answers its first lookups without SQLite.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from modelhooks.adapters.sqlite_wal import Checkpointer, Database
 from modelhooks.core.errors import Unavailable
+from modelhooks.core.logs import log
 
 if TYPE_CHECKING:
     import sqlite3
@@ -38,6 +40,7 @@ __all__ = ["SqliteDeliveryLog"]
 
 FLUSH_SECONDS = 0.05
 FLUSH_COUNT = 256
+RETRY_SECONDS = 5.0  # the longest wait between writes that fail
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -145,10 +148,33 @@ class SqliteDeliveryLog:
         return db
 
     def _flush_every(self) -> None:
-        while not self._closed.wait(FLUSH_SECONDS):
+        """The group commit until close(). A write that fails (the disk full, the file made
+        read-only) is an ERROR line, and its records stay pending (and found by lookups)
+        until a later one writes them, the waits doubling up to RETRY_SECONDS meanwhile: the
+        thread ended there, and records were written only by a put finding FLUSH_COUNT
+        pending (every 256th delivery), so a crash lost up to 255 of them, not 50 ms'."""
+        wait, failures = FLUSH_SECONDS, 0
+        while not self._closed.wait(wait):
             with self._writing:
-                if not self._closed.is_set():
+                if self._closed.is_set():
+                    return
+                try:
                     self._flush()
+                except Exception as exc:
+                    failures, wait = failures + 1, min(wait * 2, RETRY_SECONDS)
+                    log(
+                        logging.ERROR,
+                        f"delivery log {self.path}: {len(self._pending)} record(s) not written, "
+                        f"tried again in {wait:g} s: {exc}",
+                        path=str(self.path),
+                        failures=failures,
+                    )
+                    continue
+            if failures:
+                log(
+                    logging.WARNING, f"delivery log {self.path}: written again", path=str(self.path)
+                )
+                wait, failures = FLUSH_SECONDS, 0
 
     def _flush(self) -> None:  # under self._writing
         with self._lock:
@@ -157,6 +183,7 @@ class SqliteDeliveryLog:
         if not pending:
             return
         rows = [(*key, digest, replies) for key, (digest, replies) in pending.items()]
+        written = False
         try:
             self._run("BEGIN IMMEDIATE", ())
             try:
@@ -173,11 +200,14 @@ class SqliteDeliveryLog:
                         (self.size,),
                     )
                 self._run("COMMIT", ())
+                written = True
             except BaseException:
                 self._db.rollback()
                 raise
         finally:
             with self._lock:
+                if not written:  # kept for the next flush (first: the earlier records)
+                    self._pending = {**self._pending, **pending}
                 self._flushing = {}
 
     def _run(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
