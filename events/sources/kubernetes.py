@@ -9,7 +9,9 @@ Only `Model` objects of group `modelhooks.dev` count; other kinds → nothing.
 add → ModelCreated, update → ModelUpdated, delete → ModelDeleted. An update that sets
 `metadata.deletionTimestamp` is the deletion (→ ModelDeleted): the cleanup finalizer
 holds the object until cleanup is done, so the final delete only arrives afterwards
-(and is translated too; cleanup is idempotent).
+(and is translated too; cleanup is idempotent). So is an add of a Model being deleted: a
+source (re)started lists the Models as adds, and one deleted before it saw it would
+otherwise never be cleaned up, its finalizer held for ever.
 
 >>> obj = {"apiVersion": "modelhooks.dev/v1alpha1", "kind": "Model",
 ...        "metadata": {"name": "bert", "namespace": "ml"}, "spec": {"version": "3"}}
@@ -76,8 +78,8 @@ def from_apiserver_event(inbound: Inbound) -> list[CanonicalEvent]:
         }
     else:
         fields = _resource_fields(data, where)
-        if op == "update" and optional_text(data, "metadata.deletionTimestamp", where):
-            op = "delete"
+        if op != "delete" and optional_text(data, "metadata.deletionTimestamp", where):
+            op = "delete"  # being deleted, however it is seen: updated, or listed (add)
     model = payload(_LIFECYCLE[op], where, **fields)
     return [
         canonical(

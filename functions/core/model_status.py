@@ -13,7 +13,6 @@ events: registered-then-signed and signed-then-registered end alike.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from modelhooks.core.conditions import FINALIZER, Condition, merge
@@ -23,13 +22,11 @@ __all__ = [
     "OWNED",
     "cleaned_up",
     "cleanup_failed",
-    "cleanup_report",
     "progress",
     "rollout_version",
 ]
 
 OWNED = ("Registered", "Signed", "Ready", "CleanupFailed")
-_REPORTED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: ")  # a report's time, then what
 _FIELDS = ("registeredModelId", "modelVersionId", "resolvedDigest", "signatureRef")
 
 
@@ -76,26 +73,18 @@ def progress(
 
 def cleanup_failed(model: dict[str, Any], data: ArtifactPurged, now: str) -> dict[str, Any]:
     """The status after a purge that left something behind, or was refused for good:
-    CleanupFailed as `cleanup_report` says it.
+    CleanupFailed True, reason CleanupFailed or CleanupRefused, saying what and what to do.
 
-    Its message starts with the attempt's time (`now`, the deletion event's), so of several
-    reports the condition shows the greatest message, the latest attempt's: a function of
-    the set of reports, not of the order they came in."""
+    The message is a function of the report alone (no time in it): told again, the status
+    is the one stored, and its write changes nothing. Each status write comes back as an
+    update of the Model being deleted, so cleanup runs again and reports what holds now: a
+    late report of an older attempt is replaced by the current one."""
     status, _ = _owned(model)
-    failure = cleanup_report(model, data, now)
-    shown: dict[str, Any] = next(
-        (c for c in status["conditions"] if c.get("type") == "CleanupFailed"), {}
-    )
-    told = str(shown.get("message", "")) if shown.get("status") == "True" else ""
-    if _REPORTED.match(told) and told >= failure.message:  # a later attempt's (or this one)
-        return status
-    status["conditions"] = merge(status["conditions"], [failure], now=now)
+    status["conditions"] = merge(status["conditions"], [_failure(model, data)], now=now)
     return status
 
 
-def cleanup_report(model: dict[str, Any], data: ArtifactPurged, now: str) -> Condition:
-    """CleanupFailed True for a purge that left something behind (reason CleanupFailed) or
-    was refused for good (CleanupRefused): when, what, and what to do."""
+def _failure(model: dict[str, Any], data: ArtifactPurged) -> Condition:
     generation = int(model["metadata"].get("generation", 1))
     name = model["metadata"]["name"]
     policy = f"deletionPolicy {data.policy}" if data.policy else "the cleanup policy"
@@ -114,7 +103,7 @@ def cleanup_report(model: dict[str, Any], data: ArtifactPurged, now: str) -> Con
         causes = "the credentials of spec.source.secretRef, the store's permissions or "
         causes += "retention locks"
     message = (
-        f"{now}: {what}. The finalizer {FINALIZER} keeps this Model (and what cleanup did not "
+        f"{what}. The finalizer {FINALIZER} keeps this Model (and what cleanup did not "
         f"delete) until a cleanup succeeds: fix the cause ({causes}), then run cleanup again "
         f"by touching the Model (kubectl annotate model {name} "
         "modelhooks.dev/retry-cleanup=$(date +%s) --overwrite); to keep the artifacts and let "

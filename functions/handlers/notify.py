@@ -48,13 +48,7 @@ from modelhooks.core.conditions import (
 )
 from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.model_status import (
-    cleaned_up,
-    cleanup_failed,
-    cleanup_report,
-    progress,
-    rollout_version,
-)
+from modelhooks.core.model_status import cleaned_up, cleanup_failed, progress, rollout_version
 from modelhooks.core.sources import model_source
 from modelhooks.events.model import (
     ArtifactPurged,
@@ -135,9 +129,13 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
     if data.failed or data.refused:
         if not _deleting(model) or FINALIZER not in (model["metadata"].get("finalizers") or []):
             raise Skip(f"Model {ns}/{name} waits on no cleanup (done, or not being deleted)")
-        report = cleanup_report(model, data, _now(event))  # this one's, whatever is shown
+        before = _condition(model, "CleanupFailed")
         model = _apply(cluster, model, lambda m: cleanup_failed(m, data, _now(event)))
-        _record(event, cluster, model, report.reason, "KeepFinalizer", report.message, "Warning")
+        told = _condition(model, "CleanupFailed")
+        if _said(told) != _said(before):  # an Event for what changed, not for its echo (a
+            # status write is an update, and an update of a Model being deleted a cleanup)
+            _record(event, cluster, model, told["reason"], "KeepFinalizer", told["message"],
+                    "Warning")  # fmt: skip
     elif _deleting(model):
         if _condition(model, "CleanupFailed").get("status") == "True":  # a retry succeeded
             model = _apply(cluster, model, lambda m: cleaned_up(m, data, _now(event)))
@@ -233,6 +231,10 @@ def _record(
 def _condition(model: dict[str, Any], type_: str) -> dict[str, Any]:
     found = [c for c in (model.get("status") or {}).get("conditions", []) if c["type"] == type_]
     return found[0] if found else {}
+
+
+def _said(condition: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(condition.get(k) for k in ("status", "reason", "message"))
 
 
 def _deleting(model: dict[str, Any]) -> bool:

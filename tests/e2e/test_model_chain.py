@@ -57,9 +57,10 @@ def serve_on_cluster(
     registry_namespace: str,
     serve: Callable[..., Served],
     tmp_path: Path,
+    *flags: str,
 ) -> tuple[Served, str]:
     """`modelhooks serve` with the Kubernetes registry, notify and cleanup on the apiserver
-    (signing off), and the kubeconfig it uses."""
+    (signing off, `flags` added), and the kubeconfig it uses."""
     kubeconfig = str(kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
     served = serve(
         free_port(),
@@ -70,6 +71,7 @@ def serve_on_cluster(
         "--cleanup-kubeconfig", kubeconfig,
         "--store-allow-local-targets", "true",
         "--signing-enabled", "false",
+        *flags,
     )  # fmt: skip
     return served, kubeconfig
 

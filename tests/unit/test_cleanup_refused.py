@@ -96,7 +96,7 @@ def test_a_source_outside_the_namespace_is_told_to_the_model_which_keeps_its_fin
     assert held["metadata"]["finalizers"] == [FINALIZER, HOLD]
     condition = world.cleanup_failed()
     assert (condition["status"], condition["reason"]) == ("True", "CleanupRefused")
-    assert condition["message"].startswith("2026-11-01T00:00:00Z: cleanup by deletionPolicy")
+    assert condition["message"].startswith("cleanup by deletionPolicy Delete of s3://team-b/")
     for part in ("may not act on s3://team-b", "nothing was deleted", "kubectl annotate"):
         assert part in condition["message"]
     assert world.warnings() == ["CleanupRefused"]
@@ -151,26 +151,30 @@ def _told(cluster: InMemoryCluster, order: Any) -> dict[str, Any]:
 
 def test_the_end_does_not_depend_on_the_order_of_the_reports() -> None:
     """A refusal, a partial failure and a success, in every order, each twice: the cleanup
-    finalizer goes and CleanupFailed is not True; without the success the latest attempt's
-    report is shown (its time leads the message), whatever came last."""
+    finalizer goes and CleanupFailed is never left True (absent when the success came
+    first, False after a failure). Without the success, the condition says what the last
+    report said, and a report told again changes nothing: each status write comes back as
+    an update of the deleting Model, so cleanup runs again and its report, the current one,
+    is what stays."""
     reports = [
-        ("r", T0 + timedelta(minutes=1), {"refused": "forbidden: no"}),
+        ("r", T0, {"refused": "forbidden: no"}),
         ("f", T0, {"failed": {"sha256:" + "a" * 64: "403 DENIED"}}),
-        ("s", T0 + timedelta(minutes=2), {"deleted": ["sha256:" + "a" * 64]}),
+        ("s", T0, {"deleted": ["sha256:" + "a" * 64]}),
     ]
     ends = set()
     for order in set(itertools.permutations((0, 1, 2) * 2)):  # 90 orders
         found = _told(InMemoryCluster(), [reports[n] for n in order])
         assert found["metadata"]["finalizers"] == [HOLD]
         ends.add(tuple(c["status"] for c in found.get("status", {}).get("conditions", [])))
-    assert ends <= {(), ("False",)}  # never True: absent (success first) or cleared
+    assert ends == {(), ("False",)}
 
-    for order in set(itertools.permutations((0, 1) * 2)):
-        found = _told(InMemoryCluster(), [reports[n] for n in order])
-        assert found["metadata"]["finalizers"] == [FINALIZER, HOLD]
-        (condition,) = found["status"]["conditions"]
-        ends.add((condition["reason"], condition["message"][:21]))
-    assert ends - {(), ("False",)} == {("CleanupRefused", "2026-11-01T00:01:00Z:")}
+    cluster = InMemoryCluster()
+    stale_then_current = [reports[1], reports[0], reports[1], ("f2", T0, reports[1][2])]
+    found = _told(cluster, stale_then_current)
+    assert found["status"]["conditions"][0]["reason"] == "CleanupFailed"
+    # one Event per report that changed the condition: "f" told again is the Event of its
+    # first telling, and "f2", the echo of the write, changed nothing
+    assert sorted(e.reason for e in cluster.events.values()) == ["CleanupFailed", "CleanupRefused"]
 
 
 def test_a_transient_failure_stays_a_5xx_with_nothing_told(tmp_path: Path) -> None:
@@ -212,3 +216,18 @@ def test_the_refusal_is_named_after_the_event_and_its_reason() -> None:
     assert other.id != first.id and first.id.startswith("d/refused/")
     assert isinstance(first.data, ArtifactPurged) and first.data.policy == "Delete"
     assert first.data.uri == ""  # no source in the spec: notify finds the Model by subject
+
+
+def test_a_model_listed_while_being_deleted_is_a_deletion() -> None:
+    """A watch (re)started lists its Models as adds: one whose deletion it did not see is
+    being deleted all the same, and goes to cleanup (it went to register as created, and
+    its finalizer was held for ever)."""
+    from modelhooks.events.inbound import Inbound
+    from modelhooks.events.sources.kubernetes import from_apiserver_event
+
+    meta = {"name": "bert", "namespace": NS, "deletionTimestamp": "2026-11-01T00:00:00Z"}
+    obj = {"apiVersion": "modelhooks.dev/v1alpha1", "kind": "Model", "metadata": meta}
+    for op in ("add", "update"):
+        attrs = {"type": f"dev.knative.apiserver.resource.{op}", "id": op, "source": "k8s"}
+        (event,) = from_apiserver_event(Inbound("cloudevent", op, {**obj, "spec": {}}, attrs))
+        assert isinstance(event.data, ModelDeleted), op
