@@ -1,7 +1,7 @@
 """MinIO bucket notification → `modelhooks serve` → register; then the ApiServerSource's
 Model delete → cleanup → the version's objects gone from MinIO, on real servers. A
 redelivery deletes nothing; a location outside the namespace's is refused (403), with
-nothing deleted."""
+nothing deleted, and cleanup answers with the refusal for the Model."""
 
 from __future__ import annotations
 
@@ -110,13 +110,16 @@ def test_a_deleted_model_takes_its_objects_from_minio(
         assert cleanup(again)["status"] < 300
         assert keys(bucket) == sorted(unrelated)
 
-        # A Model of namespace ml naming a bucket ml may not act on: 403, nothing deleted.
+        # A Model of namespace ml naming a bucket ml may not act on: 403 (register's),
+        # nothing deleted; cleanup tells the Model (an artifact.purged saying it refused)
         s3.put_object(Bucket=outside, Key="models/intruder/1/weights.bin", Body=b"w")
         foreign = f"s3://{outside}/models/intruder/1/"
         refused = post(model_deleted("intruder", foreign))
         assert refused.status_code == 403, refused.text
         # refused as the deletion is admitted (tenancy reads the Model's spec.source), naming
         # the bucket the namespace may not act on
+        assert cleanup(refused)["status"] == 200
+        assert [r.split("/")[-2] for r in cleanup(refused)["replies"]] == ["refused"]
         assert cleanup(refused)["error"]["details"]["location"] == f"s3://{outside}"
         assert f"s3://{outside}" in cleanup(refused)["error"]["message"]
         assert keys(outside) == ["models/intruder/1/weights.bin"]

@@ -8,6 +8,7 @@ False and the finalizer goes (the artifacts stay)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -75,6 +76,20 @@ class Cluster:
         condition = self.cleanup_failed(name)
         return condition if condition.get("reason") == "CleanupRefused" else {}
 
+    def column(self, name: str, column: str) -> Any:
+        """The Model's cell in `column` of `kubectl get models -o wide` (the Table API)."""
+        api = self.models.api_client
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/models/{name}"
+        request = api.param_serialize(
+            "GET", path, auth_settings=["BearerToken"],
+            header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        )  # fmt: skip
+        answer = api.call_api(*request)
+        answer.read()
+        table = json.loads(answer.data)
+        names = [c["name"] for c in table["columnDefinitions"]]
+        return table["rows"][0]["cells"][names.index(column)]
+
     def warnings(self, name: str) -> list[Any]:
         from kubernetes import client
 
@@ -139,6 +154,7 @@ def test_a_refused_cleanup_is_told_on_the_model_and_a_later_one_clears_it(
     assert condition["status"] == "True"
     assert f"Secret '{name}-creds' in namespace '{cluster.namespace}'" in condition["message"]
     assert "kubectl annotate model" in condition["message"]
+    assert cluster.column(name, "Cleanup") == "CleanupRefused"
     (warning,) = cluster.warnings(name)
     assert warning.reason == "CleanupRefused" and warning.action == "KeepFinalizer"
     model = cluster.get(name)
