@@ -257,8 +257,9 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
     refused: Annotated[
         str,
         _doc(
-            "set when the deletion was refused for good (tenancy, the Model's source, Secret"
-            " or policy): why; nothing was deleted, and the Model keeps its finalizer"
+            "set when cleanup refused a Model's deletion for good and stopped: why (tenancy,"
+            " the Model's source, Secret or policy, checked before anything is deleted; or a"
+            " store refusing a delete); the Model keeps its finalizer"
         ),
     ] = ""
 

@@ -54,7 +54,7 @@ class Function(msgspec.Struct, frozen=True):
     # only, which their manifest digest names: its process lists nothing, nor builds a store.
     object_pushes: bool = True
     # A refusal for good told as replies, answered 2xx so the platform routes them on
-    # (cleanup: an `artifact.purged` that deleted nothing and says why, for the Model's
+    # (cleanup: an `artifact.purged` that says why it stopped, for the Model's
     # finalizer to wait visibly); not remembered by dedupe, so once the cause is fixed a
     # redelivery acts. None: the refusal is a 4xx (dead-lettered).
     refused: Refusal | None = None

@@ -90,10 +90,10 @@ def _failure(model: dict[str, Any], data: ArtifactPurged) -> Condition:
     policy = f"deletionPolicy {data.policy}" if data.policy else "the cleanup policy"
     if data.refused:
         reason = "CleanupRefused"
-        what = f"cleanup by {policy} of {data.uri or 'spec.source'} was refused, nothing was "
-        what += f"deleted: {data.refused}"
+        what = f"cleanup by {policy} of {data.uri or 'spec.source'} was refused for good, and "
+        what += f"stopped: {data.refused}"
         causes = "its namespace's tenancy, spec.source, the Secret of spec.source.secretRef or "
-        causes += "cleanup's rights to read it, spec.deletionPolicy"
+        causes += "cleanup's rights to read it, spec.deletionPolicy, the store's permissions"
     else:
         failed = "; ".join(f"{what}: {why}" for what, why in sorted(data.failed.items())[:5])
         more = f" (and {len(data.failed) - 5} more)" if len(data.failed) > 5 else ""

@@ -21,7 +21,7 @@ Retain deletes nothing and reads no Secret.
 
 A Model's deletion refused for good (its namespace may not act on its source, a source,
 Secret or policy cleanup refuses: a 4xx) is told, not only dead-lettered: `refused` answers
-it with an `artifact.purged` that deleted nothing and says why, so notify sets CleanupFailed
+it with an `artifact.purged` that says why (`refused`), so notify sets CleanupFailed
 on the Model, which keeps its finalizer (and its artifacts) until a cleanup succeeds. A
 deletion no Model waits on (a registry's webhook) keeps its 4xx.
 """
@@ -135,7 +135,7 @@ def _purged(
 
 def refused(event: CanonicalEvent, error: Permanent) -> list[CanonicalEvent]:
     """A Model's deletion refused for good, told to the Model: one `artifact.purged` naming
-    its source, deleting nothing, saying why (`refused`), named after the event and the
+    its source and why (`refused`), its `deleted` empty, named after the event and the
     reason (a redelivery refused alike answers the same; one refused for another reason, or
     a later success, another). [] when no Model is named (a registry's webhook)."""
     data = event.data

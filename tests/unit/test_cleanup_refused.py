@@ -1,6 +1,6 @@
 """A Model's deletion that cleanup refuses for good (its namespace may not act on its source,
 its Secret may not be read, its policy is none) is told to the Model, not only answered 4xx:
-cleanup answers an `artifact.purged` that deleted nothing and says why, notify sets
+cleanup answers an `artifact.purged` that says why (nothing deleted), notify sets
 CleanupFailed (reason CleanupRefused) with a Warning Event and keeps the finalizer; a later
 successful cleanup turns it False and lets the Model go, in any order of the reports. A
 transient failure stays a 5xx, and a deletion no Model waits on keeps its 4xx."""
@@ -97,7 +97,7 @@ def test_a_source_outside_the_namespace_is_told_to_the_model_which_keeps_its_fin
     condition = world.cleanup_failed()
     assert (condition["status"], condition["reason"]) == ("True", "CleanupRefused")
     assert condition["message"].startswith("cleanup by deletionPolicy Delete of s3://team-b/")
-    for part in ("may not act on s3://team-b", "nothing was deleted", "kubectl annotate"):
+    for part in ("may not act on s3://team-b", "refused for good", "kubectl annotate"):
         assert part in condition["message"]
     assert world.warnings() == ["CleanupRefused"]
 
