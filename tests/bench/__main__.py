@@ -22,6 +22,7 @@ from tests.bench import (
     bench_prune,
     bench_signing,
     bench_spine,
+    bench_store_scan,
     bench_transfer,
 )
 from tests.bench import load as load_average
@@ -79,6 +80,8 @@ def main() -> int:
         flush=True,
     )
     goals += measured(bench_transfer.main)
+    print("\n== store scan: serve's local store watcher on 100,000 files, none changing")
+    goals += measured(bench_store_scan.main)
     print("\n== goals")
     for goal in goals:
         print(goal.line())
