@@ -17,6 +17,7 @@ cause (canonical ids are stable, every effect is idempotent):
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import sys
@@ -84,13 +85,31 @@ class DeadLetterStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{now:%Y-%m-%d}.jsonl"
         lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
-        with self._lock, path.open("a", encoding="utf-8") as out:
-            out.write(lines)
-            out.flush()
-            os.fsync(out.fileno())
+        with self._lock:
+            _append(path, lines.encode())
         sys.stdout.write(lines)
         sys.stdout.flush()
         return path
+
+
+def _append(path: Path, data: bytes) -> None:
+    """`data` appended to `path` and fsynced, or nothing: a write that fails (the disk full)
+    is cut off where it began, else the next event appended went on its half line, and
+    replay could read neither (the sink had answered 202 to the second)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
 
 
 def receive(
