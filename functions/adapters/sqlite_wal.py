@@ -158,19 +158,27 @@ def checked(path: Path) -> Path:
 
 
 def _checkpoints(path: Path, every: float, stop: threading.Event) -> None:
+    """Checkpoints every `every` s until `stop`. Its connection is opened in the loop: one
+    that failed (the process out of file descriptors under a burst of connections) ended the
+    thread, and the log then grew without end for the life of the process."""
     import sqlite3
 
-    db = sqlite3.connect(path, timeout=RESTART_WAIT, isolation_level=None, check_same_thread=False)
+    db: sqlite3.Connection | None = None
     try:
         while not stop.wait(every):
             try:
+                if db is None:
+                    db = sqlite3.connect(
+                        path, timeout=RESTART_WAIT, isolation_level=None, check_same_thread=False
+                    )
                 busy, pages, _copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 if not busy and pages > RESTART_PAGES:  # busy: the writer or a reader is long
                     db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            except sqlite3.Error:  # busy or gone: the next round tries again
+            except sqlite3.Error:  # busy, gone or not opened: the next round tries again
                 continue
     finally:
-        db.close()
+        if db is not None:
+            db.close()
 
 
 def _running() -> list[Checkpointer]:
