@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -74,15 +75,16 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
         yield from _parse("<stdin>", sys.stdin.read())
         return
     path = Path(source)
-    if path.is_dir():  # regular files alone: a FIFO or a link to /dev/zero never ends
-        files = sorted(
-            p for p in path.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file()
-        )
+    if path.is_dir():
+        files = _files(path)
     elif path.is_file():
         files = [path]
     else:
         raise BadRequest(f"replay source {source!r} is not a file, a directory or '-'")
     for f in files:
+        if isinstance(f, BadRequest):
+            yield str(f.details.get("path", "")), f
+            continue
         try:
             if f.stat().st_size > MAX_FILE_BYTES:
                 yield str(f), BadRequest(f"{f}: over {MAX_FILE_BYTES} bytes: split it")
@@ -92,6 +94,29 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
             yield str(f), BadRequest(f"{f}: cannot be read: {getattr(exc, 'strerror', exc)}")
             continue
         yield from _parse(str(f), text)
+
+
+def _files(folder: Path) -> list[Path | BadRequest]:
+    """The .json and .jsonl regular files below `folder` (a FIFO or a link to /dev/zero
+    never ends), in order; a folder that cannot be listed (nested past PATH_MAX, unreadable)
+    is a BadRequest in its place, and the rest is still read: rglob raised, and nothing was
+    sent."""
+    found: list[tuple[Path, Path | BadRequest]] = []
+
+    def unreadable(exc: OSError) -> None:
+        where = Path(str(exc.filename))
+        error = BadRequest(f"{where}: cannot be read: {exc.strerror}", path=str(where))
+        found.append((where, error))
+
+    for parent, _, names in os.walk(folder, onerror=unreadable):
+        for name in names:
+            file = Path(parent, name)
+            try:
+                if file.suffix in (".json", ".jsonl") and file.is_file():
+                    found.append((file, file))
+            except OSError as exc:  # its path past PATH_MAX
+                unreadable(exc)
+    return [item for _, item in sorted(found, key=lambda pair: pair[0])]
 
 
 def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
