@@ -14,6 +14,7 @@ import socket
 import ssl
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,15 +41,25 @@ Fault = Callable[[bytes, str], bytes]  # (a Model event's line, the watch's reso
 
 
 class Garbling:
-    """A proxy to the apiserver, plain HTTP to its client: each Model event line of a watch
-    (ADDED, MODIFIED, DELETED) is replaced by what the next of `faults` makes of it."""
+    """A proxy to the apiserver, plain HTTP to its client: each event line (ADDED, MODIFIED,
+    DELETED) of a watch whose path holds `watched` is replaced by what the next of `faults`
+    makes of it, and each list body whose path holds `listed` by what the next of `lists`
+    makes of it (None: as it is)."""
 
     def __init__(
-        self, kube: KubeApiServer, faults: list[Fault], *, connection_close: bool = False
+        self,
+        kube: KubeApiServer,
+        faults: list[Fault],
+        *,
+        connection_close: bool = False,
+        watched: str = "/models",
+        lists: list[Callable[[bytes], bytes] | None] | None = None,
+        listed: str = "/api/v1/namespaces",
     ) -> None:
         upstream = urlsplit(kube.url)
         context = ssl.create_default_context(cafile=str(kube.ca_file))
         pending, lock = list(faults), threading.Lock()
+        bodies = list(lists or [])
         upstreams: set[http.client.HTTPSConnection] = set()
         watches: list[BaseHTTPRequestHandler] = []
 
@@ -83,6 +94,10 @@ class Garbling:
                 query = parse_qs(urlsplit(self.path).query)
                 if query.get("watch") != ["true"]:
                     body = resp.read()
+                    if listed in self.path:
+                        with lock:
+                            garble = bodies.pop(0) if bodies else None
+                        body = garble(body) if garble else body
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -93,9 +108,13 @@ class Garbling:
                 with lock:
                     watches.append(self)
                 for line in iter(resp.readline, b""):
-                    if json.loads(line)["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    if watched in self.path and json.loads(line)["type"] in (
+                        "ADDED",
+                        "MODIFIED",
+                        "DELETED",
+                    ):
                         with lock:  # the latest watch's: one broken off may linger upstream
-                            latest = watches[-1] is self
+                            latest = [w for w in watches if watched in w.path][-1] is self
                             fault = pending.pop(0) if pending and latest else None
                         line = fault(line, version) if fault else line
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
@@ -211,3 +230,50 @@ def test_a_watch_through_a_proxy_answering_connection_close_is_broken_off_at_onc
             assert time.monotonic() - started < 5 and running.error is None
     finally:
         proxy.close()
+
+
+def test_a_garbled_namespace_list_is_logged_and_the_namespaces_are_still_followed(
+    kube_apiserver: KubeApiServer,
+    models: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The namespaces' thread: a list the proxy garbled ({"items": [null]}) after an ERROR
+    event raised a TypeError it did not catch, the thread ended, and no namespace that
+    joined the selection was followed again: its Models were never sent."""
+    from kubernetes import client
+
+    label = f"h3-{uuid.uuid4().hex[:8]}"
+    selector = f"{label}=yes"
+
+    def labelled() -> str:
+        name = f"{label}-{uuid.uuid4().hex[:4]}"
+        with kube_apiserver.api_client() as api:
+            body = {"metadata": {"name": name, "labels": {label: "yes"}}}
+            client.CoreV1Api(api).create_namespace(body)
+        return name
+
+    garbled = b'{"kind": "NamespaceList", "metadata": {"resourceVersion": "1"}, "items": [null]}'
+    proxy = Garbling(
+        kube_apiserver,
+        [lambda line, rv: _status(500, "InternalError").encode() + b"\n" + line],
+        watched="/api/v1/namespaces",
+        lists=[None, lambda body: garbled],  # the start's list as it is, then garbled
+    )
+    caplog.set_level(logging.WARNING)
+    sent = Recorder()
+    try:
+        first = labelled()
+        with api_client(kube_apiserver, proxy.url) as api:
+            watcher = ModelWatcher(api, sent, namespace_selector=selector)
+            with Running(watcher):
+                Cluster(models, first).create("m1")
+                sent.wait_for("add", "m1")
+                second = labelled()  # its ADDED line meets the ERROR event: listed again
+                wait_until("the garbled list", lambda: "items" in caplog.text)
+                Cluster(models, second).create("m2")
+                sent.wait_for("add", "m2")
+    finally:
+        proxy.close()
+    garbled_lines = [r for r in caplog.records if getattr(r, "garbled_total", None)]
+    assert [(r.levelname, r.garbled_total) for r in garbled_lines] == [("ERROR", 1)]
+    assert garbled_lines[0].getMessage().startswith("namespace watch:")

@@ -548,21 +548,30 @@ class _Namespaces:
     def _list(self) -> str:
         data = self._api_call().data
         doc = json.loads(data)
-        if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        items = doc.get("items") or [] if isinstance(doc, dict) else None
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("metadata"), dict)
+            or not isinstance(items, list)
+            or not all(
+                isinstance(ns, dict) and isinstance(ns.get("metadata"), dict) for ns in items
+            )
+        ):
             raise _Garbled(data)
-        self._set(frozenset(ns["metadata"]["name"] for ns in doc.get("items") or []))
+        self._set(frozenset(str(ns["metadata"].get("name") or "") for ns in items))
         return str(doc["metadata"]["resourceVersion"])
 
     def _follow(self, version: str) -> None:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        expected = (ApiException, HTTPError, OSError, ValueError, _Expired, _Interrupted)
         delay = 0.0
         while not self._closed.is_set():
             try:
                 version = self._watch(version or self._list())
                 delay = 0.0
-            except (ApiException, HTTPError, OSError, ValueError, _Expired, _Interrupted) as exc:
+            except Exception as exc:  # a thread of its own: ended, it would follow no change
                 if self._closed.is_set():
                     return
                 if isinstance(exc, _Garbled):
@@ -570,9 +579,10 @@ class _Namespaces:
                     _garbled(exc, self.garbled, "namespace watch")
                 version, delay = "", min(max(delay * 2, 0.2), 10.0)
                 log(
-                    logging.WARNING,
+                    logging.WARNING if isinstance(exc, expected) else logging.ERROR,
                     f"namespace watch interrupted ({type(exc).__name__}: {exc}); listing the "
                     f"namespaces {self._selector} again in {delay:.1f}s",
+                    exc_info=None if isinstance(exc, expected) else exc,
                 )
                 self._closed.wait(delay)
 
