@@ -322,6 +322,7 @@ class ModelWatcher:
             else None
         )
         self.garbled = 0  # watch lines that were no watch event, for the logs
+        self._received = 0  # the events (and bookmarks) of the watch in progress
 
     def run(self) -> None:
         try:
@@ -348,6 +349,7 @@ class ModelWatcher:
                     self.state.resource_version = ""
                 if not self.state.resource_version:
                     self._relist()
+                self._received = 0
                 self._watch()
                 delay = 0.0
             except _Expired:
@@ -363,6 +365,8 @@ class ModelWatcher:
                 if isinstance(exc, _Garbled):
                     self.garbled += 1
                     _garbled(exc, self.garbled, "Model watch")
+                if self._received:  # it worked a while (a proxy's idle timeout cut it): the
+                    delay = 0.0  # waits doubled on over such cuts, up to 10 s blind each
                 delay = min(max(delay * 2, 0.2), 10.0)
                 log(
                     logging.WARNING,
@@ -441,6 +445,7 @@ class ModelWatcher:
                 if action is not None and self._selected()(obj) and self.state.is_news(action, obj):
                     self._emit(action, obj)
                 self.state.resource_version = _rv(obj) or self.state.resource_version
+                self._received += 1
                 self._save()
         finally:
             self._response = None
