@@ -4,7 +4,8 @@
 - one structured CloudEvent per line, Knative's knativeerrordest / knativeerrorcode /
   knativeerrordata extensions kept, appended (and fsynced) to
   `$MODELHOOKS_HOME/dead-letter/<UTC date>.jsonl`, and
-- the same line on stdout, so the cluster's log pipeline has a copy.
+- the same line on stdout, so the cluster's log pipeline has a copy (a copy: when stdout
+  cannot take it, its reader gone, the file still does and the sink answers 202).
 
 It answers 202 once the line is written (so the Broker stops), 401 without the configured
 credentials (`ingress.auth`), 413 over `ingress.max_body_bytes`, 400 with a JSON reason to a
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.core.logs import log
 from modelhooks.delivery.encoding import Response, error_response, json_response
 from modelhooks.delivery.http import Handler, flask_app, guarded
 from modelhooks.delivery.routes import RouteAuth
@@ -79,6 +82,7 @@ class DeadLetterStore:
 
     directory: Path
     _lock: Lock = field(default_factory=Lock, repr=False)
+    _echo: bool = field(default=True, repr=False)  # stdout takes the copies
 
     def store(self, events: list[dict[str, Any]], now: datetime | None = None) -> Path:
         now = now or datetime.now(UTC)
@@ -87,9 +91,22 @@ class DeadLetterStore:
         lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
         with self._lock:
             _append(path, lines.encode())
+            if self._echo:
+                self._echo = _echoed(lines)
+        return path
+
+
+def _echoed(lines: str) -> bool:
+    """`lines` copied to stdout; False, said once, when it cannot take them (its reader, the
+    log pipeline, is gone): the events are kept in the file, and the sink answered 500 to
+    every delivery, kept yet sent again and again by the Broker, then given up."""
+    try:
         sys.stdout.write(lines)
         sys.stdout.flush()
-        return path
+    except (OSError, ValueError) as exc:  # BrokenPipeError; ValueError: closed
+        log(logging.WARNING, f"dead-letter: no copies on stdout from now on: {exc}")
+        return False
+    return True
 
 
 def _append(path: Path, data: bytes) -> None:
