@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         set_aside=(min(delay * 2**RETRIES, LONGEST), LONGEST),
     )
     where = f" in namespaces {args.namespace_selector}" if args.namespace_selector else ""
-    print(f"watching Models on {api.configuration.host}{where}", file=sys.stderr, flush=True)
+    _say(f"watching Models on {api.configuration.host}{where}")
     kept = f"; the position is kept in {args.state}" if args.state else ""
     with common.interruptible(lambda: f"stopped watching{kept}"):
         try:
@@ -195,7 +196,7 @@ def _canonical_sender(args: argparse.Namespace, settings: Any, delay: float) -> 
                 outcome = event.message
             else:
                 outcome = _delivered(partial(send_one, event), doc, answers, delay)
-            print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
+            _say(f"{doc['type']} {doc['subject']}: {outcome}")
 
     return send
 
@@ -208,9 +209,16 @@ def _raw_sender(url: str, delay: float) -> Any:
     def send(doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
         outcome = _delivered(lambda: common.post(pool, url, body, headers), doc, answers, delay)
-        print(f"{doc['type']} {doc['subject']}: {outcome}", file=sys.stderr)
+        _say(f"{doc['type']} {doc['subject']}: {outcome}")
 
     return send
+
+
+def _say(line: str) -> None:
+    """`line` on stderr, or nothing when it cannot take it (its reader, the log pipeline,
+    gone): the BrokenPipeError of a delivery's line stopped the watch."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: stderr closed
+        print(line, file=sys.stderr, flush=True)
 
 
 def _delivered(
@@ -234,6 +242,6 @@ def _delivered(
             if answers.seen() == before:
                 raise _TargetDown(error)
             raise error
-        print(f"{what}: {reason}; again in {delay:g} s", file=sys.stderr)
+        _say(f"{what}: {reason}; again in {delay:g} s")
         time.sleep(delay)
         delay, attempt = delay * 2, attempt + 1

@@ -12,11 +12,13 @@ import json
 import logging
 import socket
 import ssl
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,6 +26,7 @@ import pytest
 
 from modelhooks.adapters.kubernetes.model_source import ModelWatcher
 from tests.integration.test_model_source import (  # noqa: F401 (fixtures)
+    MODELHOOKS,
     Cluster,
     Cuttable,
     Recorder,
@@ -35,6 +38,7 @@ from tests.integration.test_model_source import (  # noqa: F401 (fixtures)
     wait_until,
 )
 from tests.servers.kube import KubeApiServer
+from tests.servers.sink import NotificationSink
 
 pytestmark = pytest.mark.integration
 
@@ -308,3 +312,30 @@ def test_a_watch_cut_after_it_worked_resumes_at_once_each_time(
         proxy.close()
     waits = [m.rpartition(" in ")[2] for m in caplog.messages if "watch interrupted" in m]
     assert waits == ["0.2s"] * 6
+
+
+def test_the_cli_goes_on_when_its_stderr_reader_is_gone(
+    kube_apiserver: KubeApiServer,
+    models: Any,  # noqa: F811
+    namespace: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`modelhooks watch-models … 2>&1 | <a log pipeline that ended>`: the line it writes
+    after each delivery raised BrokenPipeError, which stopped the watch after the first."""
+    cluster = Cluster(models, namespace)
+    kubeconfig = kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    command = [MODELHOOKS, "watch-models", "--kubeconfig", str(kubeconfig)]
+    command += ["--namespace", namespace, "--mode", "Reference"]
+    with NotificationSink() as sink:
+        watcher = subprocess.Popen([*command, "--to", sink.url, "--raw"], stderr=subprocess.PIPE)
+        try:
+            assert watcher.stderr is not None
+            assert b"watching Models on" in watcher.stderr.readline()
+            watcher.stderr.close()  # the log pipeline goes away
+            for name in ("m1", "m2"):
+                cluster.create(name)
+                sink.wait_for(lambda d, n=name: d.json()["name"] == n)
+            assert watcher.poll() is None, "the watcher stopped"
+        finally:
+            watcher.kill()
+            watcher.wait(timeout=10)
