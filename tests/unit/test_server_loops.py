@@ -11,9 +11,12 @@ import http.client
 import json
 import queue
 import shutil
+import signal
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -347,6 +350,38 @@ def test_a_body_cut_off_by_a_half_close_is_not_handled(start: Callable[..., Runn
         assert read_to_close(sock) == b""
         running.wait_for("the connection gone", lambda: not running.connections())
     assert running.app.handled == []
+
+
+SERVE_SLOWLY = """
+import sys, time
+from modelhooks.delivery import server
+from modelhooks.delivery.encoding import json_response
+server.event_loop = lambda: sys.argv[1]
+def slow(method, path, headers, body):
+    time.sleep(1)
+    return json_response(200, {"path": path})
+server.run(slow, host="127.0.0.1", port=0, on_ready=lambda _, port: print(port, flush=True))
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_delivery_in_flight_when_stopped_is_answered(loop: str, stop: signal.Signals) -> None:
+    """Kubernetes stops a Pod with SIGTERM, a person with Ctrl-C: the server stops taking
+    connections, answers what it is handling (Connection: close), then exits."""
+    argv = [sys.executable, "-c", SERVE_SLOWLY, loop]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        with connect(port) as sock:
+            sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.3)  # being handled
+            proc.send_signal(stop)
+            status, headers, body = read_answer(sock.makefile("rb"))
+        proc.wait(timeout=15)
+    assert status == 200 and json.loads(body) == {"path": "/slow"}
+    assert headers["connection"] == "close"
+    assert proc.returncode == -stop  # uvicorn raises the signal again once it has stopped
 
 
 # -- TCP_NODELAY -------------------------------------------------------------------------
