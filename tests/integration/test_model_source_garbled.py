@@ -306,7 +306,9 @@ def test_a_watch_cut_after_it_worked_resumes_at_once_each_time(
                 sent.wait_for("add", f"m{n}")  # the watch works
                 proxy.down()
                 proxy.up()  # cut: the next attempt gets through
-        expected = [("add", f"m{n}") for n in range(6)]
+            cluster.create("m6")
+            sent.wait_for("add", "m6")  # resumed after the last cut
+        expected = [("add", f"m{n}") for n in range(7)]
         assert sent.seen() == expected
     finally:
         proxy.close()
