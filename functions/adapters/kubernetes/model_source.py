@@ -199,7 +199,12 @@ class WatchState:
             "resourceVersion": "" if behind else self.resource_version,
         }
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**doc, "sent": sent}))
+        try:
+            tmp.write_text(json.dumps({**doc, "sent": sent}))
+        except OSError:  # the disk full: what it wrote of it gives the room back
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         os.replace(tmp, path)  # a crash leaves the old state or the new, never half of one
 
     @classmethod
@@ -323,6 +328,7 @@ class ModelWatcher:
         )
         self.garbled = 0  # watch lines that were no watch event, for the logs
         self._received = 0  # the events (and bookmarks) of the watch in progress
+        self._unsaved = 0  # the saves that failed since the state file was last written
 
     def run(self) -> None:
         try:
@@ -490,11 +496,40 @@ class ModelWatcher:
 
     def _save(self) -> None:
         """The state saved, when nothing is in flight but the Models set aside (else the
-        lanes save it when that is so) and nothing failed."""
+        lanes save it when that is so) and nothing failed.
+
+        A state file that cannot be written (the disk full, read-only) is one ERROR line
+        naming it, and the watch and the deliveries go on (a restart meanwhile resumes from
+        the state last written, sending again what followed: the ingress drops what it had);
+        a WARNING says when it is written again. Raised, it was lost in a lane's worker, and
+        from the watch's thread it broke off the watch at every event."""
         with self._lock:
-            if self._state_file is not None and self._lanes.settled():
-                behind = {uid: last for uid, (last, _) in self._behind.items()}
+            if self._state_file is None or not self._lanes.settled():
+                return
+            behind = {uid: last for uid, (last, _) in self._behind.items()}
+            try:
                 self.state.save(self._state_file, behind)
+            except OSError as exc:
+                self._unsaved += 1
+                if self._unsaved == 1:
+                    log(
+                        logging.ERROR,
+                        f"{self._state_file}: the watch's state cannot be written ({exc}); "
+                        "watching and delivering on, a restart would resume from the state "
+                        "last written (a WARNING says when it is written again)",
+                        state_file=str(self._state_file),
+                        reason=str(exc),
+                    )
+                return
+            if self._unsaved:
+                log(
+                    logging.WARNING,
+                    f"{self._state_file}: the watch's state written again, after "
+                    f"{self._unsaved} save(s) that failed",
+                    state_file=str(self._state_file),
+                    failures=self._unsaved,
+                )
+                self._unsaved = 0
 
 
 class _Namespaces:
