@@ -1,0 +1,85 @@
+"""Property: a Model's deletions refused for good (a source outside its namespace's tenancy,
+a Secret cleanup may not read) and one that cleanup carries out (Retain), delivered through
+the broker in any order, each any number of times, leave the Model alike: the cleanup
+finalizer gone and CleanupFailed not True (DESIGN: the final state is a function of the
+set of events, not of their order; CleanupFailed is still absent or False by the order,
+H4's review). Refusals alone keep the finalizer, CleanupFailed True."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from modelhooks.bootstrap import build
+from modelhooks.core.conditions import FINALIZER
+from modelhooks.core.settings import load_settings
+from modelhooks.events.model import CanonicalEvent, ModelDeleted
+from tests.contract.cluster import model
+from tests.fakes.memory_cluster import InMemoryCluster
+from tests.fakes.memory_secrets import InMemorySecrets
+
+NS = "ml"
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+SUBJECT = f"/apis/modelhooks.dev/v1alpha1/namespaces/{NS}/models/bert"
+HOLD = "example.com/hold"  # another controller's finalizer: the Model stays to be read
+OURS = {"s3": {"uri": "s3://ml-models/bert/1/"}}
+# each deletion as the ApiServerSource sent it: the Model's spec then
+DELETIONS: dict[str, dict[str, Any]] = {
+    "tenancy": {"source": {"s3": {"uri": "s3://team-b/bert/1/"}}, "deletionPolicy": "Delete"},
+    "secret": {"source": {**OURS, "secretRef": {"name": "creds"}}, "deletionPolicy": "Delete"},
+    "retain": {"source": OURS, "deletionPolicy": "Retain"},
+}
+
+
+def _after(order: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """The Model's finalizers and CleanupFailed's status(es) after `order`'s deliveries
+    (a name again: the platform delivers that event again)."""
+    cluster = InMemoryCluster()
+    with tempfile.TemporaryDirectory() as home:
+        env = {"MODELHOOKS_HOME": home, "MODELHOOKS_TENANCY_TENANTS": f"{NS}=s3://ml-models"}
+        secrets = InMemorySecrets(granted=[])  # RBAC: cleanup may read no Secret of ml
+        app = build(load_settings(env=env), cluster=cluster, secrets=secrets)
+        broker = app.broker()
+        cluster.create(NS, model("bert", finalizers=[FINALIZER, HOLD], deletionPolicy="Delete"))
+        cluster.delete(NS, "bert")
+        for name in order:
+            data = ModelDeleted(name="bert", namespace=NS, version="1", spec=DELETIONS[name])
+            at = T0 + timedelta(minutes=list(DELETIONS).index(name))
+            event = CanonicalEvent(
+                id=f"d-{name}", source="k8s", type=data.TYPE, data=data, time=at, subject=SUBJECT
+            )
+            told = [o for o in broker.publish(event) if o.function in ("cleanup", "notify")]
+            assert len(told) == 2 and all(o.status < 300 for o in told), (name, told)
+        app.delivery.dedupe.log.close()  # its group commit, before its folder goes
+    found = cluster.get_model(NS, "bert")
+    assert found is not None
+    conditions = (found.get("status") or {}).get("conditions", [])
+    failed = [c["status"] for c in conditions if c["type"] == "CleanupFailed"]
+    return tuple(found["metadata"]["finalizers"]), failed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(list(DELETIONS)), max_size=5).flatmap(
+        lambda extra: st.permutations([*DELETIONS, *extra])
+    )
+)
+def test_refused_and_allowed_deletions_in_any_order_end_alike(order: list[str]) -> None:
+    finalizers, failed = _after(order)
+    assert finalizers == (HOLD,), order
+    # absent when the success came first, False (CleanedUp) after a refusal: not True
+    assert failed in ([], ["False"]), order
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(st.sampled_from(["tenancy", "secret"]), max_size=3).flatmap(
+        lambda extra: st.permutations(["tenancy", "secret", *extra])
+    )
+)
+def test_refusals_alone_keep_the_finalizer_in_any_order(order: list[str]) -> None:
+    assert _after(order) == ((FINALIZER, HOLD), ["True"]), order
