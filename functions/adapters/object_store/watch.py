@@ -12,6 +12,9 @@ is announced again, as a platform redelivers: after one interval, then twice as 
 time up to `LONGEST` (an ERROR line says when), until no function refuses it so or its
 marker changes. Only the markers still there are remembered.
 
+A push whose publishing raises (instead of answering 5xx) is announced again the same way,
+the other pushes of the scan going on.
+
 A scan lists each folder once and stats each marker, and makes events for new markers
 only; a folder it cannot list (past PATH_MAX, unreadable, gone meanwhile) is passed by, and
 the wait between scans stretches with a large store (`SPARE`).
@@ -176,21 +179,34 @@ class LocalStoreWatcher:
         for event in fresh:
             if event.id not in self._again:
                 log(logging.INFO, f"ready marker found: {event.subject}", event_id=event.id)
-            if any(_transient(outcome) for outcome in self.publish(event) or ()):
+            failed, error = self._publish(event)
+            if failed:
                 wait = min(
                     max(self._again.get(event.id, (0.0, 0.0))[1] * 2, self.interval), LONGEST
                 )
                 self._again[event.id] = (time.monotonic() + wait, wait)
                 log(
                     logging.ERROR,
-                    f"{event.subject}: refused as transient, announced again in {wait:g} s",
+                    f"{event.subject}: {failed}, announced again in {wait:g} s",
                     event_id=event.id,
                     retry_in=wait,
+                    exc_info=error,
                 )
             else:
                 self._seen.add(event.id)
                 self._again.pop(event.id, None)
         return len(fresh)
+
+    def _publish(self, event: CanonicalEvent) -> tuple[str, Exception | None]:
+        """Why `event` must be announced again ("": it need not), and what was raised: a
+        function refused it as transient (5xx, 429), or publishing it raised, which is
+        taken as transient for that event alone (the scan's other events go on)."""
+        try:
+            if any(_transient(outcome) for outcome in self.publish(event) or ()):
+                return "refused as transient", None
+        except Exception as exc:
+            return f"publishing it failed ({type(exc).__name__}: {exc})", exc
+        return "", None
 
     def _loop(self) -> None:
         while not self._stop.is_set():
