@@ -2,13 +2,17 @@
 links, a name that is no UTF-8, 255-byte names, a `_SUCCESS` that is a folder, and a folder
 nested past PATH_MAX (4,096 bytes, where listing it fails with ENAMETOOLONG): each is passed
 by or announced, and the other markers are announced, every scan. The folder past PATH_MAX
-failed every scan, so no marker was ever announced again."""
+failed every scan, so no marker was ever announced again; then it was passed by with no word,
+so nobody knew why a marker under it was never announced: now a WARNING names it, once."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
+
+import pytest
 
 from modelhooks.adapters.object_store.watch import LocalStoreWatcher
 from modelhooks.events.layout import ObjectLayout
@@ -63,3 +67,45 @@ def test_hostile_entries_never_stop_the_scan(tmp_path: Path) -> None:
         assert watcher.poll() == 1 and announced[-1].subject == "objects/models/later/1/_SUCCESS"
     finally:
         unix.close()
+
+
+def _rename_chain(folder: Path, levels: int, old: str, new: str) -> None:
+    """The first `levels` folders of the chain below `folder` renamed from `old` to `new`."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(levels):
+            os.rename(old, new, src_dir_fd=fd, dst_dir_fd=fd)
+            inner = os.open(new, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+def test_a_folder_that_cannot_be_listed_is_one_warning_until_it_could_be(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A marker under a folder the scan cannot list is never announced: a WARNING says which
+    folder, once (not at every scan), and again if it could be listed and then not again."""
+    store = tmp_path / "store"
+    (_version(store, "good") / "_SUCCESS").touch()
+    models = store / "models" / "models"
+    _nested_past_path_max(models)
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    watcher = LocalStoreWatcher(store, ObjectLayout(), lambda event: None, 1.0)
+    with caplog.at_level(logging.WARNING, logger="modelhooks"):
+        assert watcher.poll() == 1
+        assert len(warned()) == 1 and "cannot be listed (File name too long)" in warned()[0]
+        assert warned()[0].startswith(f"{models}/{'d' * 255}/")
+        watcher.poll()
+        assert len(warned()) == 1  # not at every scan
+        _rename_chain(models, 8, "d" * 255, "s")  # short enough to list
+        watcher.poll()
+        assert len(warned()) == 1
+        _rename_chain(models, 8, "s", "d" * 255)  # past PATH_MAX again
+        watcher.poll()
+        watcher.poll()
+        assert len(warned()) == 2 and warned()[1] == warned()[0]

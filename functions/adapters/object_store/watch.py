@@ -16,8 +16,10 @@ A push whose publishing raises (instead of answering 5xx) is announced again the
 the other pushes of the scan going on.
 
 A scan lists each folder once and stats each marker, and makes events for new markers
-only; a folder it cannot list (past PATH_MAX, unreadable, gone meanwhile) is passed by, and
-the wait between scans stretches with a large store (`SPARE`).
+only; a folder it cannot list (past PATH_MAX, unreadable, gone meanwhile) is passed by, with
+a WARNING the first scan it cannot list it (unreadable, past PATH_MAX: not when it is gone),
+and again only after a scan that could; the wait between scans stretches with a large store
+(`SPARE`).
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ class _Marker(NamedTuple):
     generation: str
 
 
-def _markers(root: Path, layout: ObjectLayout) -> Iterator[_Marker]:
+def _markers(
+    root: Path, layout: ObjectLayout, unlisted: dict[str, OSError] | None = None
+) -> Iterator[_Marker]:
     """The ready markers under `root/<bucket>/`, each named by its generation: a listing and
     a stat each, nothing more (the events are made for the new ones only). A marker gone
     between the two (removed, its folder replaced by a file) is skipped: the next scan
-    sees what is there."""
-    for rel, st in sorted(_walk(root, layout.marker)):
+    sees what is there. `unlisted` gets the folders that could not be listed (`_walk`)."""
+    for rel, st in sorted(_walk(root, layout.marker, {} if unlisted is None else unlisted)):
         bucket, _, key = rel.partition("/")
         path = layout.match(key)
         if path is None:
@@ -74,18 +78,21 @@ def _markers(root: Path, layout: ObjectLayout) -> Iterator[_Marker]:
         )
 
 
-def _walk(root: Path, name: str) -> list[tuple[str, os.stat_result]]:
+def _walk(root: Path, name: str, unlisted: dict[str, OSError]) -> list[tuple[str, os.stat_result]]:
     """(path relative to `root`, stat) of each entry called `name` below a folder of `root`
     (a bucket: a symbolic link to one is followed, not those below it), one listing per
     folder and one stat per marker. A folder that cannot be listed (unreadable, gone, made
-    a file meanwhile) and a marker that cannot be stat'ed (a dangling link) are passed by."""
+    a file meanwhile) and a marker that cannot be stat'ed (a dangling link) are passed by;
+    the folders that exist but cannot be listed are put in `unlisted`, with the error."""
     found: list[tuple[str, os.stat_result]] = []
     folders = [
-        (entry.path, entry.name) for entry in _entries(str(root)) if _is_dir(entry, follow=True)
+        (entry.path, entry.name)
+        for entry in _entries(str(root), unlisted)
+        if _is_dir(entry, follow=True)
     ]
     while folders:
         folder, rel = folders.pop()
-        for entry in _entries(folder):
+        for entry in _entries(folder, unlisted):
             if entry.name == name:
                 with contextlib.suppress(OSError):
                     found.append((f"{rel}/{name}", entry.stat()))
@@ -94,11 +101,14 @@ def _walk(root: Path, name: str) -> list[tuple[str, os.stat_result]]:
     return found
 
 
-def _entries(folder: str) -> list[os.DirEntry[str]]:
+def _entries(folder: str, unlisted: dict[str, OSError]) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(folder) as it:
             return list(it)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):  # gone, or made a file, meanwhile
+        return []
+    except OSError as exc:  # unreadable, past PATH_MAX, …: there, but its markers unseen
+        unlisted[folder] = exc
         return []
 
 
@@ -151,6 +161,7 @@ class LocalStoreWatcher:
         self.root, self.layout, self.publish, self.interval = root, layout, publish, interval
         self._seen: set[str] = set()
         self._again: dict[str, tuple[float, float]] = {}  # id → (when, wait): refused as transient
+        self._unlisted: set[str] = set()  # the folders the last scan could not list
         self.scanned_in = 0.0  # seconds the last listing of the store took
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="store-watcher", daemon=True)
@@ -165,8 +176,19 @@ class LocalStoreWatcher:
     def poll(self) -> int:
         """Publish what is new since the last poll, and what a function refused as transient
         whose time has come again; returns how many events."""
-        now, found = time.monotonic(), list(_markers(self.root, self.layout))
+        unlisted: dict[str, OSError] = {}
+        now, found = time.monotonic(), list(_markers(self.root, self.layout, unlisted))
         self.scanned_in = time.monotonic() - now
+        for folder, exc in unlisted.items():
+            if folder not in self._unlisted:
+                log(
+                    logging.WARNING,
+                    f"{folder}: cannot be listed ({exc.strerror or exc}): a ready marker under "
+                    "it is not announced (said again only if it is listed, then not again)",
+                    folder=folder,
+                    reason=exc.strerror or str(exc),
+                )
+        self._unlisted = set(unlisted)
         ids = {m.id for m in found}
         self._seen &= ids  # a marker gone or rewritten never comes back with its id
         self._again = {i: again for i, again in self._again.items() if i in ids}
