@@ -23,6 +23,7 @@ Cloud Run instance) answers its first lookups without SQLite.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -69,6 +70,7 @@ class SqliteDeliveryLog:
         self._opened: list[sqlite3.Connection] = []
         self._closed = threading.Event()
         self._flusher: threading.Thread | None = None  # started by the first put
+        self._failing = False  # the last write failed (the disk full): the group commit retries
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -108,14 +110,18 @@ class SqliteDeliveryLog:
     def put(self, key: tuple[str, str, str], digest: str, replies: bytes) -> None:
         with self._lock:
             self._pending.setdefault(key, (digest, replies))
-            full = len(self._pending) >= FLUSH_COUNT
+            while len(self._pending) > max(self.size, FLUSH_COUNT):  # the oldest: the table
+                del self._pending[next(iter(self._pending))]  # keeps the latest `size` only
+            full = len(self._pending) >= FLUSH_COUNT and not self._failing
             if self._flusher is None:  # the group commit, from the first record on
                 self._flusher = threading.Thread(
                     target=self._flush_every, name="delivery-log", daemon=True
                 )
                 self._flusher.start()
-        if full:
-            self.flush()
+        if full:  # a write that fails is the group commit's to retry and say: the
+            # delivery, whose effect is done, is not answered 503 for it
+            with contextlib.suppress(Exception):
+                self.flush()
 
     def flush(self) -> None:
         """Write what is pending now (tests; shutdown)."""
@@ -206,8 +212,11 @@ class SqliteDeliveryLog:
                 raise
         finally:
             with self._lock:
-                if not written:  # kept for the next flush (first: the earlier records)
-                    self._pending = {**self._pending, **pending}
+                self._failing = not written
+                if not written:  # kept for the next flush, the earlier records first (and
+                    for key, record in self._pending.items():  # a key's first record)
+                        pending.setdefault(key, record)
+                    self._pending = pending
                 self._flushing = {}
 
     def _run(self, sql: str, params: tuple[object, ...]) -> sqlite3.Cursor:
