@@ -437,7 +437,9 @@ def run(
         http=_bounded_protocol(limits.read_timeout),
         lifespan="on",
         timeout_keep_alive=limits.keepalive,
-        limit_concurrency=limits.max_connections,
+        # uvicorn counts the connection asking among those in flight (503 when they are
+        # >= its limit): one more, so that max_connections are served and the next gets 503
+        limit_concurrency=limits.max_connections + 1,
         log_level="warning",
         access_log=False,
         ws="none",  # an Upgrade header is not acted on
