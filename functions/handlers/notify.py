@@ -127,10 +127,15 @@ def _retained(model: ModelCreated | ModelUpdated) -> bool:
 def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model: Any) -> None:
     ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
     if data.failed or data.refused:
-        if not _deleting(model) or FINALIZER not in (model["metadata"].get("finalizers") or []):
-            raise Skip(f"Model {ns}/{name} waits on no cleanup (done, or not being deleted)")
+
+        def failed(found: dict[str, Any]) -> dict[str, Any]:  # on each read: a cleanup that
+            # succeeded meanwhile (a Conflict, read again) took the finalizer away
+            if not _deleting(found) or FINALIZER not in (found["metadata"].get("finalizers") or []):
+                raise Skip(f"Model {ns}/{name} waits on no cleanup (done, or not being deleted)")
+            return cleanup_failed(found, data, _now(event))
+
         before = _condition(model, "CleanupFailed")
-        model = _apply(cluster, model, lambda m: cleanup_failed(m, data, _now(event)))
+        model = _apply(cluster, model, failed)
         told = _condition(model, "CleanupFailed")
         if _said(told) != _said(before):  # an Event for what changed, not for its echo (a
             # status write is an update, and an update of a Model being deleted a cleanup)

@@ -83,3 +83,46 @@ def test_refused_and_allowed_deletions_in_any_order_end_alike(order: list[str]) 
 )
 def test_refusals_alone_keep_the_finalizer_in_any_order(order: list[str]) -> None:
     assert _after(order) == ((FINALIZER, HOLD), ["True"]), order
+
+
+class _Racing(InMemoryCluster):
+    """The first status write waits for `meanwhile` (another delivery, handled whole) to
+    run between the Model's read and the write."""
+
+    meanwhile: Any = None
+
+    def apply_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        run, self.meanwhile = self.meanwhile, None
+        if run is not None:
+            run()
+        return super().apply_status(*args, **kwargs)
+
+
+def test_a_refusal_whose_write_meets_a_finished_cleanup_leaves_it_alone() -> None:
+    """A refusal read the Model still held, and a successful cleanup took the finalizer away
+    before the refusal wrote: the write, a Conflict, read the Model again and set
+    CleanupFailed True on a Model no cleanup waits on (kept by another finalizer) for good."""
+    from modelhooks.core.function import Skip
+    from modelhooks.events.model import ArtifactPurged
+    from modelhooks.handlers.notify import handle as notify
+
+    cluster = _Racing()
+    cluster.create(NS, model("bert", finalizers=[FINALIZER, HOLD], deletionPolicy="Delete"))
+    cluster.delete(NS, "bert")
+
+    def told(id_: str, **report: Any) -> None:
+        data = ArtifactPurged(uri="", model="bert", policy="Delete", namespace=NS, **report)
+        event = CanonicalEvent(
+            id=id_, source="cleanup", type=data.TYPE, data=data, time=T0, subject=SUBJECT
+        )
+        notify(event, cluster=cluster, rollout=False)
+
+    cluster.meanwhile = lambda: told("success", deleted=["a"])
+    try:
+        told("refusal", refused="forbidden: no")
+    except Skip as skipped:
+        assert "waits on no cleanup" in str(skipped)
+    found = cluster.get_model(NS, "bert")
+    assert found is not None and found["metadata"]["finalizers"] == [HOLD]
+    conditions = (found.get("status") or {}).get("conditions", [])
+    assert [c for c in conditions if c["type"] == "CleanupFailed"] == []
