@@ -341,3 +341,30 @@ def test_the_cli_goes_on_when_its_stderr_reader_is_gone(
         finally:
             watcher.kill()
             watcher.wait(timeout=10)
+
+
+def test_a_garbled_model_list_is_logged_and_the_models_listed_again(
+    kube_apiserver: KubeApiServer,
+    models: Any,  # noqa: F811
+    namespace: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The Models' list garbled by the proxy ({"items": [null]}): an AttributeError raised out
+    of the watcher, which stopped, and no Model was sent (as the namespaces' list was)."""
+    garbled = b'{"kind": "ModelList", "metadata": {"resourceVersion": "1"}, "items": [null]}'
+    proxy = Garbling(kube_apiserver, [], lists=[lambda body: garbled], listed="/models")
+    caplog.set_level(logging.WARNING)
+    sent = Recorder()
+    try:
+        Cluster(models, namespace).create("m1")
+        with (
+            api_client(kube_apiserver, proxy.url) as api,
+            Running(ModelWatcher(api, sent, namespace=namespace)) as watcher,
+        ):
+            sent.wait_for("add", "m1")  # listed again, as it is
+    finally:
+        proxy.close()
+    assert sent.seen() == [("add", "m1")] and watcher.garbled == 1
+    garbled_lines = [r for r in caplog.records if getattr(r, "garbled_total", None)]
+    assert [(r.levelname, r.garbled_total) for r in garbled_lines] == [("ERROR", 1)]
+    assert garbled_lines[0].getMessage().startswith("Model watch:")

@@ -411,11 +411,17 @@ class ModelWatcher:
 
     def _relist(self) -> None:
         listed = self._call()
-        if not isinstance(listed, dict) or not isinstance(listed.get("metadata"), dict):
-            raise _Garbled(str(listed).encode())  # a proxy's page, not a list
+        items = listed.get("items") or [] if isinstance(listed, dict) else None
+        if (
+            not isinstance(listed, dict)
+            or not isinstance(listed.get("metadata"), dict)
+            or not isinstance(items, list)
+            or not all(isinstance(o, dict) and isinstance(o.get("metadata"), dict) for o in items)
+        ):  # a proxy's page, not a list; items that are no objects ([null]) raised out of
+            raise _Garbled(str(listed).encode())  # the watcher, which stopped
         selected = self._selected()
         self._forget(selected)
-        items = [obj for obj in listed.get("items") or [] if selected(obj)]
+        items = [obj for obj in items if selected(obj)]
         for action, obj in relist_changes(self.state.sent, items):
             self._emit(action, obj)
         self.state.resource_version = str(listed["metadata"]["resourceVersion"])
