@@ -3,7 +3,7 @@
 notify owns status.registeredModelId / modelVersionId / resolvedDigest / signatureRef /
 observedGeneration and the conditions Registered, Signed, Ready and CleanupFailed (True:
 reason CleanupFailed, something could not be deleted, or CleanupRefused, the deletion was
-refused for good; False, CleanedUp, once a later cleanup succeeded). Each
+refused for good; gone once a cleanup succeeded). Each
 apply carries every one of them that is already there (a server-side apply removes what its
 manager leaves out) and sets what this event says, so the result is a function of the set of
 events: registered-then-signed and signed-then-registered end alike.
@@ -113,21 +113,12 @@ def _failure(model: dict[str, Any], data: ArtifactPurged) -> Condition:
     return Condition("CleanupFailed", "True", reason, message[:32768], generation)
 
 
-def cleaned_up(model: dict[str, Any], data: ArtifactPurged, now: str) -> dict[str, Any]:
-    """The status after a purge that succeeded where an earlier one failed or was refused:
-    CleanupFailed False (the finalizer goes next), so a Model that other finalizers keep
-    does not go on saying its cleanup failed. A Model without CleanupFailed keeps none."""
-    status, generation = _owned(model)
-    if any(c.get("type") == "CleanupFailed" for c in status["conditions"]):
-        done = Condition(
-            "CleanupFailed",
-            "False",
-            "CleanedUp",
-            f"deletionPolicy {data.policy} applied to {data.uri}: {len(data.deleted)} "
-            f"deleted, {len(data.kept)} kept",
-            generation,
-        )
-        status["conditions"] = merge(status["conditions"], [done], now=now)
+def cleaned_up(model: dict[str, Any]) -> dict[str, Any]:
+    """The status after a purge that succeeded (its finalizer gone): without CleanupFailed,
+    which an earlier attempt, or one racing it, set. A Model that other finalizers keep
+    ends as one whose first cleanup succeeded: the same whatever the order of the reports."""
+    status, _ = _owned(model)
+    status["conditions"] = [c for c in status["conditions"] if c.get("type") != "CleanupFailed"]
     return status
 
 

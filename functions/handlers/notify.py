@@ -10,8 +10,8 @@
 - `model.created` / `.updated`: a Model whose spec.deletionPolicy is not Retain, and that
   is not being deleted, gets the finalizer `modelhooks.dev/cleanup` (an event whose Model
   says Retain reads nothing: a later change of policy is an update event of its own).
-- `artifact.purged`: nothing failed → the finalizer goes (the deletion completes), and a
-  CleanupFailed an earlier purge set turns False (CleanedUp) first; something failed, or
+- `artifact.purged`: nothing failed → the finalizer goes (the deletion completes), then a
+  CleanupFailed an earlier purge set goes too; something failed, or
   the deletion was refused for good (`refused`: tenancy, source, Secret, policy) → it stays,
   with the condition CleanupFailed (reason CleanupFailed or CleanupRefused) saying what and
   what to do, and a Warning Event. A failure or refusal is told only to a Model whose
@@ -142,11 +142,16 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
             _record(event, cluster, model, told["reason"], "KeepFinalizer", told["message"],
                     "Warning")  # fmt: skip
     elif _deleting(model):
-        if _condition(model, "CleanupFailed").get("status") == "True":  # a retry succeeded
-            model = _apply(cluster, model, lambda m: cleaned_up(m, data, _now(event)))
         note = f"{data.policy}: {len(data.deleted)} deleted, {len(data.kept)} kept"
         _record(event, cluster, model, "CleanedUp", "RemoveFinalizer", note)
         cluster.remove_finalizer(ns, name, FINALIZER)
+        # then CleanupFailed goes, read after the finalizer (one GET a deletion): no failure
+        # or refusal is told once the finalizer is gone, so one told meanwhile goes too, and
+        # a Model other finalizers keep ends without it, whichever attempt came first (the
+        # Model is gone by now unless another finalizer keeps it)
+        found = cluster.get_model(ns, name)
+        if found is not None and _condition(found, "CleanupFailed"):
+            _apply(cluster, found, cleaned_up)
 
 
 def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None:
