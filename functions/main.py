@@ -17,21 +17,24 @@ import gc
 
 # Start-up allocates and frees next to nothing: the collector's passes over what importing and
 # wiring make (2-3 ms of a cold start's CPU) wait until it is done, when gc.freeze() below
-# takes all of it out of the collector's sight. (So the imports follow it.)
-# ruff: noqa: E402
+# takes all of it out of the collector's sight.
 gc.disable()
 
-import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+try:
+    import logging
+    from collections.abc import Callable
+    from typing import TYPE_CHECKING
 
-import functions_framework
+    import functions_framework
 
-from modelhooks.bootstrap import build, hosted
-from modelhooks.core.logs import log
-from modelhooks.delivery.encoding import json_response
-from modelhooks.delivery.http import call_function, to_flask
-from modelhooks.handlers import NAMES
+    from modelhooks.bootstrap import build, hosted
+    from modelhooks.core.logs import log
+    from modelhooks.delivery.encoding import json_response
+    from modelhooks.delivery.http import call_function, to_flask
+    from modelhooks.handlers import NAMES
+except BaseException:  # start-up fails: the collector as it was
+    gc.enable()
+    raise
 
 if TYPE_CHECKING:
     import flask

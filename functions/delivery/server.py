@@ -262,6 +262,7 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             if transport.get_extra_info("sslcontext") is None:
                 transport.set_write_buffer_limits(high=0)
             self._due: dict[str, asyncio.TimerHandle] = {}
+            self._lost = False
             self._refusal: tuple[int, str, str] | None = None  # once those before are answered
             self._arm("headers", self._headers_late)
             closing = Closing(transport, lambda: self._arm("close", transport.abort))
@@ -328,13 +329,15 @@ def _bounded_protocol(timeout: float) -> type[Any]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             super().connection_lost(exc)  # closes the transport: disarmed below
+            self._lost = True  # a close after this (uvicorn's error paths) arms nothing
             for name in list(self._due):
                 self._disarm(name)
             self._held = memoryview(b"")
 
         def _arm(self, name: str, then: Callable[[], None]) -> None:
-            """Call `then` in `timeout` seconds, unless already armed (or disarmed)."""
-            if name not in self._due:
+            """Call `then` in `timeout` seconds, unless already armed (or disarmed), or the
+            connection is gone."""
+            if name not in self._due and not self._lost:
                 self._due[name] = self.loop.call_later(timeout, then)
 
         def _disarm(self, name: str) -> None:

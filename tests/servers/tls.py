@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import shutil
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,3 +130,15 @@ class CertificateAuthority:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert_file, key_file)
         return context
+
+
+def serving_pair(directory: Path) -> tuple[CertificateAuthority, Path, Path]:
+    """A CA and a loopback certificate it issued, as `live/tls.crt` and `live/tls.key` under
+    `directory` (as a Secret mounts them: a test may replace them to see them reloaded)."""
+    ca = CertificateAuthority.create(directory / "ca")
+    cert, key = ca.issue("first", directory / "first")
+    live = directory / "live"
+    live.mkdir()
+    shutil.copy(cert, live / "tls.crt")
+    shutil.copy(key, live / "tls.key")
+    return ca, live / "tls.crt", live / "tls.key"

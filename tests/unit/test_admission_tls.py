@@ -12,13 +12,12 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.servers._proc import free_port
-from tests.servers.tls import CertificateAuthority
+from tests.servers.tls import CertificateAuthority, serving_pair
 
 MODELHOOKS = str(Path(sys.executable).with_name("modelhooks"))
 
@@ -36,14 +35,8 @@ def served_name(port: int, ca: CertificateAuthority) -> str:
 
 
 @pytest.fixture
-def pki(tmp_path: Path) -> Iterator[tuple[CertificateAuthority, Path, Path]]:
-    ca = CertificateAuthority.create(tmp_path / "ca")
-    cert, key = ca.issue("first", tmp_path / "first")
-    live = tmp_path / "live"
-    live.mkdir()
-    shutil.copy(cert, live / "tls.crt")
-    shutil.copy(key, live / "tls.key")
-    yield ca, live / "tls.crt", live / "tls.key"
+def pki(tmp_path: Path) -> tuple[CertificateAuthority, Path, Path]:
+    return serving_pair(tmp_path)
 
 
 def test_the_certificate_is_reloaded_when_its_files_change(

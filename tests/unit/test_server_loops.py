@@ -30,7 +30,7 @@ import pytest
 from modelhooks.delivery import server
 from modelhooks.delivery.encoding import Response, json_response
 from modelhooks.delivery.server import Limits
-from tests.servers.tls import CertificateAuthority
+from tests.servers.tls import CertificateAuthority, serving_pair
 
 TIMEOUT = 0.5  # the read timeout the servers below run with
 BIG = 8 << 20  # an answer no socket buffer holds
@@ -404,13 +404,7 @@ def test_accepted_connections_have_nagle_off(start: Callable[..., Running]) -> N
 
 @pytest.fixture
 def pki(tmp_path: Path) -> tuple[CertificateAuthority, Path, Path]:
-    ca = CertificateAuthority.create(tmp_path / "ca")
-    cert, key = ca.issue("first", tmp_path / "first")
-    live = tmp_path / "live"
-    live.mkdir()
-    shutil.copy(cert, live / "tls.crt")
-    shutil.copy(key, live / "tls.key")
-    return ca, live / "tls.crt", live / "tls.key"
+    return serving_pair(tmp_path)
 
 
 def tls_connect(port: int, ca: CertificateAuthority, rcvbuf: int | None = None) -> ssl.SSLSocket:
@@ -473,3 +467,47 @@ def test_https_connections_whose_headers_stall_free_their_slot_in_time(
         answer = read_to_close(sock)
     assert took < 2 * TIMEOUT + 2
     assert answer.startswith(b"HTTP/1.1 408 ") if opening else answer == b""
+
+
+def test_a_close_after_the_connection_is_gone_arms_no_timer() -> None:
+    """uvicorn's error paths may close the transport after connection_lost: that close
+    armed an abort nothing disarmed, holding the protocol for the read timeout."""
+    import asyncio
+
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from modelhooks.delivery.server import _bounded_protocol
+
+    class Transport(asyncio.Transport):
+        closing = False
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return default
+
+        def set_write_buffer_limits(self, high: Any = None, low: Any = None) -> None:
+            pass
+
+        def is_closing(self) -> bool:
+            return self.closing
+
+        def close(self) -> None:
+            self.closing = True
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+    loop = asyncio.new_event_loop()
+    try:
+        config = Config(server.Asgi(App(), Limits()), log_level="warning")
+        protocol = _bounded_protocol(30.0)(config, ServerState(), {}, _loop=loop)
+        protocol.connection_made(Transport())
+        protocol.connection_lost(None)
+        assert protocol._due == {}
+        protocol.transport.close()  # as uvicorn's run_asgi does when the app failed
+        assert protocol._due == {}, "a timer armed for a connection already gone"
+    finally:
+        loop.close()
