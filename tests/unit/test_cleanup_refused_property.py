@@ -103,23 +103,14 @@ def test_a_refusal_whose_write_meets_a_finished_cleanup_leaves_it_alone() -> Non
     before the refusal wrote: the write, a Conflict, read the Model again and set
     CleanupFailed True on a Model no cleanup waits on (kept by another finalizer) for good."""
     from modelhooks.core.function import Skip
-    from modelhooks.events.model import ArtifactPurged
-    from modelhooks.handlers.notify import handle as notify
 
     cluster = _Racing()
     cluster.create(NS, model("bert", finalizers=[FINALIZER, HOLD], deletionPolicy="Delete"))
     cluster.delete(NS, "bert")
 
-    def told(id_: str, **report: Any) -> None:
-        data = ArtifactPurged(uri="", model="bert", policy="Delete", namespace=NS, **report)
-        event = CanonicalEvent(
-            id=id_, source="cleanup", type=data.TYPE, data=data, time=T0, subject=SUBJECT
-        )
-        notify(event, cluster=cluster, rollout=False)
-
-    cluster.meanwhile = lambda: told("success", deleted=["a"])
+    cluster.meanwhile = lambda: _tell(cluster, "success", deleted=["a"])
     try:
-        told("refusal", refused="forbidden: no")
+        _tell(cluster, "refusal", refused="forbidden: no")
     except Skip as skipped:
         assert "waits on no cleanup" in str(skipped)
     found = cluster.get_model(NS, "bert")
@@ -132,30 +123,33 @@ def test_a_refusal_told_between_a_success_and_its_finalizer_goes_with_the_finali
     """A successful cleanup read the Model (no CleanupFailed), then a refusal, the finalizer
     still there, set CleanupFailed True, then the success removed the finalizer: the Model,
     kept by another finalizer, said for good that its cleanup was refused."""
-    from modelhooks.events.model import ArtifactPurged
-    from modelhooks.handlers.notify import handle as notify
 
     cluster = _Racing()
     cluster.create(NS, model("bert", finalizers=[FINALIZER, HOLD], deletionPolicy="Delete"))
     cluster.delete(NS, "bert")
 
-    def told(id_: str, **report: Any) -> None:
-        data = ArtifactPurged(uri="", model="bert", policy="Delete", namespace=NS, **report)
-        event = CanonicalEvent(
-            id=id_, source="cleanup", type=data.TYPE, data=data, time=T0, subject=SUBJECT
-        )
-        notify(event, cluster=cluster, rollout=False)
-
     real_record = cluster.record
 
     def record_then_refusal(event: Any) -> bool:  # the success's Event, before the finalizer
         cluster.record = real_record  # type: ignore[method-assign]
-        told("refusal", refused="forbidden: no")
+        _tell(cluster, "refusal", refused="forbidden: no")
         return real_record(event)
 
     cluster.record = record_then_refusal  # type: ignore[method-assign]
-    told("success", deleted=["a"])
+    _tell(cluster, "success", deleted=["a"])
     found = cluster.get_model(NS, "bert")
     assert found is not None and found["metadata"]["finalizers"] == [HOLD]
     conditions = (found.get("status") or {}).get("conditions", [])
     assert [c for c in conditions if c["type"] == "CleanupFailed"] == []
+
+
+def _tell(cluster: InMemoryCluster, id_: str, **report: Any) -> None:
+    """notify told cleanup's report `id_` on the Model bert."""
+    from modelhooks.events.model import ArtifactPurged
+    from modelhooks.handlers.notify import handle as notify
+
+    data = ArtifactPurged(uri="", model="bert", policy="Delete", namespace=NS, **report)
+    event = CanonicalEvent(
+        id=id_, source="cleanup", type=data.TYPE, data=data, time=T0, subject=SUBJECT
+    )
+    notify(event, cluster=cluster, rollout=False)
