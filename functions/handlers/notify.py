@@ -27,7 +27,8 @@ not tied to a Model otherwise: a model without a Model of that name gets no stat
 purged, the Model cleanup names (`model`) when its spec.source is the purged location, else
 the Model of the event's namespace being deleted whose spec.source is that location.
 
-Every delivery records one Event on the Model, named after the CloudEvent's identity, and
+Every delivery records one Event on the Model, named after the CloudEvent's identity (a
+failure's or refusal's Warning after the report it tells: one per distinct report), and
 computes the status from the Model's current one plus this event: a redelivery records and
 changes nothing, and the result does not depend on the order of the events. The Model a
 status is computed from is read from the API server's watch cache (no read of etcd): the
@@ -134,13 +135,15 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
                 raise Skip(f"Model {ns}/{name} waits on no cleanup (done, or not being deleted)")
             return cleanup_failed(found, data, _now(event))
 
-        before = _condition(model, "CleanupFailed")
         model = _apply(cluster, model, failed)
         told = _condition(model, "CleanupFailed")
-        if _said(told) != _said(before):  # an Event for what changed, not for its echo (a
-            # status write is an update, and an update of a Model being deleted a cleanup)
+        mine = _condition({"status": cleanup_failed(model, data, _now(event))}, "CleanupFailed")
+        if _said(told) == _said(mine):  # its Event, named after the report, not the delivery:
+            # its echo (a status write is an update, and an update of a Model being deleted a
+            # cleanup, reporting anew) names the one recorded, and a delivery whose status
+            # was written before a crash, its Event not, records it when delivered again
             _record(event, cluster, model, told["reason"], "KeepFinalizer", told["message"],
-                    "Warning")  # fmt: skip
+                    "Warning", report=told["message"])  # fmt: skip
     elif _deleting(model):
         note = f"{data.policy}: {len(data.deleted)} deleted, {len(data.kept)} kept"
         _record(event, cluster, model, "CleanedUp", "RemoveFinalizer", note)
@@ -221,12 +224,16 @@ def _record(
     action: str,
     note: str,
     kind: str = "Normal",
+    *,
+    report: str = "",
 ) -> None:
+    """An Event named after the CloudEvent, or after `report` on this Model when given."""
     meta = model["metadata"]
+    source, id_ = (meta.get("uid", ""), report) if report else (event.source, event.id)
     cluster.record(
         ModelEvent(
             namespace=meta["namespace"],
-            name=event_name(meta["name"], event.source, event.id, reason),
+            name=event_name(meta["name"], source, id_, reason),
             model=meta["name"],
             uid=meta.get("uid", ""),
             reason=reason,
