@@ -112,10 +112,14 @@ def _echoed(lines: str) -> bool:
 def _append(path: Path, data: bytes) -> None:
     """`data` appended to `path` and fsynced, or nothing: a write that fails (the disk full)
     is cut off where it began, else the next event appended went on its half line, and
-    replay could read neither (the sink had answered 202 to the second)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    replay could read neither (the sink had answered 202 to the second). A half line a
+    process killed mid-write left (SIGKILL, the node gone) is ended first, for the same
+    reason."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         start = os.fstat(fd).st_size
+        if start and os.pread(fd, 1, start - 1) != b"\n":
+            data = b"\n" + data
         try:
             view = memoryview(data)
             while view:
