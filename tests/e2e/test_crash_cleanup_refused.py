@@ -238,11 +238,21 @@ def _warning(name: str) -> Rule:
     ) else None  # fmt: skip
 
 
-def _finalizer_gone(name: str) -> Rule:
-    """Between notify's finalizer removal (answered) and its removal of CleanupFailed."""
-    return lambda m, p, b: "after" if (
+def _finalizer(name: str, when: str) -> Rule:
+    return lambda m, p, b: when if (
         m == "PATCH" and p.split("?")[0].endswith(f"/models/{name}") and b'"remove"' in b
     ) else None  # fmt: skip
+
+
+def _finalizer_gone(name: str) -> Rule:
+    """Between notify's finalizer removal (answered) and its removal of CleanupFailed."""
+    return _finalizer(name, "after")
+
+
+def _finalizer_kept(name: str) -> Rule:
+    """Between cleanup's success (answered, its record maybe written) and notify's removal
+    of the finalizer (its Event recorded)."""
+    return _finalizer(name, "before")
 
 
 REFUSALS = ["secret", "tenancy", "secret", "tenancy", "secret"]
@@ -255,6 +265,7 @@ THEN_RETAIN = ["tenancy", "secret", "retain", "tenancy", "retain", "secret"]
         pytest.param(REFUSALS, _status, id="refusals-killed-before-the-status-write"),
         pytest.param(REFUSALS, _warning, id="refusals-killed-between-the-status-and-its-event"),
         pytest.param(THEN_RETAIN, _status, id="retain-killed-before-the-status-write"),
+        pytest.param(THEN_RETAIN, _finalizer_kept, id="retain-killed-before-the-finalizer-went"),
         pytest.param(THEN_RETAIN, _finalizer_gone, id="retain-killed-after-the-finalizer-went"),
     ],
 )
