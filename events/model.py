@@ -262,6 +262,13 @@ class ArtifactPurged(EventData, frozen=True, kw_only=True):
             " store refusing a delete); the Model keeps its finalizer"
         ),
     ] = ""
+    model_uid: Annotated[
+        str,
+        _doc(
+            "the deleted Model's metadata.uid, when its deletion carried it: notify tells that"
+            " Model only, never a Model created since under the same name"
+        ),
+    ] = ""
 
 
 # What a transfer request may carry: never credentials (those are the function's own

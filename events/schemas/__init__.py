@@ -1,6 +1,6 @@
 """JSON Schemas of the canonical payloads, generated from the models in events/model.py.
 
-`python -m events.schemas` (or `make schemas`) rewrites the files; a unit test fails when
+`make docs` (tests/update_docs.py) rewrites the files; a unit test fails when
 they are stale. Each file is what a CloudEvent's `dataschema` names.
 """
 

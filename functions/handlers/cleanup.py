@@ -129,6 +129,7 @@ def _purged(
         failed=done.failed,
         policy=policy.name,
         namespace=data.namespace,
+        model_uid=data.uid or "",
     )
     return event.reply(reply, source="modelhooks/cleanup", name=f"purged/{n}")
 
@@ -157,6 +158,7 @@ def refused(event: CanonicalEvent, error: Permanent) -> list[CanonicalEvent]:
         policy=str(data.spec.get("deletionPolicy", "")),  # "": the policy file's
         namespace=data.namespace,
         refused=reason,
+        model_uid=data.uid or "",
     )
     name = "refused/" + hashlib.sha256(reason.encode()).hexdigest()[:16]
     return [event.reply(reply, source="modelhooks/cleanup", name=name)]

@@ -127,10 +127,12 @@ def _retained(model: ModelCreated | ModelUpdated) -> bool:
 
 def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model: Any) -> None:
     ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    _same_model(data, model)
     if data.failed or data.refused:
 
         def failed(found: dict[str, Any]) -> dict[str, Any]:  # on each read: a cleanup that
             # succeeded meanwhile (a Conflict, read again) took the finalizer away
+            _same_model(data, found)
             if not _deleting(found) or FINALIZER not in (found["metadata"].get("finalizers") or []):
                 raise Skip(f"Model {ns}/{name} waits on no cleanup (done, or not being deleted)")
             return cleanup_failed(found, data, _now(event))
@@ -155,6 +157,19 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
         found = cluster.get_model(ns, name)
         if found is not None and _condition(found, "CleanupFailed"):
             _apply(cluster, found, cleaned_up)
+
+
+def _same_model(data: ArtifactPurged, model: dict[str, Any]) -> None:
+    """Skip a report on a Model other than the deleted one it was for: one created since
+    under the same name (a report delivered late would have let its finalizer go, its
+    artifacts never cleaned up, or said its cleanup failed)."""
+    uid = model["metadata"].get("uid", "")
+    if data.model_uid and uid and uid != data.model_uid:
+        meta = model["metadata"]
+        raise Skip(
+            f"Model {meta['namespace']}/{meta['name']} is not the one this cleanup was for "
+            f"(uid {uid}, not {data.model_uid}): created since"
+        )
 
 
 def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None:

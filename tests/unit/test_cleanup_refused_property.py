@@ -153,3 +153,34 @@ def _tell(cluster: InMemoryCluster, id_: str, **report: Any) -> None:
         id=id_, source="cleanup", type=data.TYPE, data=data, time=T0, subject=SUBJECT
     )
     notify(event, cluster=cluster, rollout=False)
+
+
+def test_a_late_report_on_a_deleted_model_leaves_a_new_model_of_its_name_alone() -> None:
+    """Model bert deleted and cleaned up, then a new bert created and being deleted: the
+    first one's reports, delivered late, named only the Model by name, so a success let the
+    new one's finalizer go (its artifacts never cleaned up) and a refusal said its cleanup
+    failed. Each report names its Model's uid, and tells no other."""
+    from modelhooks.core.function import Skip
+
+    cluster = InMemoryCluster()
+    cluster.create(NS, model("bert", finalizers=[FINALIZER, HOLD], deletionPolicy="Delete"))
+    old = cluster.get_model(NS, "bert")
+    assert old is not None
+    cluster.delete(NS, "bert")
+    _tell(cluster, "done", deleted=["a"], model_uid=old["metadata"]["uid"])
+    cluster.remove_finalizer(NS, "bert", HOLD)  # the old one is gone
+    assert cluster.get_model(NS, "bert") is None
+    cluster.create(NS, model("bert", finalizers=[FINALIZER, HOLD], deletionPolicy="Delete"))
+    cluster.delete(NS, "bert")
+
+    for late in ({"deleted": ["a"]}, {"refused": "forbidden: no"}):
+        try:
+            _tell(cluster, "late", model_uid=old["metadata"]["uid"], **late)
+        except Skip as skipped:
+            assert "not the one this cleanup was for" in str(skipped)
+        new = cluster.get_model(NS, "bert")
+        assert new is not None and new["metadata"]["finalizers"] == [FINALIZER, HOLD]
+        assert not (new.get("status") or {}).get("conditions")
+    _tell(cluster, "now", deleted=["b"], model_uid=new["metadata"]["uid"])  # its own report
+    new = cluster.get_model(NS, "bert")
+    assert new is not None and new["metadata"]["finalizers"] == [HOLD]
