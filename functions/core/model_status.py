@@ -22,6 +22,7 @@ __all__ = [
     "OWNED",
     "cleaned_up",
     "cleanup_failed",
+    "cleanup_report",
     "progress",
     "rollout_version",
 ]
@@ -80,11 +81,12 @@ def cleanup_failed(model: dict[str, Any], data: ArtifactPurged, now: str) -> dic
     update of the Model being deleted, so cleanup runs again and reports what holds now: a
     late report of an older attempt is replaced by the current one."""
     status, _ = _owned(model)
-    status["conditions"] = merge(status["conditions"], [_failure(model, data)], now=now)
+    status["conditions"] = merge(status["conditions"], [cleanup_report(model, data)], now=now)
     return status
 
 
-def _failure(model: dict[str, Any], data: ArtifactPurged) -> Condition:
+def cleanup_report(model: dict[str, Any], data: ArtifactPurged) -> Condition:
+    """CleanupFailed True as the report `data` says it on `model`."""
     generation = int(model["metadata"].get("generation", 1))
     name = model["metadata"]["name"]
     policy = f"deletionPolicy {data.policy}" if data.policy else "the cleanup policy"

@@ -49,7 +49,13 @@ from modelhooks.core.conditions import (
 )
 from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.model_status import cleaned_up, cleanup_failed, progress, rollout_version
+from modelhooks.core.model_status import (
+    cleaned_up,
+    cleanup_failed,
+    cleanup_report,
+    progress,
+    rollout_version,
+)
 from modelhooks.core.sources import model_source
 from modelhooks.events.model import (
     ArtifactPurged,
@@ -139,8 +145,12 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
 
         model = _apply(cluster, model, failed)
         told = _condition(model, "CleanupFailed")
-        mine = _condition({"status": cleanup_failed(model, data, _now(event))}, "CleanupFailed")
-        if _said(told) == _said(mine):  # its Event, named after the report, not the delivery:
+        mine = cleanup_report(model, data)
+        if _said(told) == (
+            mine.status,
+            mine.reason,
+            mine.message,
+        ):  # its Event, named after the report, not the delivery:
             # its echo (a status write is an update, and an update of a Model being deleted a
             # cleanup, reporting anew) names the one recorded, and a delivery whose status
             # was written before a crash, its Event not, records it when delivered again

@@ -411,14 +411,7 @@ class ModelWatcher:
 
     def _relist(self) -> None:
         listed = self._call()
-        items = listed.get("items") or [] if isinstance(listed, dict) else None
-        if (
-            not isinstance(listed, dict)
-            or not isinstance(listed.get("metadata"), dict)
-            or not isinstance(items, list)
-            or not all(isinstance(o, dict) and isinstance(o.get("metadata"), dict) for o in items)
-        ):  # a proxy's page, not a list; items that are no objects ([null]) raised out of
-            raise _Garbled(str(listed).encode())  # the watcher, which stopped
+        items = _items(listed, str(listed).encode())
         selected = self._selected()
         self._forget(selected)
         items = [obj for obj in items if selected(obj)]
@@ -594,16 +587,7 @@ class _Namespaces:
     def _list(self) -> str:
         data = self._api_call().data
         doc = json.loads(data)
-        items = doc.get("items") or [] if isinstance(doc, dict) else None
-        if (
-            not isinstance(doc, dict)
-            or not isinstance(doc.get("metadata"), dict)
-            or not isinstance(items, list)
-            or not all(
-                isinstance(ns, dict) and isinstance(ns.get("metadata"), dict) for ns in items
-            )
-        ):
-            raise _Garbled(data)
+        items = _items(doc, data)
         self._set(frozenset(str(ns["metadata"].get("name") or "") for ns in items))
         return str(doc["metadata"]["resourceVersion"])
 
@@ -833,6 +817,21 @@ class _Lanes:
     def raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+
+def _items(listed: Any, raw: bytes) -> list[dict[str, Any]]:
+    """The objects of a list answer, each with its metadata; _Garbled (naming `raw`) for one
+    that is none: a proxy's page, items that are no objects ([null] raised out of the
+    watcher, which stopped)."""
+    items = listed.get("items") or [] if isinstance(listed, dict) else None
+    if (
+        not isinstance(listed, dict)
+        or not isinstance(listed.get("metadata"), dict)
+        or not isinstance(items, list)
+        or not all(isinstance(o, dict) and isinstance(o.get("metadata"), dict) for o in items)
+    ):
+        raise _Garbled(raw)
+    return items
 
 
 def _events(resp: Any) -> Iterator[dict[str, Any]]:
