@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import requests
 
 from tests.e2e.conftest import Served
 from tests.servers.objectstores import Minio
@@ -71,3 +75,57 @@ def test_a_model_landing_in_minio_gets_registered_once(
         s3.put_object(Bucket="e2e-models", Key=prefix + "_SUCCESS", Body=b"")
         served.wait_for("the conflict", lambda: '"status": 409' in served.logs())
         assert served.registrations() == rows
+
+
+def test_an_s3_name_the_store_refuses_is_answered_400_not_redelivered(
+    minio: Minio, serve: Callable[..., Served]
+) -> None:
+    """A notification or a replayed event naming what MinIO refuses as a name (`..`, an
+    upper-case bucket) was answered 503 (the store 'failing'), redelivered for ever."""
+    env = {
+        "AWS_ACCESS_KEY_ID": minio.access_key,
+        "AWS_SECRET_ACCESS_KEY": minio.secret_key,
+        "AWS_DEFAULT_REGION": minio.region,
+    }
+    served = serve(
+        minio.notify_port,
+        "--ingress-auth",
+        "bearer:token=replay-token",
+        "--ingress-route-auth",
+        f"/minio-events=bearer:token={minio.notify_token}",
+        "--ingress-route-kinds",
+        "/minio-events=s3;/replay=canonical",
+        "--store-backend",
+        "cloud",
+        "--store-s3-endpoint-url",
+        minio.endpoint_url,
+        env=env,
+    )
+    samples = Path(__file__).parents[2] / "events" / "samples"
+    notification = json.loads((samples / "s3-minio-put-marker.json").read_text())
+    notification["Records"][0]["s3"]["bucket"]["name"] = "Models-Upper"
+    answer = requests.post(
+        f"{served.url}/minio-events",
+        json=notification,
+        headers={"Authorization": f"Bearer {minio.notify_token}"},
+        timeout=30,
+    )
+    assert answer.status_code == 400, answer.text
+    assert "Models-Upper" in answer.text
+
+    pushed = json.loads((samples / "canonical-artifact-pushed.json").read_text())
+    for i, uri in enumerate(["s3://models/models/m/../1/", "s3://models/models//m/1/"]):
+        event = copy.deepcopy(pushed)
+        event["id"] = f"hostile-{i}"
+        event["data"].update(uri=uri, store="s3", digest="s3-etag:0")
+        answer = requests.post(
+            f"{served.url}/replay",
+            json=event,
+            headers={
+                "Authorization": "Bearer replay-token",
+                "Content-Type": "application/cloudevents+json",
+            },
+            timeout=30,
+        )
+        assert answer.status_code == 400, answer.text
+        assert uri in answer.text

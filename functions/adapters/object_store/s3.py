@@ -20,6 +20,7 @@ from typing import Any
 
 from modelhooks.adapters.object_store.s3_direct import DirectReads
 from modelhooks.core.errors import (
+    BadRequest,
     Conflict,
     CredentialsRefused,
     Forbidden,
@@ -42,6 +43,15 @@ _DENIED = {"403", "AccessDenied", "AllAccessDisabled"}
 _UNAUTHENTICATED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
 _GONE = _NOT_FOUND | {"NoSuchVersion"}  # per-key codes of DeleteObjects meaning "already gone"
 _TRANSIENT = {"InternalError", "ServiceUnavailable", "RequestTimeout", "500", "503"}
+# the store refusing a bucket or object name an event carried (`..` or `.` segments, `//`,
+# NUL, over 1024 bytes, upper case): no retry changes the name
+_BAD_NAME = {
+    "InvalidBucketName",
+    "KeyTooLongError",
+    "XMinioInvalidBucketName",
+    "XMinioInvalidObjectName",
+    "XMinioInvalidResourceName",
+}
 DELETE_BATCH = 1000  # DeleteObjects' limit
 
 
@@ -65,6 +75,8 @@ def s3_error(exc: Exception, bucket: str, key: str = "") -> ModelhooksError:
         return CredentialsRefused(f"S3 refused the credentials for {where}", **details)
     if code in _DENIED:
         return Forbidden(f"S3 denied access to {where}", **details)
+    if code in _BAD_NAME:
+        return BadRequest(f"S3 refused the name {where} ({code})", **details)
     return Unavailable(f"S3 failed on {where}", **details)  # 5xx, connection, timeouts
 
 
@@ -184,10 +196,22 @@ class S3ObjectStore:
         except Exception as e:
             if _code(e) in _NOT_FOUND:
                 return None
+            if _code(e) == "400":  # a HEAD's answer has no body to name its reason
+                self._why_refused(bucket, key)
             raise s3_error(e, bucket, key) from e
         generation, etag = self._generation(meta)
         size = int(meta.get("ContentLength", 0))
         return ObjectInfo(bucket, key, size, generation, etag, checksum=f"etag:{etag}")
+
+    def _why_refused(self, bucket: str, key: str) -> None:
+        """Raise BadRequest when the store refuses `bucket`/`key` as a name: asked of a GET
+        of its first byte, whose answer says why (HEAD's 400 does not, and was taken as the
+        store failing: 503, an event naming `models/../m/` redelivered for ever)."""
+        try:
+            self.client.get_object(Bucket=bucket, Key=key, Range="bytes=0-0")["Body"].close()
+        except Exception as e:
+            if _code(e) in _BAD_NAME:
+                raise s3_error(e, bucket, key) from e
 
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """ListObjectsV2, page by page (continuation tokens, as botocore's paginator)."""
