@@ -10,8 +10,11 @@ request's tenant (403 naming the location; a request naming no namespace gets th
 owns its source). Then the copy (what the destination already has from
 the same source revision is kept), the registration (the artifact PENDING while bytes move,
 LIVE with the URI and digest after, ABANDONED with the reason on a failure) and the
-signature. A redelivery, or two concurrent deliveries, find the same model, version,
-artifact and copy: the reply says `created: false`. A store that does not answer, or the
+signature. Another request for the same artifact, or two concurrent deliveries, find the
+same model, version, artifact and copy: the reply says `created: false`. A delivery that
+took effect before (its answer lost: a crash before the delivery log's record, Pub/Sub's ack
+deadline passed during the copy) is answered as the first time from the registry, nothing
+copied again (the artifact records the delivery that made it LIVE): its source may be gone. A store that does not answer, or the
 copy running past `transfer.timeout`, answers 503 (redelivered: it resumes); bad input 4xx.
 
 Reply: `model.registered` with the ids, the destination URI and the content's digest.
@@ -57,7 +60,9 @@ def handle(
                 f"model.name: no registered model {data.model.name!r}", field="model.name"
             )
         model_id = found.id
-    done = transfers.run(data, registry=registry, model_id=model_id)
+    # the delivery, named: one that took effect before (its answer lost) is answered so again
+    delivery = f"{event.source} {event.id}"
+    done = transfers.run(data, registry=registry, model_id=model_id, event=delivery)
     result = done.result
     reply = ModelRegistered(
         model=data.model.name or str(result.get("model_id", "")),

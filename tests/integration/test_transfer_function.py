@@ -248,3 +248,39 @@ def test_two_concurrent_deliveries_make_one_version_and_one_copy(
     assert artifact.state == ArtifactState.LIVE
     assert image_files(f"oci://{distribution3.host}/{repo}:1") == FILES
     assert DistributionRegistry(distribution3.url).resolve(repo, "1") == artifact.uri.split("@")[1]
+
+
+def test_a_delivery_redelivered_after_a_restart_with_its_source_gone_answers_as_before(
+    app: Callable[..., tuple[FlaskClient, ModelRegistry]],
+    bucket: str,
+    minio: Minio,
+    distribution3: OciRegistry,
+    model_registry: ModelRegistryServer,
+) -> None:
+    """On the real Kubeflow Model Registry (no delivery log: a restarted process remembers
+    no delivery): a transfer that took effect, its answer lost, the staging bucket emptied,
+    delivered again to a new process answers as the first time and the artifact stays LIVE
+    (it was copied again: 404 for good, and the artifact ABANDONED)."""
+    settings = {
+        "MODELHOOKS_REGISTRY_BACKEND": "kubeflow",
+        "MODELHOOKS_REGISTRY_URL": model_registry.url,
+    }
+    client, registry = app(**settings)
+    repo = f"transfer-fn/{secrets.token_hex(4)}"
+    destination = {"type": "oci", "uri": f"{distribution3.host}/{repo}:1", "format": "artifact"}
+    event = requested(bucket, minio.region, destination)
+    status, first = post(client, event)
+    assert status == 200 and first["status"] == 200, first
+    with minio.s3_client() as s3:
+        for key in FILES:
+            s3.delete_object(Bucket=bucket, Key=f"models/sentiment/1/{key}")
+    bootstrap.reset()  # a restart: nothing of the first delivery remembered in process
+    client, registry = app(**settings)
+    status, again = post(client, event)
+    assert status == 200 and again == first, again
+    model = registry.get_model(event["data"]["model"]["name"])
+    assert model is not None
+    (version,) = registry.list_versions(model.id)
+    (artifact,) = registry.list_artifacts(version.id)
+    assert artifact.state == ArtifactState.LIVE, artifact.custom_properties
+    assert image_files(artifact.uri) == FILES

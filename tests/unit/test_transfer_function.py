@@ -101,11 +101,14 @@ def test_a_redelivery_finds_the_same_model_version_artifact_and_copy(local: Tran
     registry = InMemoryModelRegistry()
     args = {"registry": registry, "tenancy": Tenancy(), "transfers": local}
     (first,) = handle(event_of(request()), **args)
-    (again,) = handle(event_of(request()), **args)
-    assert isinstance(first.data, ModelRegistered) and isinstance(again.data, ModelRegistered)
-    assert again.data.created is False and first.data.created is True
+    (again,) = handle(event_of(request()), **args)  # the same delivery: answered as the first
+    assert (again.id, again.data) == (first.id, first.data)
+    other = CanonicalEvent.new(request(), source="/test", id="t-2")  # another, same request
+    (another,) = handle(other, **args)
+    assert isinstance(first.data, ModelRegistered) and isinstance(another.data, ModelRegistered)
+    assert another.data.created is False and first.data.created is True
     ids = lambda d: (d.registered_model_id, d.model_version_id, d.model_artifact_id, d.digest)  # noqa: E731
-    assert ids(again.data) == ids(first.data)
+    assert ids(another.data) == ids(first.data)
     assert len(registry.models) == len(registry.versions) == len(registry.artifacts) == 1
 
 
@@ -324,3 +327,26 @@ def test_a_source_uri_no_request_can_carry_is_a_bad_request(uri: str) -> None:
 
     with pytest.raises(BadRequest, match="source uri"):
         UriSource(uri)
+
+
+def test_a_redelivery_after_the_source_is_gone_answers_as_the_first_and_keeps_it_live(
+    local: Transfers, model_dir: Path
+) -> None:
+    """At least once: the same request delivered again after it took effect (its answer
+    lost: a crash before the delivery log's record, Pub/Sub's ack deadline passed during a
+    long copy, another instance) once the source is gone (a staging bucket emptied after
+    the copy) answers as the first time. It copied again, found no source, and left the
+    artifact it had made LIVE ABANDONED with a 404, for good (a 404 is never redelivered)."""
+    import shutil
+
+    registry = InMemoryModelRegistry()
+    args = {"registry": registry, "tenancy": Tenancy(), "transfers": local}
+    (first,) = handle(event_of(request()), **args)
+    shutil.rmtree(model_dir)
+    (again,) = handle(event_of(request()), **args)
+    assert (again.id, again.data) == (first.id, first.data)
+    (artifact,) = registry.artifacts.values()
+    assert artifact.state == ArtifactState.LIVE
+    assert isinstance(first.data, ModelRegistered) and artifact.digest == first.data.digest
+    with pytest.raises(NotFound):  # another request for the same artifact copies anew
+        handle(CanonicalEvent.new(request(), source="/test", id="t-2"), **args)

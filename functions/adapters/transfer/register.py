@@ -27,9 +27,22 @@ from modelhooks.core.records import (
     typed,
 )
 
-__all__ = ["FAILURE_REASON", "Target", "begin", "fail", "finish", "record_signature"]
+__all__ = [
+    "FAILURE_REASON",
+    "TRANSFER_EVENT",
+    "Target",
+    "begin",
+    "done_by",
+    "fail",
+    "finish",
+    "record_signature",
+]
 
 FAILURE_REASON = "modelhooks.failure_reason"
+# on the artifact a transfer made LIVE: the delivery that did (its source and id) and
+# whether it changed the digest (the reply's `created`), so that delivery, again, is answered
+TRANSFER_EVENT = "modelhooks.transfer_event"
+TRANSFER_CREATED = "modelhooks.transfer_created"
 ARTIFACT = "model"
 
 
@@ -77,7 +90,7 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
     with registry.transaction():
         if config.intent == "create_model":
             m = meta.of("RegisteredModel")
-            model_name = str(m.get("name") or config.get("model_name"))
+            model_name = _model_name(config)
             model_props = _props(m.get("custom_properties", {}), owner=str(m.get("owner", "")))
             model: RegisteredModel = _ensure(
                 lambda: registry.get_model(model_name),
@@ -90,7 +103,7 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
             model_id = config.model.model_id
         v = meta.of("ModelVersion")
         author = str(v.get("author") or config.get("registry_author"))
-        version_name = str(v.get("name") or config.get("model_version_name"))
+        version_name = _version_name(config)
         version_props = _props(v.get("custom_properties", {}), author=author)
         version: ModelVersion = _ensure(
             lambda: registry.get_version(model_id, version_name),
@@ -105,7 +118,7 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
             model_format_version=str(a.get("model_format_version", "")),
             storage_key=str(a.get("storage_key", "")),
         )
-        name = str(a.get("name") or ARTIFACT)
+        name = _artifact_name(config)
         existing = next((x for x in registry.list_artifacts(version.id) if x.name == name), None)
         artifact = ModelArtifact(
             id=existing.id if existing else "",
@@ -122,6 +135,49 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
             found = next(x for x in registry.list_artifacts(version.id) if x.name == name)
             artifact = found
     return Target(model_id, version.id, artifact, version.name)
+
+
+def done_by(registry: Any, config: TransferConfig, event: str) -> tuple[Target, bool] | None:
+    """The intent's artifact as the delivery `event` left it (LIVE, made by it: `finish`'s
+    `event`), and whether that delivery created it; None otherwise. Found, not created: a
+    delivery of a request that took effect is answered from the registry, not copied again
+    (its source may be gone by now, and a copy that failed would abandon the artifact)."""
+    if config.intent == "update_artifact":
+        model_id, version_id, version_name = config.model.model_id, config.model.version_id, ""
+        artifact = registry.get_artifact(config.model.artifact_id)
+    else:
+        model_id = config.model.model_id
+        if config.intent == "create_model":
+            model = registry.get_model(_model_name(config))
+            if model is None:
+                return None
+            model_id = model.id
+        version = registry.get_version(model_id, _version_name(config))
+        if version is None:
+            return None
+        version_id, version_name, name = version.id, version.name, _artifact_name(config)
+        found = registry.list_artifacts(version.id)
+        artifact = next((x for x in found if x.name == name), None)
+    if (
+        artifact is None
+        or artifact.state != ArtifactState.LIVE
+        or artifact.custom_properties.get(TRANSFER_EVENT) != event
+    ):
+        return None
+    created = artifact.custom_properties.get(TRANSFER_CREATED) == "true"
+    return Target(model_id, version_id, artifact, version_name), created
+
+
+def _model_name(config: TransferConfig) -> str:
+    return str(config.metadata.of("RegisteredModel").get("name") or config.get("model_name"))
+
+
+def _version_name(config: TransferConfig) -> str:
+    return str(config.metadata.of("ModelVersion").get("name") or config.get("model_version_name"))
+
+
+def _artifact_name(config: TransferConfig) -> str:
+    return str(config.metadata.of("ModelArtifact").get("name") or ARTIFACT)
 
 
 def _ensure(
@@ -146,9 +202,20 @@ def _ensure(
 
 
 def finish(
-    registry: Any, target: Target, uri: str, digest: str, extra: Mapping[str, str] = {}
+    registry: Any,
+    target: Target,
+    uri: str,
+    digest: str,
+    extra: Mapping[str, str] = {},
+    *,
+    event: str = "",
 ) -> ModelArtifact:
+    """The artifact LIVE at `uri` with `digest`; `event`: the delivery that made it so (and
+    whether it changed the digest), for `done_by`."""
     props = {k: v for k, v in target.artifact.custom_properties.items() if k != FAILURE_REASON}
+    if event:
+        created = "true" if target.artifact.digest != digest else "false"
+        props |= {TRANSFER_EVENT: event, TRANSFER_CREATED: created}
     done = replace(
         target.artifact,
         uri=uri,

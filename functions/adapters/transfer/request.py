@@ -66,11 +66,23 @@ class Transfers:
         return replace(cfg, allow_local=self.allow_local, allowed_hosts=self.allowed_hosts)
 
     def run(
-        self, request: TransferRequested, *, registry: ModelRegistry, model_id: str = ""
+        self,
+        request: TransferRequested,
+        *,
+        registry: ModelRegistry,
+        model_id: str = "",
+        event: str = "",
     ) -> Done:
+        """`event` names the delivery (its source and id): one that took effect already is
+        answered from the registry as the first time, nothing copied again."""
+        from modelhooks.adapters.transfer.register import done_by
         from modelhooks.adapters.transfer.run import build_signer, transfer
 
         cfg = self.config(request, model_id=model_id)
+        if event and (done := done_by(registry, cfg, event)) is not None:
+            target, created = done
+            uri, digest = target.artifact.uri, target.artifact.digest
+            return Done({**target.ids(), "uri": uri, "digest": digest}, created=created)
         try:
             signer = build_signer(cfg) if cfg.sign else None
         except ConfigError as exc:
@@ -84,6 +96,7 @@ class Transfers:
                 signer=signer,
                 after_begin=lambda target: before.append(target.artifact.digest),
                 ends=self.ends(cfg) if self.ends else None,
+                event=event,
             )
         except ConfigError as exc:  # what the request names holds nothing to copy
             raise BadRequest(exc.message, field="source") from None
