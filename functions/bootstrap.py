@@ -376,7 +376,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         # before and after signing (a redelivery is then a duplicate, not a conflict)
         signature = settings.signing.signature_name
         exclude = frozenset({settings.layout.marker, signature, binding_key(signature)})
-        return ContentResolver(deps.stores, exclude)
+        return ContentResolver(deps.stores, exclude, deps.tenancy)
 
     makers: dict[str, Callable[[Deps], Any]] = {
         "registry": lambda _: model_registry(settings),

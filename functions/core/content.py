@@ -26,6 +26,7 @@ from modelhooks.core.errors import NotFound
 from modelhooks.core.function import Skip
 from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
 
 __all__ = ["MARKER_LABEL", "PREFIX", "ContentResolver", "content_digest"]
@@ -52,10 +53,14 @@ def content_digest(objects: Iterable[ObjectInfo], prefix: str, exclude: set[str]
 
 class ContentResolver(msgspec.Struct, frozen=True):
     """Gives an object-store push its content digest (an OCI push is named by its manifest
-    digest already). `exclude`: the ready marker's and the signature's names."""
+    digest already). `exclude`: the ready marker's and the signature's names. A push its
+    tenant may not act on (`tenancy`) is Forbidden before the store is read: a tenant's
+    route named a prefix in another tenant's bucket, it was listed, and the answer told what
+    that bucket holds (skipped when empty, refused when not)."""
 
     stores: Stores
     exclude: frozenset[str]
+    tenancy: Tenancy = Tenancy()
 
     def __call__(self, event: CanonicalEvent) -> CanonicalEvent:
         data = event.data
@@ -63,6 +68,7 @@ class ContentResolver(msgspec.Struct, frozen=True):
             return event
         if data.digest.startswith(PREFIX):
             return event  # named by its content already (an event from the broker)
+        self.tenancy.admit(event)  # checked only: each function admits it again, as ever
         store, bucket, prefix = self.stores.resolve(data.uri)
         digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
         if not digest:

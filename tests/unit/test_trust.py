@@ -226,3 +226,40 @@ def test_a_route_bound_to_a_tenant_decides_the_model_its_subject_names(
     assert models(home) == []
     own = canonical(data=data, subject="/apis/modelhooks.dev/v1alpha1/namespaces/team-a/models/m")
     assert client.post("/team-a", json=own).status_code == 200  # its own Model: taken
+
+
+@pytest.mark.parametrize("version", ["1", "404"])  # laid in the store / nothing there
+def test_a_tenant_route_never_reads_another_tenants_bucket_to_name_a_push(
+    serve: Callable[[dict[str, str]], FlaskClient],
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    version: str,
+) -> None:
+    """The ingress names a push by its content before any function runs: it listed the
+    prefix a tenant's route named in another tenant's bucket, and answered what it found
+    there ('skipped: nothing under gs://models/…' for an empty prefix, a 403 for a full
+    one: an oracle over the other tenant's bucket). Refused now before anything is read."""
+    from modelhooks.adapters.object_store.local import LocalObjectStore
+
+    read: list[str] = []
+    listing = LocalObjectStore.list
+
+    def spied(self: LocalObjectStore, bucket: str, prefix: str = "") -> Any:
+        read.append(f"{bucket}/{prefix}")
+        return listing(self, bucket, prefix)
+
+    monkeypatch.setattr(LocalObjectStore, "list", spied)
+    client = serve(
+        {
+            "MODELHOOKS_INGRESS_ROUTE_NAMESPACES": "/team-a=team-a",
+            "MODELHOOKS_INGRESS_ROUTE_KINDS": "/team-a=canonical",
+            "MODELHOOKS_TENANCY_TENANTS": "team-a=models-a;team-b=models",
+        }
+    )
+    data = {k: v for k, v in canonical()["data"].items() if k != "namespace"}
+    data.update(version=version, uri=f"gs://models/models/sentiment/{version}/")
+    resp = client.post("/team-a", json=canonical(data=data))
+    assert resp.status_code == 403, resp.get_data(as_text=True)
+    assert "gs://models" in resp.get_data(as_text=True)
+    assert read == []
+    assert models(home) == []
