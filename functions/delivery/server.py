@@ -6,8 +6,10 @@ most `max_connections` connections and requests are in flight (more get 503); a 
 headers, then its body, must each arrive within `read_timeout` (else 408, or a silent close
 for a connection that sent nothing: uvicorn bounds neither a new connection nor a request's
 headers, so a few hundred silent or trickling connections held every slot and all else got
-503) and a body stops being read past `max_body_bytes` (413); idle keep-alive connections
-close after `keepalive` seconds; at most 64 KiB of pipelined requests are read ahead, and
+503) and a body stops being read past `max_body_bytes` (413); over TLS, a handshake not done
+within `read_timeout` is aborted, and a connection counts among the `max_connections` from
+its accept, handshake included (`_over_tls`); idle keep-alive connections close after
+`keepalive` seconds; at most 64 KiB of pipelined requests are read ahead, and
 an answer left unread for `read_timeout` closes its connection (over TLS: once the
 keep-alive close has waited `read_timeout`), as does any close not done by then
 (`_bounded_protocol`). The same on uvloop and on asyncio's loop (tests/unit/test_server_loops).
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import ssl
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -327,6 +330,25 @@ def _bounded_protocol(timeout: float) -> type[Any]:
             super().resume_writing()
             self._disarm("write")
 
+        def handshaking(self, raw: asyncio.Transport) -> None:
+            """Over TLS: the connection was accepted and its handshake begins. It counts
+            among the connections from now (the SSL layer tells `connection_made` only once
+            the handshake is done), and a server stopping meanwhile aborts it."""
+            self.connections.add(self)
+            self._raw = raw
+
+        def handshake_lost(self) -> None:
+            """Over TLS: the connection is gone; if before its handshake was done (failed,
+            late, the client gone), `connection_lost` is never called: it is counted no more."""
+            if self.transport is None:
+                self.connections.discard(self)
+
+        def shutdown(self) -> None:
+            if self.transport is None:  # still handshaking
+                self._raw.abort()
+            else:
+                super().shutdown()
+
         def connection_lost(self, exc: Exception | None) -> None:
             super().connection_lost(exc)  # closes the transport: disarmed below
             self._lost = True  # a close after this (uvicorn's error paths) arms nothing
@@ -392,6 +414,66 @@ def _bounded_protocol(timeout: float) -> type[Any]:
     return Bounded
 
 
+def _over_tls(protocol: type[Any], context: ssl.SSLContext, timeout: float) -> Callable[..., Any]:
+    """uvicorn's protocol factory over TLS: each accepted connection gets its own SSL layer
+    (the running loop's: uvloop's or asyncio's) around `protocol` (`_bounded_protocol`), on
+    the clock and counted from its accept. The loop's own TLS (`create_server(ssl=...)`, as
+    uvicorn asks for it) gave a handshake 60 s (uvicorn passes no `ssl_handshake_timeout`),
+    and the protocol saw the connection only once its handshake was done: clients that
+    connect and never finish their handshake held a descriptor each for a minute, uncounted
+    by `max_connections`. Here a handshake not done in `timeout` seconds is aborted, and a
+    connection handshaking takes a slot as a silent plain one does."""
+    layers: dict[type[Any], type[Any]] = {}
+
+    def layer(loop: asyncio.AbstractEventLoop) -> type[Any]:
+        base: type[Any]
+        if type(loop).__module__.split(".")[0] == "uvloop":
+            import uvloop.loop
+
+            base = uvloop.loop.SSLProtocol  # type: ignore[attr-defined]  # its create_server's
+        else:
+            import asyncio.sslproto
+
+            base = asyncio.sslproto.SSLProtocol
+        if base not in layers:
+            layers[base] = _handshaking(base)
+        return layers[base]
+
+    def made(**kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return layer(loop)(loop, protocol(**kwargs), context, timeout)
+
+    return made
+
+
+def _handshaking(ssl_protocol: type[Any]) -> type[Any]:
+    """The SSL layer `ssl_protocol` (a loop's `SSLProtocol`) telling its HTTP protocol when
+    the connection is accepted and when it is gone, whether or not its handshake was done."""
+
+    class Handshaking(ssl_protocol):  # type: ignore[misc]
+        def __init__(
+            self,
+            loop: asyncio.AbstractEventLoop,
+            http: Any,
+            context: ssl.SSLContext,
+            timeout: float,
+        ) -> None:
+            super().__init__(
+                loop, http, context, None, server_side=True, ssl_handshake_timeout=timeout
+            )
+            self._http = http
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            self._http.handshaking(transport)
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            self._http.handshake_lost()
+
+    return Handshaking
+
+
 _PIPELINED = 64 * 1024  # bytes of pipelined requests read ahead, at most
 _HEAD = 64 * 1024  # bytes of a request's line and headers, at most
 _SLICE = 16 * 1024  # bytes parsed at a time: requests parsed ahead are few
@@ -423,6 +505,7 @@ def run(
     from modelhooks.delivery.tls import ReloadingTls
 
     context = ReloadingTls(*tls).context if tls else None  # a bad pair stops start-up
+    protocol = _bounded_protocol(limits.read_timeout)
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (an
@@ -437,7 +520,8 @@ def run(
     config = uvicorn.Config(
         Asgi(handler, limits, refuse),
         loop=event_loop(),
-        http=_bounded_protocol(limits.read_timeout),
+        # TLS is the protocol's (_over_tls), not the loop's: uvicorn is given no SSL context
+        http=cast(Any, _over_tls(protocol, context, limits.read_timeout) if context else protocol),
         lifespan="on",
         timeout_keep_alive=limits.keepalive,
         # uvicorn counts the connection asking among those in flight (503 when they are
@@ -447,7 +531,6 @@ def run(
         access_log=False,
         ws="none",  # an Upgrade header is not acted on
         proxy_headers=False,  # no X-Forwarded-* is read: a middleware less on every request
-        ssl_context_factory=(lambda *_: context) if context is not None else None,
     )
     # what start-up built (modules, settings, adapters) lives as long as the process: out of
     # the collector's sight, a full collection no longer walks it (64,000 objects: 22 ms of

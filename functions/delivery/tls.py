@@ -6,8 +6,9 @@ handshake checks the files' identity (inode, size, mtime) and, when they changed
 them into a fresh context that this and later connections use. A pair that does not load
 (half-written, key and certificate not matching) keeps the previous one, with a warning.
 
->>> tls = ReloadingTls("tls.crt", "tls.key")  # doctest: +SKIP
->>> uvicorn.Config(app, ssl_context_factory=lambda *_: tls.context)  # doctest: +SKIP
+>>> context = ReloadingTls("tls.crt", "tls.key").context  # doctest: +SKIP
+
+`modelhooks.delivery.server.run(..., tls=(cert, key))` wraps each connection in it.
 """
 
 from __future__ import annotations

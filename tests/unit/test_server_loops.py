@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import http.client
 import json
+import os
 import queue
 import shutil
 import signal
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ class Running:
     port: int
     app: App
     uvicorn: Any  # uvicorn.Server
+    thread: threading.Thread
 
     def connections(self) -> set[Any]:
         return set(self.uvicorn.server_state.connections)
@@ -111,7 +113,7 @@ def start(
             daemon=True,
         )
         thread.start()
-        running = Running(ports.get(timeout=10), app, made.get(timeout=10))
+        running = Running(ports.get(timeout=10), app, made.get(timeout=10), thread)
         started.append((thread, running))
         running.wait_for("start", lambda: bool(running.uvicorn.started))
         (listener,) = running.uvicorn.servers
@@ -467,6 +469,81 @@ def test_https_connections_whose_headers_stall_free_their_slot_in_time(
         answer = read_to_close(sock)
     assert took < 2 * TIMEOUT + 2
     assert answer.startswith(b"HTTP/1.1 408 ") if opening else answer == b""
+
+
+def client_hello() -> bytes:
+    """The first flight of a real TLS client."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    with suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_https_handshakes_never_finished_are_counted_and_closed_after_the_read_timeout(
+    start: Callable[..., Running], pki: tuple[CertificateAuthority, Path, Path]
+) -> None:
+    """Connections that send nothing, or half a ClientHello, take a slot each while they
+    handshake, and are closed (their descriptors too) at the read timeout, while a client
+    that completes its handshake is answered. The loop's SSL layer gave them 60 s, uncounted
+    (uvicorn asks for no handshake timeout, and counts a connection once it is handshaken)."""
+    ca, cert, key = pki
+    running = start(tls=(str(cert), str(key)))
+    baseline = descriptors()
+    hello = client_hello()
+    with ExitStack() as stack:
+        stalled = [stack.enter_context(connect(running.port)) for _ in range(40)]
+        began = time.monotonic()
+        for sock in stalled[::2]:
+            sock.sendall(hello[: len(hello) // 2])
+        running.wait_for("the handshakes counted", lambda: len(running.connections()) == 40)
+        with tls_connect(running.port, ca) as sock:
+            sock.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(sock.makefile("rb"))[0] == 200
+        assert all(read_to_close(sock) == b"" for sock in stalled)
+        took = time.monotonic() - began
+        running.wait_for("the handshakes gone", lambda: not running.connections())
+    assert TIMEOUT * 0.8 < took < TIMEOUT + 2
+    running.wait_for("the descriptors back", lambda: descriptors() <= baseline)
+
+
+def test_https_handshakes_take_slots_of_max_connections(
+    start: Callable[..., Running], pki: tuple[CertificateAuthority, Path, Path]
+) -> None:
+    """Handshaking connections count as silent plain ones do: with max_connections of
+    them open, a request is answered 503; once they are gone, 200."""
+    ca, cert, key = pki
+    running = start(Limits(read_timeout=1.5, max_connections=2), tls=(str(cert), str(key)))
+    with connect(running.port), connect(running.port):
+        running.wait_for("the handshakes counted", lambda: len(running.connections()) == 2)
+        with tls_connect(running.port, ca) as sock:
+            sock.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(sock.makefile("rb"))[0] == 503
+        running.wait_for("the handshakes gone", lambda: not running.connections())
+        with tls_connect(running.port, ca) as sock:
+            sock.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answer(sock.makefile("rb"))[0] == 200
+
+
+def test_a_server_stopping_aborts_the_handshakes_under_way(
+    start: Callable[..., Running], pki: tuple[CertificateAuthority, Path, Path]
+) -> None:
+    """uvicorn waits for the connections it counts to end before it exits: a handshake is
+    cut off, not waited for."""
+    _, cert, key = pki
+    running = start(Limits(read_timeout=30), tls=(str(cert), str(key)))
+    with connect(running.port) as sock:
+        running.wait_for("the handshake counted", lambda: bool(running.connections()))
+        began = time.monotonic()
+        running.uvicorn.should_exit = True
+        running.thread.join(10)
+        assert not running.thread.is_alive()
+        assert read_to_close(sock) == b""
+    assert time.monotonic() - began < 3
 
 
 def test_a_close_after_the_connection_is_gone_arms_no_timer() -> None:
