@@ -35,6 +35,7 @@ from modelhooks.core.errors import BadRequest, Conflict, Forbidden
 from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
 from modelhooks.core.settings import load_settings
 from tests.contract.model_registry import ModelRegistryContract, unique
+from tests.contract.register_crash import killed_and_redelivered, state, time_ordered_state
 from tests.contract.register_order import (
     Scenario,
     apply_all,
@@ -495,6 +496,18 @@ def test_concurrent_interleavings_end_in_the_time_ordered_state(
         assert snapshot(registry, scenario.names()) == expected(scenario)
     finally:
         registry.close()
+
+
+@settings(SLOW, max_examples=30)
+@given(scenario=scenarios(max_events=12), data=st.data())
+def test_a_delivery_killed_between_its_writes_and_delivered_again_ends_as_never_killed(
+    kube: KubernetesModelRegistry, scenario: Scenario, data: st.DataObject
+) -> None:
+    """Optimistic, not atomic: a delivery killed after its version's create, before its
+    model's, or between a deletion's writes leaves them; its redelivery completes it
+    (tests/contract/register_crash.py)."""
+    kills = killed_and_redelivered(kube, scenario, data.draw)
+    assert state(kube, scenario.names()) == time_ordered_state(scenario), kills
 
 
 # --- RBAC: infra/k8s/rbac/registry.yaml ---------------------------------------------------

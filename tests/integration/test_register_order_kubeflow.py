@@ -1,6 +1,7 @@
 """Order independence of `register` on the real Kubeflow Model Registry: permutations,
 duplicates and concurrent interleavings (in one process) end in the state of applying the
-events in time order, as on SQLite (tests/contract/register_order.py)."""
+events in time order, as on SQLite (tests/contract/register_order.py), and so do deliveries
+killed between their writes and delivered again (tests/contract/register_crash.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+from tests.contract.register_crash import killed_and_redelivered, state, time_ordered_state
 from tests.contract.register_order import (
     Scenario,
     apply_all,
@@ -51,5 +53,21 @@ def test_concurrent_interleavings_end_in_the_time_ordered_state(
     try:
         apply_all(registry, order, workers=4)
         assert snapshot(registry, scenario.names()) == expected(scenario)
+    finally:
+        registry.close()
+
+
+@settings(SLOW, max_examples=60)
+@given(scenario=scenarios(max_events=12), data=st.data())
+def test_a_delivery_killed_between_its_writes_and_delivered_again_ends_as_never_killed(
+    model_registry: ModelRegistryServer, scenario: Scenario, data: st.DataObject
+) -> None:
+    """Each write stands alone over REST: a delivery killed after the RegisteredModel's
+    create, the ModelVersion's, or a deletion's time leaves them; its redelivery completes
+    it (tests/contract/register_crash.py)."""
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        kills = killed_and_redelivered(registry, scenario, data.draw)
+        assert state(registry, scenario.names()) == time_ordered_state(scenario), kills
     finally:
         registry.close()
