@@ -62,6 +62,18 @@ VersionName = Annotated[
 Namespace = Annotated[
     str, Meta(min_length=1, max_length=63, pattern=rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?{END}")
 ]
+# A bucket (GCS's and S3's names, legacy ones included, as modelhooks.core.stores reads a
+# gs:// or s3:// URI): never a path. A transfer's bucket `mine/../theirs` passed tenancy as
+# `mine` while the GCS client put it in the request path unquoted, resolved to `/b/theirs`.
+Bucket = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=222,
+        pattern=rf"^[A-Za-z0-9_-][A-Za-z0-9._-]*{END}",
+        description="a bucket name",
+    ),
+]
 D = TypeVar("D", bound="EventData")
 
 
@@ -288,7 +300,7 @@ class TransferSource(_Part, frozen=True, kw_only=True):
     (host/repository:tag or @digest), uri `uri` (an http(s) file or zip/tar archive)."""
 
     type: Annotated[Literal["s3", "gcs", "oci", "uri"], _doc("the source's kind")]
-    bucket: Annotated[str | None, _doc("s3, gcs: the bucket")] = None
+    bucket: Annotated[Bucket | None, _doc("s3, gcs: the bucket")] = None
     key: Annotated[str | None, _doc("s3, gcs: the key prefix of the model's files")] = None
     region: Annotated[str | None, _doc("s3: the bucket's region")] = None
     uri: Annotated[_REF | None, _doc("oci: host/repository:tag|@digest; uri: http(s)://…")] = None
@@ -311,7 +323,7 @@ class TransferDestination(_Part, frozen=True, kw_only=True):
     """Where the model goes: s3/gcs `bucket` + `key`, or oci `uri` (host/repository:tag)."""
 
     type: Annotated[Literal["s3", "gcs", "oci"], _doc("the destination's kind")]
-    bucket: Annotated[str | None, _doc("s3, gcs: the bucket")] = None
+    bucket: Annotated[Bucket | None, _doc("s3, gcs: the bucket")] = None
     key: Annotated[str | None, _doc("s3, gcs: the key prefix to write under")] = None
     region: Annotated[str | None, _doc("s3: the bucket's region")] = None
     uri: Annotated[_REF | None, _doc("oci: host/repository:tag")] = None

@@ -284,3 +284,37 @@ def test_a_delivery_redelivered_after_a_restart_with_its_source_gone_answers_as_
     (artifact,) = registry.list_artifacts(version.id)
     assert artifact.state == ArtifactState.LIVE, artifact.custom_properties
     assert image_files(artifact.uri) == FILES
+
+
+@pytest.mark.parametrize("side", ["source", "destination"])
+def test_a_bucket_naming_a_path_is_refused_and_no_other_bucket_is_touched(
+    app: Callable[..., tuple[FlaskClient, ModelRegistry]],
+    bucket: str,
+    minio: Minio,
+    fake_gcs: FakeGcs,
+    monkeypatch: pytest.MonkeyPatch,
+    side: str,
+) -> None:
+    """A bucket `transfer-fn-x/../victim` passed tenancy as `gs://transfer-fn-x` (the
+    tenant's), while google-cloud-storage put it unquoted in the request path, which was
+    resolved to `/b/victim/o`: another tenant's bucket was read from or written to."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    storage = fake_gcs.storage_client()
+    victim = f"victim-{secrets.token_hex(4)}"
+    storage.create_bucket(victim)
+    storage.bucket(victim).blob("sentiment/1/secret.bin").upload_from_string(b"team-b's")
+    own = f"transfer-fn-{secrets.token_hex(4)}"
+    storage.create_bucket(own)
+    client, registry = app()
+    hostile = f"{own}/../{victim}"
+    destination = {"type": "gcs", "bucket": hostile if side == "destination" else own, "key": "m/1"}
+    event = requested(bucket, minio.region, destination)
+    if side == "source":
+        event["data"]["source"] = {"type": "gcs", "bucket": hostile, "key": "sentiment/1"}
+
+    status, outcome = post(client, event)
+    assert status == 400, outcome
+    assert outcome["details"]["field"] == f"{side}.bucket", outcome
+    assert sorted(b.name for b in storage.list_blobs(victim)) == ["sentiment/1/secret.bin"]
+    assert list(storage.list_blobs(own)) == []
+    assert registry.get_model(event["data"]["model"]["name"]) is None
