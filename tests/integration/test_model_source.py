@@ -373,3 +373,34 @@ def test_the_cli_sends_reference_events_raw_and_a_killed_watcher_resumes(
         "name": "m1",
         "apiVersion": "modelhooks.dev/v1alpha1",
     }
+
+
+@pytest.mark.parametrize("left", [b"", b"\0" * 600], ids=["empty", "zeros"])
+def test_the_cli_on_a_state_file_a_power_loss_left_empty_lists_the_models_again(
+    kube_apiserver: KubeApiServer, models: Any, namespace: str, tmp_path: Path, left: bytes
+) -> None:
+    """What an unsynced save could leave after a power loss (the rename on the disk, the
+    data not): the watch starts, says which file it could not read (WARNING), sends every
+    Model as added and saves a state file that loads. It exited 2 at every start."""
+    from modelhooks.adapters.kubernetes.model_source import WatchState
+
+    cluster = Cluster(models, namespace)
+    uid = cluster.create("m1")["metadata"]["uid"]
+    kubeconfig = kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    state, log = tmp_path / "state.json", tmp_path / "watch.log"
+    state.write_bytes(left)
+    command = [MODELHOOKS, "watch-models", "--kubeconfig", str(kubeconfig)]
+    command += ["--namespace", namespace, "--state", str(state)]
+    with NotificationSink() as sink, log.open("ab") as out:
+        watcher = subprocess.Popen([*command, "--to", sink.url, "--raw"], stderr=out)
+        try:
+            added = sink.wait_for(lambda d: d.json()["type"].endswith(".add"))
+            wait_until("the state saved", lambda: state.stat().st_size > len(left))
+        finally:
+            watcher.kill()
+            watcher.wait(timeout=10)
+    assert added.json()["data"]["metadata"]["name"] == "m1", log.read_text()
+    assert uid in WatchState.load(state, namespace).sent
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    (warning,) = [line for line in lines if line["severity"] == "WARNING"]
+    assert warning["state_file"] == str(state) and str(state) in warning["message"]

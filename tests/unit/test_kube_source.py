@@ -161,3 +161,64 @@ def test_a_state_file_that_is_not_one_is_refused_naming_it(tmp_path: Path, text:
     state.write_text(text)
     with pytest.raises(ConfigError, match="not a watch-models state file"):
         WatchState.load(state, None)
+
+
+def saved_text(tmp_path: Path) -> bytes:
+    """A real state file's bytes, as `save` writes them."""
+    path = tmp_path / "whole.json"
+    WatchState("ml", "42", {"u-1": MODEL}).save(path)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "left",
+    [
+        lambda whole: b"",  # the rename on the disk, the data not (delayed allocation)
+        lambda whole: b"\0" * len(whole),  # its length on the disk, its data not
+        lambda whole: whole[: len(whole) // 2],  # cut off
+        lambda whole: whole[:10] + b"\0" * (len(whole) - 10),  # its first block only
+    ],
+    ids=["empty", "zeros", "half", "zero-tail"],
+)
+def test_a_state_file_a_crash_left_unreadable_is_reported_and_the_models_listed_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, left: Any
+) -> None:
+    """What an unsynced save could leave after a power loss: a WARNING naming the file and
+    a fresh state (a list sends every Model), not a start refused restart after restart."""
+    state = tmp_path / "watch.json"
+    state.write_bytes(left(saved_text(tmp_path)))
+    selector = "modelhooks.dev/models=enabled"
+    with caplog.at_level("WARNING"):
+        assert WatchState.load(state, "ml", selector) == WatchState(
+            "ml", namespace_selector=selector
+        )
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert str(state) in warning.getMessage() and "listing the Models again" in warning.getMessage()
+
+
+def test_a_save_is_on_the_disk_before_its_rename_and_the_rename_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new file's data is synced before it is renamed over the state file, and its
+    folder after: unsynced, a power loss could leave the state file empty (or the rename
+    undone)."""
+    import os
+
+    done: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def synced(fd: int) -> None:
+        done.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def renamed(src: Any, dst: Any) -> None:
+        done.append(("rename", f"{src} -> {dst}"))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", synced)
+    monkeypatch.setattr(os, "replace", renamed)
+    path = tmp_path / "watch.json"
+    WatchState("ml", "42", {"u-1": MODEL}).save(path)
+    tmp = f"{path}.tmp"
+    assert done == [("fsync", tmp), ("rename", f"{tmp} -> {path}"), ("fsync", str(tmp_path))]
+    assert WatchState.load(path, "ml") == WatchState("ml", "42", {"u-1": MODEL})

@@ -200,12 +200,13 @@ class WatchState:
         }
         tmp = path.with_name(path.name + ".tmp")
         try:
-            tmp.write_text(json.dumps({**doc, "sent": sent}))
+            _write_synced(tmp, json.dumps({**doc, "sent": sent}).encode())
         except OSError:  # the disk full: what it wrote of it gives the room back
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
         os.replace(tmp, path)  # a crash leaves the old state or the new, never half of one
+        _sync_directory(path.parent)
 
     @classmethod
     def load(
@@ -214,14 +215,29 @@ class WatchState:
         """The saved state, or a fresh one (none yet, or saved for another namespace). Saved
         under another namespace selector (a file without one: none), what was sent is kept
         but the resourceVersion is not: the Models are listed again, as the namespaces
-        selected now may hold Models never sent."""
+        selected now may hold Models never sent. One a crash left empty or cut off (saves
+        were not synced before) is reported and started afresh, as a start without one: a
+        list sends every Model as added (those sent before again: their effects are
+        idempotent), a deletion with something to clean up among them (its finalizer holds
+        the Model); a Retain Model deleted meanwhile is not sent. Refused, such a file
+        stopped the watch restart after restart until someone removed it."""
         if not path.exists():
             return cls(namespace, namespace_selector=namespace_selector)
+        text = path.read_bytes()
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(text)
             if not isinstance(doc, dict) or not isinstance(doc.get("sent") or {}, dict):
                 raise ValueError("expected an object with `sent`")
-        except ValueError as exc:  # hand-edited or foreign: say so, never guess
+        except ValueError as exc:
+            if _torn(text):  # what a crash left of one (written before saves were synced)
+                log(
+                    logging.WARNING,
+                    f"{path}: the watch's state file cannot be read, as a crash leaves one "
+                    f"({exc}): listing the Models again, each sent as added",
+                    state_file=str(path),
+                )
+                return cls(namespace, namespace_selector=namespace_selector)
+            # hand-edited or foreign: say so, never guess (nor write over what is not ours)
             raise ConfigError(
                 f"{path}: not a watch-models state file ({exc}); remove it to start afresh"
             ) from None
@@ -239,6 +255,40 @@ class WatchState:
             )
             version = ""
         return cls(namespace, version, dict(doc.get("sent") or {}), namespace_selector)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """`data` in a new file at `path`, on the disk when this returns: renamed over the state
+    file unsynced, a power loss could leave the new name on an empty file (the rename
+    journaled, the data not yet written: ext4's delayed allocation, XFS)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_directory(directory: Path) -> None:
+    """A rename into `directory` on the disk: until then a power loss may undo it (the
+    previous state back, the position behind: events sent again, never skipped)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _torn(text: bytes) -> bool:
+    """Whether `text` is what a crash can leave of a state file: nothing, zeros (its length
+    on the disk before its data), or the start of one, cut off or followed by zeros."""
+    kept = text.strip(b"\0 \t\r\n")
+    return _SAVED.startswith(kept[: len(_SAVED)])
+
+
+_SAVED = b'{"namespace": '  # how a state file begins (`WatchState.save`)
 
 
 class _Expired(Exception):
