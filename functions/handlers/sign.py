@@ -2,10 +2,13 @@
 
 On `artifact.pushed` for a model in a bucket (gs://, s3://, file://) or an OCI registry
 (oci://): unless the registered version already records a signature for this artifact
-digest, hash the model (streamed), write `<prefix>/model.sig` if absent (for OCI: push the
-bundle as a referrer of the model manifest), record the signature on the version (custom
-properties `signature.*`) and reply `model.signed`. A second delivery answers the
-same reply without hashing again.
+digest (and, in a bucket, the binding next to it still names the model's objects as one
+listing shows them), hash the model (streamed), write `<prefix>/model.sig` if absent (for
+OCI: push the bundle as a referrer of the model manifest), record the signature on the
+version (custom properties `signature.*`) and reply `model.signed`. A second delivery
+answers the same reply without hashing again; the same bytes uploaded again (a retried
+upload: the same content digest, new generations) or a signature removed since are signed
+through again, so the binding admission decides by names the objects there now.
 
 The version must be registered first (events are unordered): until `register` has run,
 this answers Unavailable so the platform redelivers. Signing off (no signer) → no reply.
@@ -83,7 +86,9 @@ def sign_artifact(
     if version.state != ModelState.LIVE:
         raise Skip("stale push: older than the model's deletion, the version is archived")
     props = version.custom_properties
-    if props.get("signature.artifact_digest") == pushed.digest:
+    if props.get("signature.artifact_digest") == pushed.digest and _still_bound(
+        pushed, stores, options
+    ):
         return [_reply(event, pushed, props)]  # already signed: same answer, no re-hashing
 
     if pushed.uri.startswith("oci://"):
@@ -124,6 +129,19 @@ def sign_artifact(
     for where, bucket_name, key in reversed(written):  # the binding first: it names it
         where.delete(bucket_name, key)
     raise Skip("the version was archived while it was signed: no signature is kept")
+
+
+def _still_bound(pushed: ArtifactPushed, stores: Stores, options: HashOptions) -> bool:
+    """Whether the model's objects are still those its binding names (one listing, no
+    hashing): the same content written again (a retried upload: the same digest, new
+    generations) is signed through again, so its binding is written anew (admission
+    decides by it). An OCI model is named by its digest: nothing to look at."""
+    if pushed.uri.startswith("oci://"):
+        return True
+    from modelhooks.adapters.signing.model import still_bound
+
+    store, bucket, prefix = stores.resolve(pushed.uri)
+    return still_bound(store, bucket, prefix, options=options)
 
 
 def _binding(signature: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -57,7 +58,9 @@ def run(
     )
 
 
-def test_signs_records_and_replies_once(tmp_path: Path, keys: KeyPair) -> None:
+def test_signs_records_and_replies_once(
+    tmp_path: Path, keys: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = write_model(tmp_path / "store" / "models" / "bert" / "1")
     registry = InMemoryModelRegistry()
     event = pushed(tmp_path)
@@ -79,10 +82,20 @@ def test_signs_records_and_replies_once(tmp_path: Path, keys: KeyPair) -> None:
     assert version is not None
     assert version.custom_properties["signature.root_digest"] == data.root_digest
 
-    # Redelivery: same reply, nothing hashed or signed again.
+    # Redelivery: same reply, nothing hashed or signed again (one listing: still bound).
+    from modelhooks.adapters.signing import model as signing_model
+
+    def hashed(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError("hashed again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(signing_model, "hash_model", hashed)
+        (again,) = run(event, registry, keys)
+    assert again.data == data
+    # A signature gone since (its record naming nothing) is signed again by the next push.
     (model / "model.sig").unlink()
     (again,) = run(event, registry, keys)
-    assert again.data == data and not (model / "model.sig").exists()
+    assert again.data == data and (model / "model.sig").exists()
 
 
 def test_signature_verifies(tmp_path: Path, keys: KeyPair) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "Verified",
     "sign_model",
     "signature_key",
+    "still_bound",
     "verify_bundle",
     "verify_model",
 ]
@@ -188,6 +189,29 @@ def sign_model(
         return bound(done, raced=True)
     created = Signed(out.bucket, out.key, manifest.root_digest, signer.identity(), True, manifest)
     return bound(created)
+
+
+def still_bound(
+    store: ObjectStore, bucket: str, prefix: str, *, options: HashOptions | None = None
+) -> bool:
+    """Whether the signature next to the model and its binding are there and the binding
+    names the model's objects as one listing shows them now (no hashing): a model whose
+    objects were written again, the same bytes (the same content digest: a retried upload),
+    has new generations its binding does not name, and admission refuses it as rewritten
+    until it is bound anew. An unreadable binding is not one."""
+    opts = options or HashOptions()
+    key = signature_key(prefix, opts.signature_name)
+    ignored = (*opts.serialization().ignore_paths, *DEFAULT_IGNORED)
+    seen: set[str] = set()
+    files = list_model(store, bucket, prefix, ignored, seen=seen)
+    if key not in seen or binding_key(key) not in seen:
+        return False
+    bundle = _existing(Location(store, bucket, binding_key(key)), listed=True)
+    try:
+        bound = Binding.from_statement(unverified_payload(bundle)[1]) if bundle else None
+    except VerificationFailed:
+        return False
+    return bound is not None and dict(bound.objects) == _identities(files)
 
 
 def _identities(files: list[tuple[str, ObjectInfo]]) -> dict[str, tuple[int, str]]:
