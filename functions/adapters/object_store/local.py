@@ -21,7 +21,6 @@ import io
 import mmap
 import os
 import stat
-import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -51,27 +50,29 @@ class _Unlinkable(Exception):
     """An unnamed file was written but cannot be linked into place (nothing was placed)."""
 
 
-def _writing(parent: str, name: str) -> tuple[int, str | None]:
-    """A file to write an object's data to in `parent`: unnamed, or where the file system
-    has no O_TMPFILE, named `.<name>.<random><_WRITING>`. (descriptor, its name or None)"""
+def _writing(directory: int, name: str) -> tuple[int, str | None]:
+    """A file to write an object's data to in the open `directory`: unnamed, or where the
+    file system has no O_TMPFILE, named `.<name>.<random><_WRITING>`. (descriptor, its name
+    or None)"""
     flag = getattr(os, "O_TMPFILE", 0) if _unnamed_files else 0
     if flag:
         try:
-            return os.open(parent, flag | os.O_WRONLY | os.O_CLOEXEC, 0o600), None
+            return os.open(".", flag | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=directory), None
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
-    return tempfile.mkstemp(prefix=f".{name}.", suffix=_WRITING, dir=parent)
+    tmp = f".{name}.{os.urandom(6).hex()}{_WRITING}"  # as mkstemp names one, in `directory`
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(tmp, flags, 0o600, dir_fd=directory), tmp
 
 
-def _link(tmp: str | None, fd: int, parent: str, name: str) -> None:
-    """Link the written file (`tmp`, or the unnamed `fd`) as `name` in `parent`. An unnamed
-    one through /proc with AT_SYMLINK_FOLLOW: os.link calls link(2), which would link the
-    /proc entry itself, unless given a directory descriptor (then linkat(2))."""
+def _link(tmp: str | None, fd: int, directory: int, name: str) -> None:
+    """Link the written file (`tmp`, or the unnamed `fd`) as `name` in the open `directory`.
+    An unnamed one through /proc with AT_SYMLINK_FOLLOW: os.link calls link(2), which would
+    link the /proc entry itself, unless given a directory descriptor (then linkat(2))."""
     if tmp is not None:
-        os.link(tmp, os.path.join(parent, name))
+        os.link(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
         return
-    directory = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.link(f"{_FD}/{fd}", name, dst_dir_fd=directory, follow_symlinks=True)
     except FileExistsError:
@@ -80,11 +81,10 @@ def _link(tmp: str | None, fd: int, parent: str, name: str) -> None:
         if exc.errno in _REFUSED_THROUGH_PROC or not os.path.isdir(_FD):
             raise _Unlinkable(exc) from exc  # no /proc, or linking through it refused
         raise  # this link failed (its directory removed meanwhile, no space): as any put's
-    finally:
-        os.close(directory)
 
 
 _FD = "/proc/self/fd"
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # what a kernel or sandbox answers a link through /proc it does not make
 _REFUSED_THROUGH_PROC = frozenset({errno.EXDEV, errno.EPERM, errno.EINVAL, errno.ENOSYS})
 
@@ -104,11 +104,8 @@ class LocalObjectStore:
         """path() as a string (no Path built: this is on every call's way). `leaf=False`
         leaves the last name unchecked, for a caller that never follows it (an lstat, an
         open with O_NOFOLLOW): one system call fewer."""
-        if not bucket or "/" in bucket or bucket in (".", "..") or "\0" in bucket:
-            raise BadRequest(f"invalid bucket name {bucket!r}")
+        self._checked_names(bucket, key)
         parts = [p for p in key.split("/") if p]
-        if any(p in (".", "..") or "\0" in p for p in parts):
-            raise BadRequest(f"invalid object name {key!r}")
         full = os.path.join(self._root, bucket, *parts)
         if not self.allow_symlinks:
             here = self._root
@@ -123,6 +120,57 @@ class LocalObjectStore:
                 if stat.S_ISLNK(mode):
                     raise BadRequest(f"{bucket}/{key}: {here} is a symbolic link", key=key)
         return full
+
+    def _names(self, bucket: str, key: str) -> tuple[list[str], str]:
+        """(the folders on the way, the object's own name) of `key` in `bucket`, checked
+        as _checked checks them; BadRequest for a key that names no object."""
+        self._checked_names(bucket, key)
+        *folders, name = [p for p in key.split("/") if p] or [""]
+        if not name:
+            raise BadRequest(f"invalid object name {key!r}")
+        return folders, name
+
+    @staticmethod
+    def _checked_names(bucket: str, key: str) -> None:
+        """BadRequest for a bucket or key that names a way out of the bucket."""
+        if not bucket or "/" in bucket or bucket in (".", "..") or "\0" in bucket:
+            raise BadRequest(f"invalid bucket name {bucket!r}")
+        if any(p in (".", "..") or "\0" in p for p in key.split("/")):
+            raise BadRequest(f"invalid object name {key!r}")
+
+    def _folder(self, bucket: str, folders: list[str], key: str, *, make: bool = False) -> int:
+        """A descriptor of the folder `folders` names in `bucket`, opened one name at a time
+        from the root, each in the one before and, unless symlinks are allowed, none that
+        is a link (O_NOFOLLOW): what is done next in it (an open, a write, an unlink) cannot
+        leave the root, as one by the whole path did when a folder on the way was made a
+        link after the names were looked at (lstat). `make`: missing folders are made.
+        Raises FileNotFoundError or NotADirectoryError for what is not there, BadRequest for
+        a link or a name too long."""
+        flags = _FOLDER | (0 if self.allow_symlinks else os.O_NOFOLLOW)
+        fd = os.open(self._root, _FOLDER)
+        try:
+            for name in (bucket, *folders):
+                try:
+                    inner = os.open(name, flags, dir_fd=fd)
+                except FileNotFoundError:
+                    if not make:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, dir_fd=fd)
+                    inner = os.open(name, flags, dir_fd=fd)
+                except NotADirectoryError:
+                    raise  # a file on the way: not there, as for a missing folder
+                except OSError as exc:  # ELOOP: a link; ENAMETOOLONG
+                    if exc.errno == errno.ELOOP:
+                        why = f"{bucket}/{key}: {name} is a symbolic link"
+                        raise BadRequest(why, key=key) from None
+                    raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
+                os.close(fd)
+                fd = inner
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def stat(self, bucket: str, key: str) -> ObjectInfo | None:
         # the last name is lstat-ed by _stat (a link there is refused), not twice
@@ -213,9 +261,13 @@ class LocalObjectStore:
         """The object's file, unbuffered, once it is known to be a regular file (opened
         without blocking, so a FIFO cannot hang the caller, and without following a link)."""
         flags = os.O_RDONLY | os.O_NONBLOCK | (0 if self.allow_symlinks else os.O_NOFOLLOW)
+        folders, name = self._names(bucket, key)
         try:
-            # O_NOFOLLOW refuses a link as the last name: it is not lstat-ed first
-            fd = os.open(self._checked(bucket, key, leaf=False), flags)
+            folder = self._folder(bucket, folders, key)
+            try:  # O_NOFOLLOW refuses a link as the last name
+                fd = os.open(name, flags, dir_fd=folder)
+            finally:
+                os.close(folder)
         except FileNotFoundError:
             raise NotFound(f"no object {key!r} in bucket {bucket!r}") from None
         except OSError as exc:  # ELOOP: a symbolic link; ENAMETOOLONG; EISDIR
@@ -239,37 +291,53 @@ class LocalObjectStore:
             return self._put(bucket, key, data, if_absent)
 
     def _put(self, bucket: str, key: str, data: bytes, if_absent: bool) -> ObjectInfo:
-        p = self._checked(bucket, key)
-        parent, name = os.path.split(p)
+        folders, name = self._names(bucket, key)
+        folder = self._folder(bucket, folders, key, make=True)  # a new prefix's are made
         try:
-            fd, tmp = _writing(parent, name)
-        except FileNotFoundError:  # a new prefix: its directories are made first
-            os.makedirs(parent, exist_ok=True)
-            self._checked(bucket, key)  # nothing on the way became a link meanwhile
-            fd, tmp = _writing(parent, name)
+            return self._put_in(folder, bucket, key, name, data, if_absent)
+        finally:
+            os.close(folder)
+
+    def _put_in(
+        self, folder: int, bucket: str, key: str, name: str, data: bytes, if_absent: bool
+    ) -> ObjectInfo:
+        fd, tmp = _writing(folder, name)
         try:
             with open(fd, "wb", closefd=False) as f:
                 f.write(data)
             if if_absent:
                 try:  # atomic create-if-absent
-                    _link(tmp, fd, parent, name)
+                    _link(tmp, fd, folder, name)
                 except FileExistsError:
                     raise Conflict(f"object {key!r} already exists in bucket {bucket!r}") from None
             else:
                 if tmp is None:  # named only now, written whole
                     named = f".{name}.{os.urandom(6).hex()}{_WRITING}"
-                    _link(None, fd, parent, named)
-                    tmp = os.path.join(parent, named)
-                os.replace(tmp, p)
+                    _link(None, fd, folder, named)
+                    tmp = named
+                os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
         finally:
             os.close(fd)
             if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        return self._info(bucket, key, os.lstat(p))
+                    os.unlink(tmp, dir_fd=folder)
+        return self._info(bucket, key, os.stat(name, dir_fd=folder, follow_symlinks=False))
 
     def delete(self, bucket: str, key: str) -> None:
-        self.path(bucket, key).unlink(missing_ok=True)
+        folders, name = self._names(bucket, key)
+        try:
+            folder = self._folder(bucket, folders, key)
+        except (FileNotFoundError, NotADirectoryError):
+            return  # gone already
+        try:
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode) and not self.allow_symlinks:
+                raise BadRequest(f"{bucket}/{key} is a symbolic link", key=key)
+            os.unlink(name, dir_fd=folder)
+        except FileNotFoundError:
+            return
+        finally:
+            os.close(folder)
 
     def list_versions(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """`list`: a directory keeps no old revisions (every object is current)."""
@@ -291,14 +359,9 @@ class LocalObjectStore:
         failed = 0
         for obj in objects:
             try:
-                p = self.path(bucket, obj.key)
-                st = p.lstat()
-                if stat.S_ISDIR(st.st_mode):
-                    continue  # not an object: nothing to delete
-                if obj.generation and self._info(bucket, obj.key, st).generation != obj.generation:
-                    refused[obj.key] = f"changed since listed (generation {obj.generation})"
-                    continue
-                p.unlink()
+                reason = self._delete_listed(bucket, obj)
+                if reason:
+                    refused[obj.key] = reason
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone already: success
             except BadRequest as exc:  # a link on the way, an invalid name
@@ -318,6 +381,24 @@ class LocalObjectStore:
                 failed=failed,
             )
         return refused
+
+    def _delete_listed(self, bucket: str, obj: ObjectInfo) -> str:
+        """Unlink `obj` while its generation is the listed one, in its folder held open;
+        why it was left ("" when it went, or was a folder)."""
+        folders, name = self._names(bucket, obj.key)
+        folder = self._folder(bucket, folders, obj.key)
+        try:
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                return ""  # not an object: nothing to delete
+            if stat.S_ISLNK(st.st_mode) and not self.allow_symlinks:
+                return f"refused: {bucket}/{obj.key} is a symbolic link"
+            if obj.generation and self._info(bucket, obj.key, st).generation != obj.generation:
+                return f"changed since listed (generation {obj.generation})"
+            os.unlink(name, dir_fd=folder)
+            return ""
+        finally:
+            os.close(folder)
 
     @staticmethod
     def _regular(st: os.stat_result, bucket: str, key: str) -> None:
