@@ -222,3 +222,25 @@ def test_a_save_is_on_the_disk_before_its_rename_and_the_rename_after(
     tmp = f"{path}.tmp"
     assert done == [("fsync", tmp), ("rename", f"{tmp} -> {path}"), ("fsync", str(tmp_path))]
     assert WatchState.load(path, "ml") == WatchState("ml", "42", {"u-1": MODEL})
+
+
+def test_a_folder_the_file_system_will_not_sync_still_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some file systems refuse fsync(2) of a folder (EINVAL): the state file is written
+    and renamed all the same, not a failed save (an ERROR at every save, for nothing)."""
+    import errno
+    import os
+    import stat
+
+    fsync = os.fsync
+
+    def refused_for_folders(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", refused_for_folders)
+    path = tmp_path / "watch.json"
+    WatchState("ml", "42", {"u-1": MODEL}).save(path)
+    assert WatchState.load(path, "ml") == WatchState("ml", "42", {"u-1": MODEL})

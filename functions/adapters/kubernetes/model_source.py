@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -273,10 +274,18 @@ def _write_synced(path: Path, data: bytes) -> None:
 
 def _sync_directory(directory: Path) -> None:
     """A rename into `directory` on the disk: until then a power loss may undo it (the
-    previous state back, the position behind: events sent again, never skipped)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    previous state back, the position behind: events sent again, never skipped). Where a
+    folder cannot be opened or synced (unreadable; a file system refusing, EINVAL), the
+    state was written all the same: not a failed save (PostgreSQL's fsync_fname does so)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except PermissionError:
+        return
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
     finally:
         os.close(fd)
 
