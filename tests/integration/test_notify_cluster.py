@@ -501,3 +501,53 @@ def test_a_subject_naming_no_model_reaches_no_other_path(
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
+
+
+def test_a_model_of_a_namespace_being_deleted_is_let_go(admin: Admin, tmp_path: Path) -> None:
+    """A namespace deleted with a Model in it (the namespace controller deletes its Models; it
+    stays Terminating until they are gone): the API server refuses every new object in it,
+    notify's Events too (403 NamespaceTerminating), and notify recorded the Event before
+    removing the finalizer: its answer was a 403 (never redelivered) and the finalizer,
+    then the namespace, stayed for ever. A refused cleanup's report still sets its status."""
+    from kubernetes import client
+
+    ns = admin.namespace(rollout=False)
+    for name in ("bert", "gpt"):
+        admin.create(ns, model(name, deletionPolicy="Delete"))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    notify, cluster = app.function("notify"), app.deps.cluster
+    assert cluster is not None
+    try:
+        for name in ("bert", "gpt"):
+            created = ModelCreated(name=name, namespace=ns, spec={"deletionPolicy": "Delete"})
+            notify.handle(_event(created, f"created-{name}"))
+        before = len(admin.events(ns))
+        client.CoreV1Api(admin.api).delete_namespace(ns)
+        for name in ("bert", "gpt"):  # as the namespace controller does
+            admin.delete(ns, name)
+        refused = ArtifactPurged(
+            uri="oci://registry.local:5000/models/demo:1", policy="Delete", namespace=ns,
+            model="gpt", refused="the Secret of spec.source.secretRef is not there",
+        )  # fmt: skip
+        notify.handle(_event(refused, "purged-refused"))
+        held = cluster.get_model(ns, "gpt")
+        assert held and held["metadata"]["finalizers"] == [FINALIZER]
+        failure = {c["type"]: c for c in held["status"]["conditions"]}["CleanupFailed"]
+        assert failure["reason"] == "CleanupRefused"
+        for name in ("bert", "gpt"):
+            purged = ArtifactPurged(
+                uri="oci://registry.local:5000/models/demo:1", policy="Delete", namespace=ns,
+                model=name, deleted=[DIGEST],
+            )  # fmt: skip
+            notify.handle(_event(purged, f"purged-{name}"))
+            assert cluster.get_model(ns, name) is None
+        assert len(admin.events(ns)) == before  # none could be recorded
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()

@@ -8,7 +8,8 @@ not the generated API methods: their CPU was most of notify's).
 - finalizers: a JSON patch whose first operation tests the list read (or, when there is
   none, the resourceVersion), so a concurrent writer's finalizer is never lost: a failed
   test (the API server answers 422 Invalid, without details) reads again and retries;
-- Events: events.k8s.io/v1, created under their deterministic name (409 = recorded already);
+- Events: events.k8s.io/v1, created under their deterministic name (409 = recorded already;
+  none in a namespace being deleted, where the API server creates nothing);
 - rollout: merge patches on Deployments (apps/v1) and InferenceServices
   (serving.kserve.io/v1beta1; a cluster without KServe has none).
 
@@ -57,6 +58,7 @@ _APPLY = "application/apply-patch+yaml"
 _JSON_PATCH = "application/json-patch+json"
 _MERGE = "application/merge-patch+json"
 _ATTEMPTS = 5
+_TERMINATING = "NamespaceTerminating"  # the cause of a create refused in a deleted namespace
 T = TypeVar("T")
 
 
@@ -226,6 +228,10 @@ class KubernetesCluster:
             )
         except Conflict:
             return False  # recorded by an earlier delivery
+        except Forbidden as exc:
+            if exc.details.get("reason") == _TERMINATING:
+                return False  # nothing can be, and its Models go with it (see api_error)
+            raise
         return True
 
     def roll_out(self, namespace: str, model: str, version: str) -> list[str]:
@@ -291,6 +297,13 @@ def api_error(exc: Exception, what: str) -> ModelhooksError:
     body = str(getattr(exc, "body", "") or "")
     if status == 404:
         return NotFound(f"{what}: not found")
+    if status == 403 and _TERMINATING in body:
+        # NamespaceLifecycle: a namespace being deleted takes no new object (an Event), while
+        # its Models' finalizers and status are still written: not notify's role
+        return Forbidden(
+            f"the Kubernetes API refused {what}: its namespace is being deleted",
+            reason=_TERMINATING,
+        )
     if status == 403:
         return Forbidden(
             f"notify may not act on {what}: its ServiceAccount modelhooks-notify lacks the "
