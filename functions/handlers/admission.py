@@ -164,17 +164,21 @@ def _mutate(
 
 def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Decision:
     """Mutating: each OCI tag replaced by its digest (a JSONPatch); a tag that cannot be
-    resolved stays (with a warning): the validating webhook then decides."""
+    resolved stays (with a warning): the validating webhook then decides. Each distinct tag
+    is resolved once, however many volumes name it (thousands would each be a registry
+    round trip, most past the deadline)."""
     tags = [r for r in refs if r.uri.startswith("oci://") and "@" not in r.uri]
     if not tags:
         return Decision.allow()
-    pool = ThreadPoolExecutor(min(len(tags), 8), thread_name_prefix="admission-pin")
-    futures = {r: pool.submit(verifier.resolve, r.uri) for r in tags}
-    wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
+    uris = list(dict.fromkeys(r.uri for r in tags))
+    pool = ThreadPoolExecutor(min(len(uris), 8), thread_name_prefix="admission-pin")
+    resolving = {uri: pool.submit(verifier.resolve, uri) for uri in uris}
+    wait(resolving.values(), timeout=max(0.0, deadline - time.monotonic()))
     pool.shutdown(wait=False, cancel_futures=True)
     patch: list[Mapping[str, Any]] = []
     warnings: list[str] = []
-    for ref, future in futures.items():
+    for ref in tags:
+        future = resolving[ref.uri]
         if not future.done():
             warnings.append(f"{ref.raw}: not pinned, the registry did not answer in time")
             continue
@@ -184,7 +188,7 @@ def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Dec
             warnings.append(f"{ref.raw}: not pinned: {reason}")
             continue
         patch.append({"op": "replace", "path": ref.pointer, "value": _pinned(ref, future.result())})
-    return Decision.allow(warnings=tuple(warnings), patch=tuple(patch))
+    return Decision.allow(warnings=tuple(dict.fromkeys(warnings)), patch=tuple(patch))
 
 
 def _exists(

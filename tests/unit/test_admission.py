@@ -218,6 +218,24 @@ def test_mutating_pins_tags_to_digests_in_place() -> None:
     assert unpinned.allowed and not unpinned.patch and "not pinned" in unpinned.warnings[0]
 
 
+def test_mutating_resolves_each_distinct_tag_once_however_many_volumes_name_it() -> None:
+    verifier = Verifier(TAGS, {})
+    obj = pod(*["r.io/models/bert:v1", "r.io/models/gpt:v1"] * 1000)
+    started = time.monotonic()
+    decision = run(review(obj, mutate=True), Policies(), verifier)
+    assert time.monotonic() - started < 1.0
+    assert sorted(verifier.resolved) == ["oci://r.io/models/bert:v1", "oci://r.io/models/gpt:v1"]
+    assert len(decision.patch) == 2000
+    assert decision.patch[1999] == {
+        "op": "replace",
+        "path": "/spec/volumes/1999/image/reference",
+        "value": f"r.io/models/gpt@{D2}",
+    }
+    verifier.down = True
+    unpinned = run(review(obj, mutate=True), Policies(), verifier)
+    assert len(unpinned.warnings) == 2 and not unpinned.patch  # one a tag, not one a volume
+
+
 def test_out_of_scope_kinds_and_operations_are_allowed_untouched() -> None:
     verifier = Verifier(TAGS, {})
     assert run(review({"data": {}}, "ConfigMap"), Policies(), verifier).allowed
