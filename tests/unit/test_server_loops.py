@@ -496,8 +496,8 @@ def test_https_handshakes_never_finished_are_counted_and_closed_after_the_read_t
     baseline = descriptors()
     hello = client_hello()
     with ExitStack() as stack:
+        began = time.monotonic()  # before the first accept: the clocks start after
         stalled = [stack.enter_context(connect(running.port)) for _ in range(40)]
-        began = time.monotonic()
         for sock in stalled[::2]:
             sock.sendall(hello[: len(hello) // 2])
         running.wait_for("the handshakes counted", lambda: len(running.connections()) == 40)
