@@ -19,20 +19,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from itertools import islice
 
 import msgspec
 
-from modelhooks.core.errors import NotFound
+from modelhooks.core.errors import BadRequest, NotFound
 from modelhooks.core.function import Skip
 from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent
 
-__all__ = ["MARKER_LABEL", "PREFIX", "ContentResolver", "content_digest"]
+__all__ = ["MARKER_LABEL", "MAX_OBJECTS", "PREFIX", "ContentResolver", "content_digest"]
 
 PREFIX = "content-sha256:"
 MARKER_LABEL = "modelhooks.dev/marker"  # the ready marker's own identity, kept for tracing
+# Objects one model version may hold (admission reads no more of one): a push naming a whole
+# bucket or a data lake's prefix had every object listed and held within one delivery
+# (300,000: 2 s and 100 MB; ten million: minutes and gigabytes)
+MAX_OBJECTS = 100_000
 
 
 def content_digest(objects: Iterable[ObjectInfo], prefix: str, exclude: set[str]) -> str:
@@ -69,8 +74,7 @@ class ContentResolver(msgspec.Struct, frozen=True):
         if data.digest.startswith(PREFIX):
             return event  # named by its content already (an event from the broker)
         self.tenancy.admit(event)  # checked only: each function admits it again, as ever
-        store, bucket, prefix = self.stores.resolve(data.uri)
-        digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
+        digest = self._digest(data.uri)
         if not digest:
             raise Skip(
                 f"nothing under {data.uri} but the ready marker, if that: not a model "
@@ -82,8 +86,20 @@ class ContentResolver(msgspec.Struct, frozen=True):
     def digest_of(self, uri: str) -> str:
         """The content digest of the version under the prefix `uri` names (one listing), as
         a push's would be; NotFound when nothing is there yet."""
-        store, bucket, prefix = self.stores.resolve(uri)
-        digest = content_digest(store.list(bucket, prefix), prefix, set(self.exclude))
+        digest = self._digest(uri)
         if not digest:
             raise NotFound(f"nothing under {uri}: push the model first", uri=uri)
         return digest
+
+    def _digest(self, uri: str) -> str:
+        """content_digest of the listing under `uri`, read no further than MAX_OBJECTS:
+        BadRequest past them."""
+        store, bucket, prefix = self.stores.resolve(uri)
+        listing = list(islice(store.list(bucket, prefix), MAX_OBJECTS + 1))
+        if len(listing) > MAX_OBJECTS:
+            raise BadRequest(
+                f"{uri} holds more than {MAX_OBJECTS} objects: not one model version",
+                uri=uri,
+                limit=MAX_OBJECTS,
+            )
+        return content_digest(listing, prefix, set(self.exclude))

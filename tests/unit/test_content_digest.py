@@ -8,6 +8,7 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from flask.testing import FlaskClient
 
 from modelhooks import bootstrap
@@ -194,3 +195,38 @@ def test_a_push_delivered_again_after_signing_is_a_duplicate(home: Path, tmp_pat
     assert (home / "store" / "models" / "models" / "signed" / "1" / "model.sig.binding").exists()
     again = broker.publish(event)
     assert [o.status for o in again] == [o.status for o in first], [o.as_json() for o in again]
+
+
+def test_a_listing_past_the_objects_one_version_may_hold_is_refused_unread(tmp_path: Path) -> None:
+    """A push (or a Model's source) naming a whole bucket or a data lake's prefix had every
+    object listed and held to name it: 300,000 objects took 2 s and 100 MB, ten million
+    minutes and gigabytes, all within one delivery. Past MAX_OBJECTS (what admission reads
+    of a model at most) it is bad input, and the listing is not read further."""
+    from collections.abc import Iterator
+
+    from modelhooks.core.content import MAX_OBJECTS, ContentResolver
+    from modelhooks.core.errors import BadRequest
+    from modelhooks.core.records import ObjectInfo
+    from modelhooks.core.stores import Stores
+    from modelhooks.events.model import CanonicalEvent
+
+    listed: list[int] = []
+
+    class Lake:  # a bucket listing lazily, as GCS and S3 page theirs
+        def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
+            for i in range(3 * MAX_OBJECTS):
+                listed.append(i)
+                yield ObjectInfo(bucket, f"{prefix}part-{i:08d}.parquet", 1, str(i))
+
+    stores = Stores({"gs": Lake}, local_root=tmp_path)  # type: ignore[dict-item]
+    resolver = ContentResolver(stores, frozenset({"_SUCCESS"}))
+    data = ArtifactPushed(model="m", version="1", uri="gs://lake/", digest="d", store="gcs")
+    event = CanonicalEvent(id="e", source="s", type=data.TYPE, data=data)
+    with pytest.raises(BadRequest, match="more than 100000 objects") as refused:
+        resolver(event)
+    assert refused.value.details["uri"] == "gs://lake/"
+    assert len(listed) == MAX_OBJECTS + 1
+    listed.clear()
+    with pytest.raises(BadRequest):
+        resolver.digest_of("gs://lake/")  # a Model's source, as register names it
+    assert len(listed) == MAX_OBJECTS + 1
