@@ -5,7 +5,10 @@ Exactly one of:
 - `oci.reference`: `host/repository[:tag][@sha256:…]` → `oci://…` (the digest, if written);
 - `gcs.uri` / `s3.uri`: `gs://…` / `s3://…` (or `file://…` in the embedded local store);
 - `http.url` + `http.sha256`: a tarball or zip the publisher serves over HTTPS, named by its
-  sha256 — resolved by the spec itself, never fetched to be named.
+  sha256 — resolved by the spec itself, never fetched to be named; a URL with credentials
+  (`user:password@host`) is refused without naming them: the location is carried in events,
+  registries, status conditions, Events and log lines, a wider audience than the Model's
+  (credentials go in `secretRef`).
 
 >>> model_source({"http": {"url": "https://example.com/m.tar.gz", "sha256": "a" * 64}}).digest[:9]
 'sha256:aa'
@@ -24,6 +27,7 @@ from modelhooks.events.model import StoreKind
 __all__ = ["Source", "model_source"]
 
 _SHA256 = re.compile(r"[a-f0-9]{64}")
+_USERINFO = re.compile(r"https://[^/?#]*@")  # an authority with a user (and password)
 
 
 class Source(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a dataclass
@@ -45,6 +49,12 @@ def model_source(source: Any) -> Source:
         url, sha = http.get("url"), http.get("sha256")
         if not isinstance(url, str) or not url.startswith("https://"):
             raise BadRequest("spec.source.http.url: expected an https:// URL", field="spec.source")
+        if _USERINFO.match(url):  # said without the URL: its password would go everywhere
+            raise BadRequest(
+                "spec.source.http.url: credentials in the URL (user:password@host) are not "
+                "taken; name a Secret in spec.source.secretRef",
+                field="spec.source",
+            )
         if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
             raise BadRequest("spec.source.http.sha256: expected 64 hex digits", field="spec.source")
         return Source(url, "http", f"sha256:{sha}")

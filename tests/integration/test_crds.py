@@ -586,3 +586,10 @@ def test_an_http_source_is_a_url_with_its_sha256(api: Any, namespace: str) -> No
     assert created["spec"]["source"]["http"]["url"] == url
     bad = {"http": {"url": "http://models.example.com/demo.tgz", "sha256": "a" * 64}}
     assert _refused(api, namespace, _model("plain-http", source=bad)).status == 422
+    at = {"http": {"url": "https://models.example.com/v@1/m.tgz", "sha256": "a" * 64}}
+    assert _create(api, namespace, _model("at-in-path", source=at))  # an '@' in the path
+    for i, creds in enumerate(("ci:pw@", "ci@", "ci:pw@models.example.com:8443?x=", "@")):
+        url = f"https://{creds}models.example.com/m.tgz"
+        bad = {"http": {"url": url, "sha256": "a" * 64}}
+        refused = _refused(api, namespace, _model(f"credentials-{i}", source=bad))
+        assert refused.status == 422, url  # credentials go in secretRef, not in the URL

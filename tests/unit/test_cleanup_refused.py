@@ -229,3 +229,30 @@ def test_a_model_listed_while_being_deleted_is_a_deletion() -> None:
         attrs = {"type": f"dev.knative.apiserver.resource.{op}", "id": op, "source": "k8s"}
         (event,) = from_apiserver_event(Inbound("cloudevent", op, {**obj, "spec": {}}, attrs))
         assert isinstance(event.data, ModelDeleted), op
+
+
+def test_an_http_source_with_credentials_in_its_url_is_refused_naming_none_of_them(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A password in an http source's URL (user:password@host) was taken as the Model's
+    location: tenancy's refusal named it, and cleanup's report put it in CleanupFailed, its
+    Warning Event, the answers and the log lines, all of a wider audience than the Model
+    (and register put it in the registry). Credentials go in spec.source.secretRef: such a
+    source is refused by every function, and nothing says the password."""
+    import json
+
+    world = World(tmp_path, tenants=f"{NS}=https://models.example.com")
+    url = "https://ci:s3cret-pw@models.example.com/bert-1.tar.gz"
+    spec = {"source": {"http": {"url": url, "sha256": "a" * 64}}, "deletionPolicy": "Delete"}
+    world.deleting(spec)
+    outcomes = world.publish(spec, "d1")
+    assert _of(outcomes, "cleanup").status == 200
+    condition = world.cleanup_failed()
+    assert condition["reason"] == "CleanupRefused"
+    assert "spec.source.http.url" in condition["message"] and "secretRef" in condition["message"]
+    told = json.dumps(
+        [world.get()["status"], [e.note for e in world.cluster.events.values()]]
+        + [o.as_json() for o in outcomes]
+        + [r.data.to_dict() for o in outcomes for r in o.replies]
+    )
+    assert "s3cret" not in told and "s3cret" not in caplog.text

@@ -21,6 +21,7 @@ SHA = "c" * 64
         ({"s3": {"uri": "s3://b/m/1/"}}, Source("s3://b/m/1/", "s3")),
         ({"s3": {"uri": "file:///h/store/b/m/1/"}}, Source("file:///h/store/b/m/1/", "local")),
         ({"http": {"url": "https://e.com/m.zip", "sha256": SHA}}, Source("https://e.com/m.zip", "http", f"sha256:{SHA}")),
+        ({"http": {"url": "https://e.com/a@b/m.zip", "sha256": SHA}}, Source("https://e.com/a@b/m.zip", "http", f"sha256:{SHA}")),
     ],
 )  # fmt: skip
 def test_each_kind_of_source(source: dict[str, Any], expected: Source) -> None:
@@ -36,6 +37,8 @@ def test_each_kind_of_source(source: dict[str, Any], expected: Source) -> None:
         ({"http": {"url": "http://e.com/m.zip", "sha256": SHA}}, "https:// URL"),
         ({"http": {"url": "https://e.com/m.zip", "sha256": "XYZ"}}, "64 hex digits"),
         ({"http": {"url": "https://e.com/m.zip"}}, "64 hex digits"),
+        ({"http": {"url": "https://u:pw@e.com/m.zip", "sha256": SHA}}, "credentials in the URL"),
+        ({"http": {"url": "https://u@e.com:8443?x", "sha256": SHA}}, "credentials in the URL"),
     ],
 )
 def test_anything_else_is_a_bad_request_naming_why(source: Any, field: str) -> None:
