@@ -56,7 +56,9 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     return scheme, bucket, key
 
 
-_BUCKET = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")  # GCS's and S3's (legacy ones included)
+# GCS's and S3's (legacy ones included), at most 222 characters (GCS's longest, dotted): a
+# longer one botocore refuses itself, which was taken as the store failing (503, for ever)
+_BUCKET = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,221}")
 
 
 class Stores:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from modelhooks.adapters.object_store.s3 import S3ObjectStore
 from modelhooks.core.errors import BadRequest
+from modelhooks.core.stores import Stores
 from tests.servers.objectstores import Minio
 
 pytestmark = pytest.mark.integration
@@ -74,3 +76,16 @@ def test_a_missing_object_or_bucket_is_still_none_or_not_found(
     store, bucket = s3
     assert store.stat(bucket, "models/m/1/_SUCCESS") is None
     assert store.stat(f"gone-{uuid.uuid4().hex[:8]}", "models/m/1/_SUCCESS") is None
+
+
+@pytest.mark.parametrize("bucket", ["b" * 256, "b" * 300])
+def test_a_bucket_past_any_store_s_length_is_bad_input_before_a_request(
+    s3: tuple[S3ObjectStore, str], tmp_path: Path, bucket: str
+) -> None:
+    """botocore refuses a bucket of more than 255 characters itself (ParamValidationError),
+    which was taken as the store failing (503, redelivered for ever)."""
+    store, _ = s3
+    stores = Stores({"s3": lambda: store}, local_root=tmp_path)
+    with pytest.raises(BadRequest, match="not a bucket name"):
+        found, name, key = stores.resolve(f"s3://{bucket}/models/m/1/")
+        list(found.list(name, key))
