@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,11 @@ _RESTRICTED = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
+
+# what the apiserver may set on a container it was given: its defaults (imagePullPolicy,
+# terminationMessagePath, resources {}), LimitRanger's resources, resizePolicy
+_FILLED = frozenset({"imagePullPolicy", "terminationMessagePath", "resources", "resizePolicy"})
+_SECRETS = "/var/run/secrets/"  # where credential injectors mount, read-only
 
 Root = Callable[[], str]  # the private Sigstore trusted root (JSON), "" for the public-good one
 
@@ -109,16 +115,27 @@ def _container(
 
 def _differ(expected: Mapping[str, Any], found: Mapping[str, Any]) -> list[str]:
     """The fields in which `found` is not the container `expected`: every field set exactly,
-    no args or envFrom; more volumeMounts are allowed (the ServiceAccount admission plugin
-    adds its token's), but none under the model's mount."""
+    and no other but those the apiserver fills in (its defaults, LimitRanger's resources):
+    `restartPolicy: Always` would make it a sidecar the containers do not wait for, `args`
+    or `envFrom` would change what it runs. More volumeMounts are allowed only read-only
+    under /var/run/secrets/ (the ServiceAccount admission plugin's token, a cloud identity
+    webhook's): one elsewhere could lay another `modelhooks` (or Python, or a trusted root)
+    over the verifier's."""
     differ = [k for k, v in expected.items() if k != "volumeMounts" and found.get(k) != v]
-    differ += [k for k in ("args", "envFrom") if found.get(k)]
+    differ += sorted(k for k in found if k not in expected and k not in _FILLED)
     mounts = [m for m in found.get("volumeMounts") or () if isinstance(m, Mapping)]
     (ours,) = expected["volumeMounts"]
     others = [m for m in mounts if m != ours]
-    if ours not in mounts or any(str(m.get("mountPath", "")).startswith(MOUNT) for m in others):
+    if ours not in mounts or not all(map(_secret_mount, others)):
         differ.append("volumeMounts")
     return differ
+
+
+def _secret_mount(mount: Mapping[str, Any]) -> bool:
+    path = mount.get("mountPath")
+    if not isinstance(path, str) or mount.get("readOnly") is not True:
+        return False
+    return posixpath.normpath(path).startswith(_SECRETS)
 
 
 def _spec(kind: str, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -195,13 +195,50 @@ def test_an_init_container_of_that_name_doing_something_else_is_denied() -> None
             init[key] = init.get(key, [])[:] + value if key == "volumeMounts" else value
         assert f"({field} differ" in run(review(obj), policies, Verifier(TAGS, {})).message
     obj = mutated(pod("r.io/models/bert:v1"), policies)  # what the apiserver adds is fine
-    token = {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/sa"}
+    token = {
+        "name": "kube-api-access-x",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        "readOnly": True,
+    }
     obj["spec"]["initContainers"][0]["volumeMounts"].append(token)
     obj["spec"]["initContainers"][0].update(imagePullPolicy="IfNotPresent", resources={})
     assert run(review(obj), policies, Verifier(TAGS, {})).allowed
     trusting_more = Policies(on_node(), on_node("other"))  # the trust changed since
     obj = mutated(pod("r.io/models/bert:v1"), policies)
     assert "(env differ" in run(review(obj), trusting_more, Verifier(TAGS, {})).message
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"restartPolicy": "Always"}, "restartPolicy"),  # a sidecar: nothing waits for it
+        ({"workingDir": "/tmp"}, "workingDir"),
+        ({"lifecycle": {"postStart": {"exec": {"command": ["true"]}}}}, "lifecycle"),
+        ({"mount": {"mountPath": "/usr/local/bin", "readOnly": True}}, "volumeMounts"),
+        ({"mount": {"mountPath": "/var/run/secrets/../../usr/lib"}}, "volumeMounts"),
+        ({"mount": {"mountPath": "/var/run/secrets/x", "readOnly": False}}, "volumeMounts"),
+    ],
+)
+def test_one_of_that_name_with_more_than_ours_is_not_ours(
+    change: dict[str, Any], field: str
+) -> None:
+    """A hand-written container passing as ours: as a sidecar the Pod's containers start
+    before it has verified anything; a volume mounted over the verifier's programs replaces
+    what runs (an emptyDir an earlier init container filled with a `modelhooks` that exits 0)."""
+    policies = Policies(on_node())
+    obj = mutated(pod("r.io/models/bert:v1"), policies)
+    obj["spec"]["volumes"].append({"name": "bin", "emptyDir": {}})
+    init = obj["spec"]["initContainers"][0]
+    if "mount" in change:
+        init["volumeMounts"].append({"name": "bin", **change.pop("mount")})
+    init.update(change)
+    denied = run(review(obj), policies, Verifier(TAGS, {}))
+    assert not denied.allowed
+    assert f"modelhooks-verify-m0 is not the one the policy needs ({field} differ" in denied.message
+    assert (
+        mutated(obj, policies)["spec"]["initContainers"][0]
+        == mutated(pod("r.io/models/bert:v1"), policies)["spec"]["initContainers"][0]
+    )  # the mutating webhook puts ours in its place
 
 
 def test_an_admission_policy_covering_it_too_still_verifies_at_admission() -> None:
