@@ -161,11 +161,6 @@ def _covered(
     return found
 
 
-def _init_containers(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    found = spec.get("initContainers") or ()
-    return {str(c.get("name")): c for c in found if isinstance(c, Mapping)}
-
-
 def inject(
     kind: str,
     obj: Mapping[str, Any],
@@ -174,29 +169,51 @@ def inject(
     image: str,
     root: Root = _public,
 ) -> list[dict[str, Any]]:
-    """JSONPatch operations adding the missing init containers, first among the Pod's (the
-    model is verified before anything else reads it), and replacing one of that name that is
-    not what its policies need (their trust changed since a template got it, or it was
-    written by hand); none when each is there as it should be (a reinvocation changes
-    nothing)."""
+    """JSONPatch operations putting the init containers first among the Pod's (the model is
+    verified before anything else reads it) when one is missing, is not what its policies
+    need (their trust changed since a template got it, or it was written by hand), or runs
+    after another that mounts its model; none when each is there as it should be (a
+    reinvocation changes nothing, nor does a template that is fine get reordered)."""
     spec = _spec(kind, obj)
     if spec is None:
         return []
     pointer = "/" + "/".join(POD_SPECS[kind]) + "/initContainers"
     existing = list(spec.get("initContainers") or ())
-    at = {str(c.get("name")): i for i, c in enumerate(existing) if isinstance(c, Mapping)}
-    patch: list[dict[str, Any]] = []
-    add: list[dict[str, Any]] = []
-    for volume, node in _covered(spec, policies, labels):
-        expected = _container(volume, node, image, root)
-        index = at.get(expected["name"])
-        if index is None:
-            add.append(expected)
-        elif _differ(expected, existing[index]):
-            patch.append({"op": "replace", "path": f"{pointer}/{index}", "value": expected})
-    if add and not existing:
-        return [{"op": "add", "path": pointer, "value": add}]
-    return patch + [{"op": "add", "path": f"{pointer}/{i}", "value": c} for i, c in enumerate(add)]
+    wanted = [
+        (volume.name, _container(volume, node, image, root))
+        for volume, node in _covered(spec, policies, labels)
+    ]
+    if all(_verifies(existing, volume, expected) for volume, expected in wanted):
+        return []
+    ours = {expected["name"] for _, expected in wanted}
+    rest = [c for c in existing if not (isinstance(c, Mapping) and c.get("name") in ours)]
+    return [{"op": "add", "path": pointer, "value": [c for _, c in wanted] + rest}]
+
+
+def _verifies(existing: Sequence[Any], volume: str, expected: Mapping[str, Any]) -> bool:
+    """Whether the init containers `existing` verify `volume` as `expected` does: it is
+    there, the same, and no init container before it mounts the model."""
+    index = _index(existing, expected["name"])
+    return (
+        index >= 0
+        and not _differ(expected, existing[index])
+        and not _early(existing, index, volume)
+    )
+
+
+def _index(existing: Sequence[Any], name: str) -> int:
+    names = [c.get("name") if isinstance(c, Mapping) else None for c in existing]
+    return names.index(name) if name in names else -1
+
+
+def _early(existing: Sequence[Any], index: int, volume: str) -> str:
+    """The first init container before `index` that mounts `volume` (it would read the model,
+    or serve it as a sidecar, before it is verified), or ""."""
+    for before in existing[:index]:
+        mounts = before.get("volumeMounts") if isinstance(before, Mapping) else None
+        if any(isinstance(m, Mapping) and m.get("name") == volume for m in mounts or ()):
+            return str(before.get("name"))
+    return ""
 
 
 def missing(
@@ -208,11 +225,11 @@ def missing(
     root: Root = _public,
 ) -> tuple[set[str], list[str]]:
     """(the references verified on the node, a denial for each volume whose init container
-    is absent or not the one its policies need)."""
+    is absent, not the one its policies need, or after another mounting the model)."""
     spec = _spec(kind, obj)
     if spec is None:
         return set(), []
-    present = _init_containers(spec)
+    existing = list(spec.get("initContainers") or ())
     uris: set[str] = set()
     denials: list[str] = []
     for volume, node in _covered(spec, policies, labels):
@@ -221,19 +238,25 @@ def missing(
         name = expected["name"]
         which = ", ".join(p.shown for p in node)
         what = f"model {volume.uri} (volume {volume.name}): {which} verifies it on the node"
-        found = present.get(name)
-        if found is None:
+        index = _index(existing, name)
+        if index < 0:
             denials.append(
                 f"{what} (verifyOn: node), but the {kind} has no init container {name}: the "
                 "mutating webhook did not add it (it is failurePolicy Ignore, or did not know the "
                 f"policy yet); create the {kind} again"
             )
             continue
-        differ = _differ(expected, found)
+        differ = _differ(expected, existing[index])
         if differ:
             denials.append(
                 f"{what} (verifyOn: node), but its init container {name} is not the one the "
                 f"policy needs ({', '.join(differ)} differ); remove it and create the {kind} "
                 "again (the mutating webhook adds it)"
+            )
+        elif early := _early(existing, index, volume.name):
+            denials.append(
+                f"{what} (verifyOn: node), but its init container {name} runs after init "
+                f"container {early}, which mounts the model before it is verified; remove "
+                f"{name} and create the {kind} again (the mutating webhook puts it first)"
             )
     return uris, denials

@@ -241,6 +241,31 @@ def test_one_of_that_name_with_more_than_ours_is_not_ours(
     )  # the mutating webhook puts ours in its place
 
 
+@pytest.mark.parametrize("restart", [None, "Always"])
+def test_ours_after_an_init_container_mounting_the_model_is_denied_and_put_first(
+    restart: str | None,
+) -> None:
+    """An init container before ours that mounts the model reads it unverified: a batch job
+    run as an init container, or a sidecar (restartPolicy: Always) serving it while ours
+    fails and restarts. One that does not mount it may come first (a template stays as it is)."""
+    policies = Policies(on_node())
+    obj = mutated(pod("r.io/models/bert:v1"), policies)
+    early = {"name": "serve", "image": "r.io/server", "restartPolicy": restart}
+    early["volumeMounts"] = [{"name": "m0", "mountPath": "/model"}]
+    obj["spec"]["initContainers"].insert(0, {k: v for k, v in early.items() if v})
+    denied = run(review(obj), policies, Verifier(TAGS, {}))
+    assert not denied.allowed
+    assert "modelhooks-verify-m0 runs after init container serve, which mounts the model" in (
+        denied.message
+    )
+    fixed = mutated(obj, policies)
+    assert [c["name"] for c in fixed["spec"]["initContainers"]] == ["modelhooks-verify-m0", "serve"]
+    assert run(review(fixed), policies, Verifier(TAGS, {})).allowed
+    del obj["spec"]["initContainers"][0]["volumeMounts"]  # it does not read the model
+    assert run(review(obj), policies, Verifier(TAGS, {})).allowed
+    assert run(review(obj, mutate=True), policies, Verifier(TAGS, {})).patch == ()
+
+
 def test_an_admission_policy_covering_it_too_still_verifies_at_admission() -> None:
     policies = Policies(on_node(), policy("a"))
     obj = mutated(pod("r.io/models/bert:v1"), policies)
