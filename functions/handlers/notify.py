@@ -38,7 +38,7 @@ apply is conditional on its resourceVersion, so one a moment old is refused and 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from modelhooks.core.conditions import (
     FINALIZER,
@@ -232,13 +232,26 @@ def _apply(cluster: Cluster, model: dict[str, Any], desired: Any) -> dict[str, A
             rv = model["metadata"]["resourceVersion"]
             return cluster.apply_status(ns, name, desired(model), resource_version=rv)
         except NotFound:  # deleted since it was read: nothing to tell (a 404 is redelivered)
-            raise Skip(f"Model {ns}/{name} is gone") from None
+            _gone_or_unserved(cluster, ns, name)
         except Conflict:
             found = cluster.get_model(ns, name)
             if found is None:
                 raise Skip(f"Model {ns}/{name} is gone") from None
             model = found
     raise Unavailable(f"Model {ns}/{name} kept changing; a redelivery will apply its status")
+
+
+def _gone_or_unserved(cluster: Cluster, namespace: str, name: str) -> NoReturn:
+    """The status path answered 404: Skip when the Model is gone, else the CRD serves no
+    status subresource (an older one, not upgraded with the functions), a deployment gap
+    said as such (503: redelivered, then dead-lettered for a replay once it is applied)
+    rather than taken for a Model deleted meanwhile, every status skipped without a word."""
+    if cluster.get_model(namespace, name) is None:
+        raise Skip(f"Model {namespace}/{name} is gone")
+    raise Unavailable(
+        f"the API server has no status subresource for Model {namespace}/{name}: the Model "
+        "CRD installed is an older one; apply infra/k8s/crds/model.yaml"
+    )
 
 
 def _record(

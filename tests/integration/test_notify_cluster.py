@@ -551,3 +551,54 @@ def test_a_model_of_a_namespace_being_deleted_is_let_go(admin: Admin, tmp_path: 
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
+
+
+def test_a_model_crd_without_the_status_subresource_is_said_not_a_model_gone(
+    own_kube_apiserver: tuple[KubeApiServer, list[Any]], tmp_path: Path
+) -> None:
+    """An older Model CRD without `subresources: status` (a cluster not upgraded with the
+    functions): the API server answers the status path 404, which notify took for the Model
+    deleted meanwhile, a Skip (2xx): no status was ever written, and nothing said why. It
+    is a deployment gap: 503 naming it (redelivered, then dead-lettered for a replay once
+    the CRD is applied), and a Model deleted meanwhile is still a Skip."""
+    import yaml
+
+    from modelhooks.core.errors import Unavailable
+    from modelhooks.core.function import Skip
+
+    kube = own_kube_apiserver[0]
+    crd = yaml.safe_load((K8S / "crds" / "model.yaml").read_text())
+    del crd["spec"]["versions"][0]["subresources"]
+    older = tmp_path / "model-older.yaml"
+    older.write_text(yaml.safe_dump(crd))
+    kube.install_crd(older, PLURAL)
+    with kube.api_client() as api:
+        from kubernetes import client
+
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "ml"}})
+        created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GROUP, VERSION, "ml", PLURAL, model("bert")
+        )
+    assert "status" not in created
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")  # the admin's: RBAC aside
+    env = {"MODELHOOKS_HOME": str(tmp_path), "MODELHOOKS_NOTIFY_KUBECONFIG": str(kubeconfig)}
+    app = build(load_settings(env=env))
+    registered = ModelRegistered(
+        model="bert", version="1", uri="oci://registry.local:5000/models/demo@" + DIGEST,
+        digest=DIGEST, registry="kubernetes", registered_model_id="7",
+        model_version_id="9", model_artifact_id="11", namespace="ml", created=True,
+    )  # fmt: skip
+    try:
+        with pytest.raises(Unavailable, match="status subresource"):
+            app.function("notify").handle(_event(registered, "registered"))
+        assert app.deps.cluster is not None
+        app.deps.cluster.get_model("ml", "bert")
+        with kube.api_client() as api:
+            client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                GROUP, VERSION, "ml", PLURAL, "bert"
+            )
+        with pytest.raises(Skip, match="no Model"):
+            app.function("notify").handle(_event(registered, "registered"))
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
