@@ -297,7 +297,8 @@ class Cluster(Protocol):
 
     def add_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
         """Add `finalizer` unless present, never losing another writer's finalizers; False
-        when it was there already or the Model is gone."""
+        when it was there already, or the Model is gone or being deleted (the API server
+        adds no finalizer to an object being deleted)."""
         ...
 
     def remove_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:

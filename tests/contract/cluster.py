@@ -139,6 +139,17 @@ class ClusterContract:
         assert place.cluster.remove_finalizer(ns, "bert", FINALIZER)
         assert place.cluster.get_model(ns, "bert") is None
 
+    def test_no_finalizer_is_added_to_a_model_being_deleted(self, place: Place) -> None:
+        """The API server takes no new finalizer on an object being deleted (422): a Model
+        deleted between notify's read and its finalizer write is False at once, not five
+        refused writes and a 503 saying the finalizers kept changing."""
+        ns = place.namespace()
+        place.create(ns, model("going", finalizers=["example.com/other"]))
+        place.delete(ns, "going")
+        assert not place.cluster.add_finalizer(ns, "going", FINALIZER)
+        found = place.cluster.get_model(ns, "going")
+        assert found and found["metadata"]["finalizers"] == ["example.com/other"]
+
     def test_an_event_is_recorded_once_under_its_name(self, place: Place) -> None:
         ns = place.namespace()
         created = place.create(ns, model("bert"))

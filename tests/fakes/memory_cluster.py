@@ -114,6 +114,8 @@ class InMemoryCluster:
         model = self.models.get((namespace, name))
         if model is None or finalizer in model["metadata"].get("finalizers", []):
             return False
+        if model["metadata"].get("deletionTimestamp"):
+            return False  # as the API server: no new finalizer on an object being deleted
         model["metadata"].setdefault("finalizers", []).append(finalizer)
         self._store((namespace, name), model)
         return True

@@ -164,8 +164,8 @@ class KubernetesCluster:
                 return False
             meta = model["metadata"]
             present = list(meta.get("finalizers") or [])
-            if (finalizer in present) == add:
-                return False
+            if (finalizer in present) == add or (add and meta.get("deletionTimestamp")):
+                return False  # there (or gone) already; a deleting object takes none (422)
             if present:  # test the list read, then change it
                 ops: list[dict[str, Any]] = [
                     {"op": "test", "path": "/metadata/finalizers", "value": present}
