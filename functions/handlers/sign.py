@@ -26,7 +26,7 @@ from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.errors import Conflict, Unavailable
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.records import ModelState, ModelVersion
+from modelhooks.core.records import PUSHED_AT, ModelState, ModelVersion, stamp
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
 
@@ -82,7 +82,7 @@ def sign_artifact(
 ) -> list[CanonicalEvent]:
     if not pushed.uri.startswith(("gs://", "s3://", "file://", "oci://")):
         raise Skip(f"{pushed.uri} is not a model location this function signs")
-    version = _registered_version(registry, pushed)
+    version = _registered_version(registry, pushed, stamp(event))
     if version.state != ModelState.LIVE:
         raise Skip("stale push: older than the model's deletion, the version is archived")
     props = version.custom_properties
@@ -150,12 +150,22 @@ def _binding(signature: str) -> str:
     return binding_key(signature)
 
 
-def _registered_version(registry: ModelRegistry, pushed: ArtifactPushed) -> ModelVersion:
+def _registered_version(
+    registry: ModelRegistry, pushed: ArtifactPushed, at: str | None = None
+) -> ModelVersion:
+    """The version `pushed` is of, Unavailable until register has recorded it, and with
+    `at` (the push's time) until it has recorded this very push: the version of an earlier
+    push of the same digest is not enough. A signature recorded on it then, a deletion older
+    than this push but newer than that one archived the version (dropping the record), and
+    this push's registration revived it LIVE and unsigned for good; as "stale" (its version
+    archived) this push was skipped alike. Recorded, a deletion that archives the version
+    is newer than this push: it is stale, rightly skipped."""
     model = registry.get_model(pushed.model)
     version = registry.get_version(model.id, pushed.version) if model else None
-    if version is None:
+    if version is None or (at is not None and at > version.custom_properties.get(PUSHED_AT, "")):
         raise Unavailable(
-            f"model {pushed.model!r} version {pushed.version!r} is not registered yet",
+            f"model {pushed.model!r} version {pushed.version!r} is not registered yet"
+            + ("" if version is None else " as of this push"),
             model=pushed.model,
             version=pushed.version,
         )

@@ -112,3 +112,63 @@ def test_what_another_delivery_wrote_is_left_to_it(tmp_path: Path) -> None:
     assert sorted(p.name for p in model.iterdir()) == files  # its signature and binding stay
     assert {"model.sig", "model.sig.binding"} <= set(files)
     assert signature_props(registry) == {}
+
+
+def test_a_push_newer_than_the_deletion_that_archived_its_version_is_signed_once_registered(
+    tmp_path: Path,
+) -> None:
+    """The version archived by a deletion (of an earlier push of the same digest), and a
+    push newer than that deletion signed before register records it: a Skip ("stale
+    push") left the version, revived by that push's registration, LIVE and unsigned for
+    good; now it is Unavailable (redelivered) until register has recorded this push, and
+    signed then. A push older than the deletion is still skipped."""
+    from modelhooks.core.errors import Unavailable
+
+    write_model(tmp_path / "store" / "models" / "bert" / "1")
+    registry, first = InMemoryModelRegistry(), push(tmp_path)
+    register_model(first, first.data, registry=registry)  # type: ignore[arg-type]
+    archive_model(DELETION, DELETED, registry=registry)
+    signer = KeySigner.from_file(make_key(tmp_path).private)
+    with pytest.raises(Skip, match="stale push"):  # older than the deletion: moot
+        sign(first, registry, signer)
+    again = CanonicalEvent(
+        id="p2", source="t", type=first.type, data=first.data, time=T0 + timedelta(minutes=9)
+    )
+    with pytest.raises(Unavailable, match="not registered yet as of this push"):
+        sign(again, registry, signer)
+    register_model(again, again.data, registry=registry)  # type: ignore[arg-type]
+    (reply,) = sign(again, registry, signer)
+    model = registry.get_model("bert")
+    assert model is not None
+    version = registry.get_version(model.id, "1")
+    assert version is not None and version.state == ModelState.LIVE
+    assert version.custom_properties["signature.uri"] == reply.data.signature_uri
+
+
+def test_a_signature_a_newer_push_records_before_its_registration_survives_the_deletion(
+    tmp_path: Path,
+) -> None:
+    """A push's version LIVE by an earlier push of the same digest; the newer push signed
+    before register recorded it: the signature was recorded on the version, a deletion
+    between the two pushes archived it (dropping the record) and the newer push's
+    registration revived it LIVE and unsigned for good (the sign delivery was answered).
+    Now that sign waits for its own push to be registered."""
+    from modelhooks.core.errors import Unavailable
+
+    write_model(tmp_path / "store" / "models" / "bert" / "1")
+    registry, first = InMemoryModelRegistry(), push(tmp_path)
+    register_model(first, first.data, registry=registry)  # type: ignore[arg-type]
+    signer = KeySigner.from_file(make_key(tmp_path).private)
+    newer = CanonicalEvent(
+        id="p2", source="t", type=first.type, data=first.data, time=T0 + timedelta(minutes=9)
+    )
+    with pytest.raises(Unavailable, match="as of this push"):
+        sign(newer, registry, signer)
+    archive_model(DELETION, DELETED, registry=registry)  # between the two pushes
+    register_model(newer, newer.data, registry=registry)  # type: ignore[arg-type]
+    sign(newer, registry, signer)  # redelivered
+    model = registry.get_model("bert")
+    assert model is not None
+    version = registry.get_version(model.id, "1")
+    assert version is not None and version.state == ModelState.LIVE
+    assert "signature.uri" in version.custom_properties
