@@ -10,8 +10,8 @@ answers the same reply without hashing again; the same bytes uploaded again (a r
 upload: the same content digest, new generations) or a signature removed since are signed
 through again, so the binding admission decides by names the objects there now.
 
-The version must be registered first (events are unordered): until `register` has run,
-this answers Unavailable so the platform redelivers. Signing off (no signer) → no reply.
+The version must be registered first (events are unordered): until `register` has recorded
+this push (its time on the version), this answers Unavailable so the platform redelivers. Signing off (no signer) → no reply.
 """
 
 from __future__ import annotations
