@@ -11,7 +11,8 @@ upload: the same content digest, new generations) or a signature removed since a
 through again, so the binding admission decides by names the objects there now.
 
 The version must be registered first (events are unordered): until `register` has recorded
-this push (its time on the version), this answers Unavailable so the platform redelivers. Signing off (no signer) → no reply.
+this push (its time on the version), this answers Unavailable so the platform redelivers.
+Signing off (no signer) → no reply.
 """
 
 from __future__ import annotations
