@@ -46,6 +46,17 @@ def doc(
     return Meta(description=text, extra=extra, **limits)
 
 
+# The longest any duration setting may be (ten years): `inf`, or 1e20, reached a
+# `timedelta`, a socket's timeout or a clock's deadline that overflows (OverflowError at
+# the first delivery, not at start-up); a longer one is never anyway.
+FOREVER = 10 * 365 * 24 * 3600
+
+
+def seconds(text: str, **limits: Any) -> Meta:
+    """A duration's description: a number of seconds, finite and at most FOREVER."""
+    return doc(text, le=FOREVER, **limits)
+
+
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
@@ -177,10 +188,10 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
     ] = 100
     deadline: Annotated[
         float,
-        doc("seconds one delivery may work; events left then answer 503 (redelivered)", gt=0),
+        seconds("seconds one delivery may work; events left then answer 503 (redelivered)", gt=0),
     ] = 60.0
     max_future_skew: Annotated[
-        float, doc("seconds an event's time may lie in the future before it is refused", ge=0)
+        float, seconds("seconds an event's time may lie in the future before it is refused", ge=0)
     ] = 300.0
     registry_host: Annotated[
         str, doc("the OCI registry host zot's events come from (zot does not name it)")
@@ -210,7 +221,7 @@ class RouterSettings(_Section, frozen=True, kw_only=True):
         ),
     ] = ""
     timeout: Annotated[
-        float, doc("seconds a subscriber may take to answer (sign hashes whole models)", gt=0)
+        float, seconds("seconds a subscriber may take to answer (sign hashes whole models)", gt=0)
     ] = 900.0
 
 
@@ -221,16 +232,16 @@ class ServeSettings(_Section, frozen=True, kw_only=True):
     ] = 8080
     watch_interval: Annotated[
         float,
-        doc("seconds between scans of the local store for ready markers (0 = off)", ge=0),
+        seconds("seconds between scans of the local store for ready markers (0 = off)", ge=0),
     ] = 1.0
     threads: Annotated[
         int, doc("deliveries handled at once (more connections wait, bounded)", ge=1, le=256)
     ] = 8
     read_timeout: Annotated[
-        float, doc("seconds a client may stay silent mid-request before it is cut off", gt=0)
+        float, seconds("seconds a client may stay silent mid-request before it is cut off", gt=0)
     ] = 30.0
     keepalive: Annotated[
-        int, doc("seconds an idle keep-alive connection stays open (0 = close)", ge=0)
+        int, seconds("seconds an idle keep-alive connection stays open (0 = close)", ge=0)
     ] = 5
     functions: Annotated[
         str,
@@ -365,7 +376,7 @@ class NotifySettings(_Section, frozen=True, kw_only=True):
 class TransferSettings(_Section, frozen=True, kw_only=True):
     timeout: Annotated[
         float,
-        doc(
+        seconds(
             "seconds one transfer.requested may copy before it stops: the artifact is then "
             "ABANDONED with the reason and the delivery answers 503, so the platform "
             "redelivers and the copy resumes; keep it under the Service's timeoutSeconds "
@@ -406,7 +417,7 @@ class AdmissionSettings(_Section, frozen=True, kw_only=True):
     ] = ""
     timeout: Annotated[
         float,
-        doc(
+        seconds(
             "seconds an AdmissionReview may take; keep it under the webhook's timeoutSeconds "
             "(infra/k8s/admission): past it the review is answered by the policies' "
             "failurePolicy, before the apiserver gives up",
@@ -417,9 +428,9 @@ class AdmissionSettings(_Section, frozen=True, kw_only=True):
         int, doc("verified (digest, policy) pairs remembered (successes only; 0 = off)", ge=0)
     ] = 1000
     cache_bytes: Annotated[int, doc("bytes the verification cache may hold", ge=0)] = 1 << 20
-    cache_ttl: Annotated[float, doc("seconds a successful verification is remembered", ge=0)] = (
-        600.0
-    )
+    cache_ttl: Annotated[
+        float, seconds("seconds a successful verification is remembered", ge=0)
+    ] = 600.0
     max_review_bytes: Annotated[
         int, doc("largest AdmissionReview read (bigger ones are refused with the reason)", gt=0)
     ] = 3 << 20
