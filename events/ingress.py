@@ -14,7 +14,6 @@ good members, when only some of a batch are); nothing here does I/O.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 from collections.abc import Mapping
@@ -109,7 +108,7 @@ def _structured(doc: Any, where: str, headers: Mapping[str, str]) -> Inbound:
     if "data_base64" in doc:
         try:
             data: Any = base64.b64decode(doc["data_base64"], validate=True)
-        except (binascii.Error, TypeError):
+        except (ValueError, TypeError):  # binascii.Error; ValueError: a str not ASCII
             raise BadRequest(f"{where}: data_base64 is not valid base64") from None
         data = _maybe_json(data, attrs.get("datacontenttype", ""))
     else:
@@ -154,7 +153,7 @@ def _pubsub_wrapped(doc: Mapping[str, Any], headers: Mapping[str, str]) -> Inbou
     raw = msg.get("data", "")
     try:
         payload = base64.b64decode(raw, validate=True) if raw else b""
-    except (binascii.Error, TypeError):
+    except (ValueError, TypeError):  # binascii.Error; ValueError: a str not ASCII
         raise BadRequest("Pub/Sub push: message.data is not valid base64") from None
     publish_time = msg.get("publishTime") or msg.get("publish_time")
     return Inbound(

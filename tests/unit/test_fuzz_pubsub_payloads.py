@@ -82,3 +82,16 @@ def test_a_bucket_id_that_makes_no_uri_is_bad_input(client: FlaskClient) -> None
         answer = client.post("/", json=envelope)
         assert answer.status_code == 400, (bucket, answer.get_json())
         check(client, answer)
+
+
+def test_base64_fields_holding_text_that_is_not_ascii_are_a_400(client: FlaskClient) -> None:
+    """base64.b64decode raises ValueError, not binascii.Error, for a str that is not ASCII
+    ('K', the Kelvin sign, NFKC-folds to a base64 letter): a Pub/Sub push's message.data or
+    a structured CloudEvent's data_base64 holding one was an internal error, a 500."""
+    push = samples.load(PUSHES[0])
+    push["message"]["data"] = "\u212a"
+    event = {"specversion": "1.0", "id": "x", "source": "s", "type": "t", "data_base64": "é="}
+    for body, ctype in ((push, "application/json"), (event, "application/cloudevents+json")):
+        resp = client.post("/", data=json.dumps(body), content_type=ctype)
+        assert resp.status_code == 400, resp.get_data(as_text=True)
+        assert resp.json is not None and "base64" in resp.json["message"]
