@@ -26,6 +26,7 @@ class Review(msgspec.Struct, frozen=True):
     name: str
     object: Mapping[str, Any] = msgspec.field(default_factory=dict)
     mutate: bool = False  # the mutating webhook asks: tags may be pinned to digests
+    old_object: Mapping[str, Any] = msgspec.field(default_factory=dict)  # what an UPDATE replaces
 
 
 class Decision(msgspec.Struct, frozen=True):

@@ -62,9 +62,11 @@ def decode(body: bytes, *, mutate: bool = False) -> Review:
     for name, value in fields.items():
         if not isinstance(value, str):
             raise BadRequest(f"request.{name} is not a string", uid=uid)
-    if obj is not None and not isinstance(obj, dict):
-        raise BadRequest("request.object is not an object", uid=uid)
-    return Review(uid=uid, object=obj or {}, mutate=mutate, **fields)
+    old = request.get("oldObject")
+    for name, value in (("object", obj), ("oldObject", old)):
+        if value is not None and not isinstance(value, dict):
+            raise BadRequest(f"request.{name} is not an object", uid=uid)
+    return Review(uid=uid, object=obj or {}, mutate=mutate, old_object=old or {}, **fields)
 
 
 def answer(uid: str, decision: Decision) -> Response:

@@ -58,10 +58,14 @@ def handle(
     if not refs:
         return Decision.allow()
     deadline = time.monotonic() + review_timeout
+    known = _known(review)
     if review.kind == MODEL:
+        added = [r for r in refs if r.uri not in known]
+        if not added:
+            return Decision.allow()
         if review.mutate:
-            return _pin(refs, model_verifier, deadline)
-        return _exists(review, refs, model_verifier, deadline)
+            return _pin(added, model_verifier, deadline)
+        return _exists(review, added, model_verifier, deadline)
     labels = _labels(review.kind, review.object)
     # a Pod's volumes and init containers cannot change once it exists: an update is
     # neither patched (the apiserver would refuse it) nor asked for an init container it
@@ -71,7 +75,7 @@ def handle(
         return Decision.allow()
     if review.mutate:
         node = (verifier_image, verifier_root)
-        return _mutate(review, refs, labels, policies, model_verifier, deadline, node)
+        return _mutate(review, refs, known, labels, policies, model_verifier, deadline, node)
     seen: list[str] | None = None
     for fresh in (False, True):  # a denial is confirmed against the policies as they are now
         try:
@@ -85,7 +89,8 @@ def handle(
             review.kind, review.object, found, labels, verifier_image, verifier_root
         )
         denials = [] if settled else denials
-        checks = [Check(uri) for uri in dict.fromkeys(r.uri for r in refs)]  # each one once
+        uris = dict.fromkeys(r.uri for r in refs if r.uri not in known)
+        checks = [Check(uri) for uri in uris]  # each one once
         for check in checks:  # a verifyOn: node policy verifies image volumes on the node
             check.covering = [
                 p for p in found if p.covers(labels, check.uri) and p.verify_on != "node"
@@ -139,9 +144,25 @@ def _failure(check: Check, policy: Policy, error: ModelhooksError) -> str:
     return f"model {check.uri}{via}{at}: {policy.shown} [{policy.mode}] trusts {policy.trusts()}: {what}"
 
 
+def _known(review: Review) -> frozenset[str]:
+    """The references an UPDATE keeps, not decided again (no registry round trip): a Pod's
+    volumes cannot change and it runs already, and the Pods of a template are decided when
+    they are created; so a label, a replica count or a controller removing its finalizer is
+    never refused because a registry is down or a signature was removed since. A reference
+    the UPDATE adds is decided. An InferenceService's are always decided: KServe fetches
+    its models again for the Pods an update rolls out, and admission sees none of them."""
+    if review.operation != "UPDATE" or review.kind not in (*POD_SPECS, MODEL):
+        return frozenset()
+    try:
+        return frozenset(r.uri for r in model_references(review.kind, review.old_object))
+    except BadRequest:  # what it replaces did not parse: decide every reference
+        return frozenset()
+
+
 def _mutate(
     review: Review,
     refs: list[Reference],
+    known: frozenset[str],
     labels: dict[str, str],
     policies: PolicySource,
     verifier: ModelVerifier,
@@ -150,7 +171,7 @@ def _mutate(
 ) -> Decision:
     """Tags pinned, and the init containers of `verifyOn: node` policies added (the policies
     as last seen: a mutating answer denies nothing, the validating webhook reads them fresh)."""
-    pinned = _pin(refs, verifier, deadline)
+    pinned = _pin([r for r in refs if r.uri not in known], verifier, deadline)
     if not any(r.source == "image-volume" for r in refs):
         return pinned
     try:

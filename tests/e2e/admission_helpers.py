@@ -125,7 +125,7 @@ def start_webhook(
             {
                 "apiGroups": [group],
                 "apiVersions": [version],
-                "operations": ["CREATE"],
+                "operations": ["CREATE", "UPDATE"],  # as infra/k8s/admission/webhooks.yaml
                 "resources": [resource],
             }
             for group, version, resource in (
@@ -270,13 +270,22 @@ def signed_model(
     return client, f"{host}/{repo}:v1", digest
 
 
-def post(kube: KubeApiServer, path: str, body: dict[str, Any], timeout: float = 60) -> Created:
-    """POST `body` to the apiserver as the admin: its answer and Warning headers."""
+def post(
+    kube: KubeApiServer,
+    path: str,
+    body: dict[str, Any],
+    timeout: float = 60,
+    *,
+    method: str = "POST",
+    content_type: str = "application/json",
+) -> Created:
+    """POST (or `method`) `body` to the apiserver as the admin: its answer and Warning
+    headers."""
     request = urllib.request.Request(
         f"{kube.url}{path}",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {kube.admin_token}", "Content-Type": "application/json"},
-        method="POST",
+        data=None if method == "GET" else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {kube.admin_token}", "Content-Type": content_type},
+        method=method,
     )
     context = ssl.create_default_context(cafile=str(kube.ca_file))
     started = time.monotonic()

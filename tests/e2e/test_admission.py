@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -160,6 +161,41 @@ def test_a_signed_model_is_admitted_with_its_tag_pinned_to_the_digest(
     assert created.status == 201, created.body
     pinned = created.body["spec"]["volumes"][0]["image"]["reference"]
     assert pinned == f"{reference.rpartition(':')[0]}@{digest}"  # what was verified is what runs
+
+
+def test_a_running_pods_finalizer_goes_after_its_policy_trusts_another_key(
+    kube_apiserver: KubeApiServer, namespace: str, push: Push, keys: Any
+) -> None:
+    """Key rotation: the policy trusts a new key; a Pod running a model the old key signed
+    is still updated (its image volume cannot change): the Job controller removes its
+    finalizer from each of its Pods as they end. A new Pod of that model is refused."""
+    from kubernetes import client
+
+    create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
+    _, reference, _ = push(KeySigner.from_file(keys[0].private))
+    body = create_pod_body(reference)
+    body["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    created = post(kube_apiserver, pods, body)
+    assert created.status == 201, created.body
+    name = created.body["metadata"]["name"]
+    with kube_apiserver.api_client() as api:
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "verificationpolicies", "team", {"spec": trusting(keys[1])}
+        )
+    refused = create_pod(kube_apiserver, namespace, reference)
+    assert refused.status == 403 and "is by a signer the policy trusts" in refused.message
+    time.sleep(1)  # the webhook's watch has the rotated policy (not its cached success)
+    assert post(kube_apiserver, f"{pods}/{name}", {}, method="DELETE").status == 200
+    released = post(
+        kube_apiserver,
+        f"{pods}/{name}",
+        {"metadata": {"finalizers": None}},
+        method="PATCH",
+        content_type="application/merge-patch+json",
+    )
+    assert released.status == 200, released.body
+    assert post(kube_apiserver, f"{pods}/{name}", {}, method="GET").status == 404
 
 
 def test_a_signature_for_another_digest_is_refused(

@@ -89,9 +89,14 @@ def pod(*images: str, labels: dict[str, str] | None = None, **annotations: str) 
 
 
 def review(
-    obj: dict[str, Any], kind: str = "Pod", *, mutate: bool = False, operation: str = "CREATE"
+    obj: dict[str, Any],
+    kind: str = "Pod",
+    *,
+    mutate: bool = False,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
 ) -> Review:
-    return Review("uid-1", kind, operation, "ns", "p", obj, mutate)
+    return Review("uid-1", kind, operation, "ns", "p", obj, mutate, old or {})
 
 
 def run(rv: Review, policies: Policies, verifier: Verifier, **kw: Any) -> Any:
@@ -242,6 +247,41 @@ def test_out_of_scope_kinds_and_operations_are_allowed_untouched() -> None:
     assert run(review(pod("r.io/models/gpt:v1"), operation="DELETE"), Policies(), verifier).allowed
     assert run(review(pod()), Policies(), verifier).allowed  # no model
     assert verifier.resolved == []
+
+
+def test_an_update_keeping_its_models_is_not_decided_again() -> None:
+    """A label, a replica count, a controller removing its finalizer (the Job controller's
+    on each of its Pods): no registry round trip, so neither a registry down nor a
+    signature removed since refuses it. What an update adds is decided."""
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    verifier.down = True
+    running = pod(f"r.io/models/bert@{D1}")
+    unlabelled = pod(f"r.io/models/bert@{D1}", labels={"x": "y"})
+    for mutate in (False, True):
+        decision = run(
+            review(running, mutate=mutate, operation="UPDATE", old=unlabelled),
+            Policies(policy()),
+            verifier,
+        )
+        assert decision.allowed and not decision.patch, decision.message
+    template = pod("r.io/models/bert:v1")
+    deployment = {"metadata": {"name": "d"}, "spec": {"replicas": 1, "template": template}}
+    scaled = {"metadata": {"name": "d"}, "spec": {"replicas": 3, "template": template}}
+    for mutate in (False, True):
+        kept = review(scaled, "Deployment", mutate=mutate, operation="UPDATE", old=deployment)
+        decision = run(kept, Policies(policy()), verifier)
+        assert decision.allowed and not decision.patch and not decision.warnings
+    model = {"spec": {"source": {"oci": {"reference": "r.io/models/bert:v1"}}}}
+    assert run(review(model, "Model", operation="UPDATE", old=model), Policies(), verifier).allowed
+    assert verifier.resolved == []
+    verifier.down = False
+    more = pod(f"r.io/models/bert@{D1}", "r.io/models/gpt:v1")
+    added = run(review(more, operation="UPDATE", old=running), Policies(policy()), verifier)
+    assert not added.allowed and "gpt" in added.message and "bert" not in added.message
+    assert verifier.resolved == ["oci://r.io/models/gpt:v1"]
+    isvc = {"spec": {"predictor": {"model": {"storageUri": "oci://r.io/models/gpt:v1"}}}}
+    kept = review(isvc, "InferenceService", operation="UPDATE", old=isvc)
+    assert not run(kept, Policies(policy()), verifier).allowed  # KServe fetches it again
 
 
 def test_a_registered_model_named_by_annotation_is_its_artifact() -> None:

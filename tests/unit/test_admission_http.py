@@ -103,6 +103,20 @@ def test_a_denial_carries_the_reason_and_the_uid(serve: FlaskClient) -> None:
     assert response["status"]["code"] == 403 and "modelhooks sign" in response["status"]["message"]
 
 
+def test_an_update_is_decided_by_the_models_it_adds(serve: FlaskClient) -> None:
+    doc = json.loads(json.dumps(UPSTREAM))
+    doc["request"]["object"]["spec"]["volumes"][0]["image"]["reference"] = "r.io/models/gpt:v1"
+    running = json.loads(json.dumps(doc["request"]["object"]))
+    doc["request"]["object"]["metadata"]["labels"] = {"x": "y"}
+    doc["request"].update(operation="UPDATE", oldObject=running)
+    assert reviewed(serve, doc)["allowed"] is True  # it runs already: a label is no new model
+    doc["request"]["oldObject"] = UPSTREAM["request"]["object"]
+    assert reviewed(serve, doc)["allowed"] is False
+    doc["request"]["oldObject"] = ["not", "an", "object"]
+    denied = reviewed(serve, doc)
+    assert denied["status"]["message"] == "request.oldObject is not an object"
+
+
 @pytest.mark.parametrize(
     "body",
     [
