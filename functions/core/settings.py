@@ -556,7 +556,8 @@ def load_settings(
     if path is None and (home / "config.yaml").is_file():
         path = home / "config.yaml"
     if path is not None:
-        for keys, value in _flatten(_read_yaml(path)):
+        sections = {spec.path[:n] for spec in specs for n in range(1, len(spec.path))}
+        for keys, value in _flatten(_read_yaml(path), sections):
             put(keys, value, f"{'.'.join(keys)} in {path}")
     for keys, (var, value) in from_env.items():
         put(keys, value, f"{var}={value!r} (environment)")
@@ -591,6 +592,9 @@ _UNKNOWN = r"unknown field `(?P<name>[^`]+)`"
 _FIELD_FIRST = r"^(?P<name>[a-z_]+): "
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file's: its settings take a few KB
+
+
 def _decode(kind: type, value: Any) -> Any:
     if kind is Path and isinstance(value, str):
         return Path(value)
@@ -598,22 +602,38 @@ def _decode(kind: type, value: Any) -> Any:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """The config file's mapping, read as at most MAX_CONFIG_BYTES: `--config /dev/zero` (or
+    a model's weights named by mistake) was read whole into memory, and YAML nested past
+    the parser's recursion (`[` x 10**5) was an internal error."""
     import yaml
 
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        with path.open("rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"config file {path} is over {MAX_CONFIG_BYTES} bytes: not a config file"
+            )
+        doc = yaml.safe_load(data.decode()) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"cannot read config file {path}: nested too deep") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must hold a mapping of settings")
     return doc
 
 
 def _flatten(
-    doc: Mapping[str, Any], path: tuple[str, ...] = ()
+    doc: Mapping[str, Any], sections: set[tuple[str, ...]], path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, value) of each setting in a config file's mapping, descending only into the
+    sections settings have: what is under any other key (a typo, a YAML alias) is that
+    key's value, refused whole, and a file of 1 KB whose aliases nest mappings nine deep
+    (a billion leaves) is no longer walked leaf by leaf."""
     for key, value in doc.items():
-        if isinstance(value, Mapping):
-            yield from _flatten(value, (*path, str(key)))
+        keys = (*path, str(key))
+        if isinstance(value, Mapping) and keys in sections:
+            yield from _flatten(value, sections, keys)
         else:
-            yield (*path, str(key)), value
+            yield keys, value

@@ -4,6 +4,8 @@ variable or the file's key, never accepted to fail at the first delivery or to h
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,66 @@ def test_the_longest_future_skew_still_lets_deliveries_in(
     body = json.dumps(samples.load("canonical-artifact-pushed"))
     answer = client.post("/", data=body, headers={"Content-Type": "application/cloudevents+json"})
     assert answer.status_code == 200, answer.get_data(as_text=True)
+
+
+def _bomb(levels: int) -> str:
+    """A config of under 1 KB whose aliases make mappings of 9**levels leaves."""
+    lines = ["a0: &a0 {" + ", ".join(f"x{j}: 1" for j in range(9)) + "}"]
+    for i in range(1, levels):
+        refs = ", ".join(f"k{j}: *a{i - 1}" for j in range(9))
+        lines.append(f"a{i}: &a{i} {{{refs}}}")
+    return "\n".join(lines) + "\nserve:\n  port: 1\n"
+
+
+def _settings_cli(config: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """`modelhooks settings --config CONFIG` in a process of its own (killed past 30 s)."""
+    modelhooks = Path(sys.executable).with_name("modelhooks")
+    return subprocess.run(
+        [str(modelhooks), "settings", "--config", str(config), "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_config_of_aliases_nesting_a_billion_leaves_is_refused_at_once(home: Path) -> None:
+    """Every leaf of the file was walked before any was checked: 1 KB hung start-up."""
+    bomb = home.parent / "bomb.yaml"
+    bomb.write_text(_bomb(9))
+    assert bomb.stat().st_size < 1024
+    done = _settings_cli(bomb, home)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"config_error: invalid setting a0 in {bomb}: "), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_section_is_named_with_its_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("serv:\n  port: 1\n")
+    with pytest.raises(ConfigError, match=f"invalid setting serv in {config}: "):
+        load_settings(env={}, config_file=config)
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("# " + "x" * (2 << 20) + "\nserve:\n  port: 1\n", r"is over 1048576 bytes"),
+        ("[" * 100_000, "nested too deep"),  # an internal error (RecursionError), exit 70
+    ],
+    ids=["2 MB", "nested"],
+)
+def test_a_config_file_that_cannot_be_one_is_refused_unread(
+    tmp_path: Path, content: str, reason: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(content)
+    with pytest.raises(ConfigError, match=f"config file {config}.*{reason}"):
+        load_settings(env={}, config_file=config)
+
+
+def test_a_config_file_that_never_ends_is_read_bounded(tmp_path: Path) -> None:
+    """`--config /dev/zero` was read whole: memory without bound until the OOM killer."""
+    endless = tmp_path / "config.yaml"
+    endless.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="is over 1048576 bytes: not a config file"):
+        load_settings(env={}, config_file=endless)
