@@ -38,6 +38,7 @@ from modelhooks.events.errors import (
 )
 
 __all__ = [
+    "NAMESPACE_TERMINATING",
     "BadRequest",
     "ConfigError",
     "Conflict",
@@ -55,6 +56,11 @@ __all__ = [
     "VerificationFailed",
     "batch_failure",
 ]
+
+
+# The `reason` detail of a Forbidden from Kubernetes for a namespace being deleted: it takes
+# no new object (NamespaceLifecycle), though its objects are still read, updated and let go.
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 
 class Throttled(Transient):

@@ -43,7 +43,7 @@ import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.content import ContentResolver
-from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelhooks.core.errors import NAMESPACE_TERMINATING, BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import (
     DELETED_AT,
@@ -238,9 +238,18 @@ def archive_model(
     check_namespace: bool = False,
 ) -> None:
     """Record the deletion and archive what it is newer than. With tenancy on, only the
-    namespace that registered the model may archive it."""
-    with registry.transaction():
-        _archive(event, deleted, registry, check_namespace)
+    namespace that registered the model may archive it. A namespace being deleted takes no
+    new record (Kubernetes' registry: the model of a Model it never registered), and the
+    ones it holds go with it: nothing to record, a Skip (it was a 403, dead-lettered)."""
+    try:
+        with registry.transaction():
+            _archive(event, deleted, registry, check_namespace)
+    except Forbidden as exc:
+        if exc.details.get("reason") != NAMESPACE_TERMINATING:
+            raise
+        raise Skip(
+            f"namespace {deleted.namespace!r} is being deleted, its records with it"
+        ) from None
 
 
 def _archive(

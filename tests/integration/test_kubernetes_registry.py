@@ -659,3 +659,48 @@ def test_a_registry_moves_between_sqlite_and_kubernetes(
         )
     finally:
         kube.close()
+
+
+def test_a_deletion_in_a_namespace_being_deleted_records_what_it_can(
+    cluster: tuple[Any, str], kube: KubernetesModelRegistry
+) -> None:
+    """A namespace deleted with its Models: the API server creates nothing in it any more
+    (403 NamespaceTerminating), and register recorded the deletion of a Model it had not
+    registered by creating its model there: a 403 blaming its RBAC, dead-lettered for each
+    such Model. The records of a namespace being deleted go with it: nothing to record (a
+    Skip); a model registered there before is archived as ever (an update)."""
+    from datetime import UTC, datetime
+
+    from kubernetes import client
+
+    from modelhooks.core.function import Skip
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
+    from modelhooks.handlers.register import archive_model, register_model
+
+    api, _ = cluster
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": team}})
+    known, unknown = unique("known"), unique("unknown")
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+    pushed = ArtifactPushed(
+        model=known, version="1", uri="oci://r.example/m@sha256:" + "a" * 64,
+        digest="sha256:" + "a" * 64, store="oci", namespace=team,
+    )  # fmt: skip
+    register_model(
+        CanonicalEvent(id="p", source="t", type=pushed.TYPE, data=pushed, time=t0),
+        pushed,
+        registry=kube,
+    )
+    client.CoreV1Api(api).delete_namespace(team)
+    later = datetime(2026, 11, 2, tzinfo=UTC)
+    for name in (known, unknown):
+        deleted = ModelDeleted(name=name, namespace=team, version="1")
+        event = CanonicalEvent(id=name, source="t", type=deleted.TYPE, data=deleted, time=later)
+        if name == unknown:
+            with pytest.raises(Skip, match="being deleted"):
+                archive_model(event, deleted, registry=kube)
+        else:
+            archive_model(event, deleted, registry=kube)
+    found = kube.get_model(known)
+    assert found is not None and found.state == ModelState.ARCHIVED
+    assert kube.get_model(unknown) is None

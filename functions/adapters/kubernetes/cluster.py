@@ -33,6 +33,7 @@ from modelhooks.core.conditions import (
     ModelEvent,
 )
 from modelhooks.core.errors import (
+    NAMESPACE_TERMINATING,
     BadRequest,
     Conflict,
     Forbidden,
@@ -58,7 +59,6 @@ _APPLY = "application/apply-patch+yaml"
 _JSON_PATCH = "application/json-patch+json"
 _MERGE = "application/merge-patch+json"
 _ATTEMPTS = 5
-_TERMINATING = "NamespaceTerminating"  # the cause of a create refused in a deleted namespace
 T = TypeVar("T")
 
 
@@ -229,7 +229,7 @@ class KubernetesCluster:
         except Conflict:
             return False  # recorded by an earlier delivery
         except Forbidden as exc:
-            if exc.details.get("reason") == _TERMINATING:
+            if exc.details.get("reason") == NAMESPACE_TERMINATING:
                 return False  # nothing can be, and its Models go with it (see api_error)
             raise
         return True
@@ -297,12 +297,12 @@ def api_error(exc: Exception, what: str) -> ModelhooksError:
     body = str(getattr(exc, "body", "") or "")
     if status == 404:
         return NotFound(f"{what}: not found")
-    if status == 403 and _TERMINATING in body:
+    if status == 403 and NAMESPACE_TERMINATING in body:
         # NamespaceLifecycle: a namespace being deleted takes no new object (an Event), while
         # its Models' finalizers and status are still written: not notify's role
         return Forbidden(
             f"the Kubernetes API refused {what}: its namespace is being deleted",
-            reason=_TERMINATING,
+            reason=NAMESPACE_TERMINATING,
         )
     if status == 403:
         return Forbidden(

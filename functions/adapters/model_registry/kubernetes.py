@@ -63,6 +63,7 @@ from typing import Any
 
 from modelhooks.adapters.kube_client import connect, path, request
 from modelhooks.core.errors import (
+    NAMESPACE_TERMINATING,
     BadRequest,
     Conflict,
     Forbidden,
@@ -658,6 +659,8 @@ class KubernetesModelRegistry:
             )
         if status == 409:
             return Conflict(text, **details)
+        if status == 403 and NAMESPACE_TERMINATING in str(getattr(exc, "body", "") or ""):
+            return Forbidden(text, reason=NAMESPACE_TERMINATING, **details)  # not our RBAC
         if status == 403:
             where_ = f"in {namespace!r}" if namespace else "cluster-wide (list)"
             return Forbidden(
