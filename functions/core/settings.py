@@ -614,7 +614,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
             raise ConfigError(
                 f"config file {path} is over {MAX_CONFIG_BYTES} bytes: not a config file"
             )
-        doc = yaml.safe_load(data.decode()) or {}
+        doc = yaml.load(data.decode(), Loader=_unique_keys(yaml)) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     except RecursionError:
@@ -622,6 +622,29 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must hold a mapping of settings")
     return doc
+
+
+def _unique_keys(yaml: Any) -> Any:
+    """A safe YAML loader that refuses a key given twice in one mapping: PyYAML keeps the
+    last, so a second `serve:` section silently dropped every setting of the first."""
+
+    class UniqueKeys(yaml.SafeLoader):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            first: dict[Any, Any] = {}
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    name = self.construct_object(key)
+                    if name in first:
+                        raise yaml.constructor.ConstructorError(
+                            None,
+                            None,
+                            f"{name!r} given twice (first on line {first[name].line + 1})",
+                            key.start_mark,
+                        )
+                    first[name] = key.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def _flatten(

@@ -106,3 +106,28 @@ def test_a_config_file_that_never_ends_is_read_bounded(tmp_path: Path) -> None:
     endless.symlink_to("/dev/zero")
     with pytest.raises(ConfigError, match="is over 1048576 bytes: not a config file"):
         load_settings(env={}, config_file=endless)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "serve:\n  port: 1\n  threads: 2\nlayout:\n  marker: X\nserve:\n  port: 3\n",
+        "serve:\n  threads: 2\n  threads: 4\n",
+    ],
+    ids=["section", "setting"],
+)
+def test_a_key_given_twice_in_the_config_file_is_refused(tmp_path: Path, text: str) -> None:
+    """PyYAML keeps the last: a second `serve:` dropped the first's threads unsaid."""
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=r"given twice \(first on line \d\)") as err:
+        load_settings(env={}, config_file=config)
+    assert str(config) in str(err.value)
+
+
+def test_a_merge_key_is_no_key_given_twice(tmp_path: Path) -> None:
+    """YAML's `<<` gives defaults the mapping's own keys override: not a duplicate."""
+    config = tmp_path / "c.yaml"
+    config.write_text("serve:\n  <<: {threads: 2, port: 9}\n  threads: 4\n")
+    serve = load_settings(env={}, config_file=config).serve
+    assert (serve.threads, serve.port) == (4, 9)
