@@ -301,7 +301,8 @@ class OciSettings(_Section, frozen=True, kw_only=True):
         doc(
             "OCI registry user, sent as each registry's challenge asks: to its token realm "
             "(Bearer) or to the registry (Basic); `oauth2accesstoken` with an empty password: "
-            "an Application Default Credentials access token (Artifact Registry); "
+            "an Application Default Credentials access token (Artifact Registry); Google's "
+            "users (oauth2accesstoken, _token, _json_key) go to *.pkg.dev and gcr.io alone; "
             "empty: anonymous"
         ),
     ] = ""

@@ -399,7 +399,8 @@ def test_application_default_credentials_are_asked_for_cloud_platform(
 def test_the_access_token_goes_to_the_realm(monkeypatch: pytest.MonkeyPatch) -> None:
     realm = _Realm()
     auth = RegistryAuth("https://us-docker.pkg.dev", AccessTokenCredentials(FakeAdc()), realm)
-    auth.answer("GET", URL, _challenge("repository:p/r/i:pull"), sent=None)
+    challenge = _challenge("repository:p/r/i:pull", realm="https://us-docker.pkg.dev/v2/token")
+    auth.answer("GET", URL, challenge, sent=None)
     assert _decoded(str(realm.requests[0].get_header("Authorization"))) == (
         "oauth2accesstoken:ya29.access-1"
     )
@@ -421,3 +422,39 @@ def test_bootstrap_wires_the_access_token() -> None:
     )
     assert bootstrap._oci(settings).auth == StaticCredentials("bob", "s3cret")
     assert "s3cret" not in repr(bootstrap._oci(settings).auth)
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [AccessTokenCredentials(FakeAdc()), StaticCredentials("oauth2accesstoken", "ya29.literal")],
+    ids=["adc", "literal"],
+)
+@pytest.mark.parametrize(
+    ("registry", "realm"),
+    [
+        ("https://evil.example", "https://evil.example/token"),  # an event names the host
+        ("https://us-docker.pkg.dev", "https://evil.example/token"),  # its challenge the realm
+        ("https://pkg.dev.evil.example", "https://pkg.dev.evil.example/v2/token"),
+    ],
+)
+def test_a_google_access_token_goes_to_google_s_registries_alone(
+    credentials: Any, registry: str, realm: str
+) -> None:
+    """An access token (`oauth2accesstoken`: Application Default Credentials' cloud-platform
+    token, or one configured) went to whichever registry an event or a Model named, and to
+    whichever realm that registry's challenge named: `oci://evil.example/m:1` in a Model's
+    source handed the function's Google credentials to evil.example. Such a registry or realm
+    is asked anonymously now (and a Basic one refused, saying why)."""
+    opener = _Realm()
+    auth = RegistryAuth(registry, credentials, opener)
+    auth.answer("GET", URL, _challenge("repository:m:pull", realm=realm), sent=None)
+    assert opener.requests[0].get_header("Authorization") is None
+    if "evil" in registry:
+        with pytest.raises(Forbidden, match="Google's registries"):
+            auth.answer("GET", URL, 'Basic realm="registry"', sent=None)
+        assert not str(auth.header("GET", URL)).startswith("Basic")
+
+
+def test_a_google_access_token_goes_to_container_registry_too() -> None:
+    gcr = RegistryAuth("https://gcr.io", StaticCredentials("oauth2accesstoken", "t"), _Realm())
+    assert _decoded(gcr.answer("GET", URL, 'Basic realm="x"', sent=None)) == "oauth2accesstoken:t"

@@ -17,7 +17,11 @@ The credentials (a user and password, or Artifact Registry's access token) are i
 Security: the realm request goes through the registry's own (guarded) opener, so the
 address rule applies to it too; a realm over plain http is refused unless the registry
 itself is on loopback; the opener drops Authorization on a redirect to another host
-(`modelhooks.adapters.net`). No error message carries a secret.
+(`modelhooks.adapters.net`). Google's credentials (the users `oauth2accesstoken`, `_token`,
+`_json_key`, `_json_key_base64`: a cloud-platform access token or a key) go to Google's
+registries and realms alone (`*.pkg.dev`, `gcr.io`, `*.gcr.io`): any other registry an event
+or a Model names, or realm a challenge names, is asked anonymously. No error message
+carries a secret.
 
 >>> auth = RegistryAuth(base_url, StaticCredentials("u", "p"), opener.open)  # doctest: +SKIP
 >>> auth.answer("GET", url, headers["WWW-Authenticate"], sent=None)  # doctest: +SKIP
@@ -52,6 +56,9 @@ _SCHEME = re.compile(rf"[\s,]*({_TOKEN})")
 _PARAM = re.compile(rf'\s*({_TOKEN})\s*=\s*(?:"((?:[^"\\]|\\.)*)"|({_TOKEN}))\s*')
 _TOKEN68 = re.compile(r"\s*[A-Za-z0-9\-._~+/]+=*\s*(?=,|$)")
 _SEPARATOR = re.compile(r"\s*,")
+# Google's registry users, whose password is a Google credential, and Google's registry hosts
+_GOOGLE_USERS = frozenset({"oauth2accesstoken", "_token", "_json_key", "_json_key_base64"})
+_GOOGLE_HOST = re.compile(r"(?:[a-z0-9-]+\.)*(?:pkg\.dev|gcr\.io)")
 
 
 @dataclass(frozen=True)
@@ -111,9 +118,10 @@ class RegistryAuth:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.base_url, self.credentials = base_url, credentials
-        self._open, self._clock = open, clock
+        self.base_url, self._clock = base_url, clock
+        self._open, self._configured = open, credentials
         self._loopback = (urlsplit(base_url).hostname or "") in _LOOPBACK
+        self.credentials = self._for(base_url)
         self._lock = threading.Lock()
         self._basic = False  # the registry challenged with Basic: send it every time
         self._scopes: dict[tuple[str, str], tuple[str, str, str]] = {}  # (method, repo) → key
@@ -143,6 +151,11 @@ class RegistryAuth:
             rejected = sent.removeprefix("Bearer ") if sent and sent.startswith("Bearer ") else None
             return f"Bearer {self._token(key, rejected)}"
         if "basic" in challenges:
+            if self.credentials is None and self._configured is not None:
+                raise Forbidden(
+                    f"registry {self.base_url} asks for credentials; the configured ones are "
+                    "Google's, sent to Google's registries alone (*.pkg.dev, gcr.io)"
+                )
             if self.credentials is None:
                 raise Forbidden(
                     f"registry {self.base_url} requires credentials: {_SET_CREDENTIALS}"
@@ -169,6 +182,19 @@ class RegistryAuth:
             f"registry {self.base_url} refused {what} to user {self.credentials.username!r}",
             scope=scope,
         )
+
+    def _for(self, url: str) -> Credentials | None:
+        """The configured credentials, when they may go to `url`'s host: Google's to
+        Google's registries and realms alone (an event names the registry, and the registry
+        its realm: the function's access token went wherever they said)."""
+        credentials = self._configured
+        if credentials is None or credentials.username not in _GOOGLE_USERS:
+            return credentials
+        try:
+            host = (urlsplit(url).hostname or "").lower()
+        except ValueError:
+            return None
+        return credentials if _GOOGLE_HOST.fullmatch(host) else None
 
     def _token(self, key: tuple[str, str, str], rejected: str | None) -> str:
         """The cached token of `key`, unless expired or just rejected; else a new one (one
@@ -207,8 +233,9 @@ class RegistryAuth:
         query = ([("service", service)] if service else []) + [("scope", s) for s in scope.split()]
         url = realm + ("&" if parts.query else "?") + urlencode(query) if query else realm
         request = urllib.request.Request(url, method="GET")
-        if self.credentials is not None:
-            request.add_header("Authorization", self.credentials.authorization())
+        credentials = self._for(realm)
+        if credentials is not None:
+            request.add_header("Authorization", credentials.authorization())
         try:
             with self._open(request, timeout=30) as response:
                 body = response.read()
@@ -216,9 +243,9 @@ class RegistryAuth:
             exc.close()
             if exc.code not in (401, 403):
                 raise Unavailable(f"{where} answered {exc.code}", status=exc.code) from None
-            if self.credentials is None:
+            if credentials is None:
                 raise Forbidden(f"{where} requires credentials: {_SET_CREDENTIALS}") from None
-            user = self.credentials.username
+            user = credentials.username
             raise Forbidden(f"{where} refused the credentials of user {user!r}") from None
         except OSError as exc:
             raise Unavailable(f"{where} unreachable", reason=str(exc)) from None
