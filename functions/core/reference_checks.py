@@ -9,6 +9,7 @@ ModelVerifier port (cached verdicts first), all within the review's deadline. Th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import msgspec
 
 from modelhooks.core.errors import ModelhooksError, Transient, VerificationFailed
+from modelhooks.core.logs import log
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import PUSHED_AT, ModelState
 from modelhooks.core.verification import ModelVerifier, Policy, Verdicts
@@ -38,11 +40,16 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
     late: bool = False  # not done within admission.timeout
 
     def outcome(self) -> tuple[list[Policy], list[tuple[Policy, ModelhooksError]], bool]:
-        """(covering policies, failures, accepted) as the answer reads them."""
+        """(covering policies, failures, accepted) as the answer reads them: a covered
+        reference is accepted only by a policy that verified it, never for want of a
+        failure (a check that ended otherwise did not conclude, and says so)."""
         if self.late:
             timeout = Transient("verification did not complete within admission.timeout")
             covering = list(self.covering)
             return covering, [(p, timeout) for p in covering], False
+        if self.covering and not self.accepted and not self.failed:
+            unsure = VerificationFailed("its verification did not conclude; see admission's logs")
+            return self.covering, [(p, unsure) for p in self.covering], False
         return self.covering, self.failed, bool(self.accepted)
 
     def answered_by(self, verdicts: Verdicts) -> bool:
@@ -83,9 +90,9 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
                 raise VerificationFailed(
                     f"it now names {self.digest}, not the registered {registered}"
                 )
-        except ModelhooksError as e:
-            self.error = e
-            self.failed = [(p, e) for p in self.covering]
+        except Exception as e:  # anything that is not a verification fails it
+            self.error = _failure(e, self.uri)
+            self.failed = [(p, self.error) for p in self.covering]
             return
         for policy in self.covering:
             cached = verdicts.get(self.digest, policy)
@@ -98,12 +105,25 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
                 continue
             try:
                 signer = verifier.verify(self.target, self.digest, policy)
-            except ModelhooksError as e:
-                self.failed.append((policy, e))
+            except Exception as e:  # anything that is not a verification fails it
+                self.failed.append((policy, _failure(e, self.target)))
                 continue
             verdicts.put(self.digest, policy, signer)
             self.accepted.append((policy, signer))
             return
+
+
+def _failure(error: Exception, uri: str) -> ModelhooksError:
+    """`error` as a check's failure: the port's own errors as they are; any other (a registry
+    answering what its adapter cannot read: HTML, a JSON list, a layer without a digest) a
+    failed verification, logged: it escaped the check, which then neither accepted nor
+    failed, and the reference was admitted unverified."""
+    if isinstance(error, ModelhooksError):
+        return error
+    log(logging.WARNING, "admission check failed", uri=uri, error=repr(error), exc_info=error)
+    return VerificationFailed(
+        f"its store's answer could not be read ({type(error).__name__}: {error})"[:500]
+    )
 
 
 def run_checks(

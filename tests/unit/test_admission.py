@@ -284,6 +284,23 @@ def test_an_update_keeping_its_models_is_not_decided_again() -> None:
     assert not run(kept, Policies(policy()), verifier).allowed  # KServe fetches it again
 
 
+@pytest.mark.parametrize("fails", ["resolve", "verify"])
+def test_a_verifier_failing_otherwise_than_by_its_errors_denies(fails: str) -> None:
+    """An adapter raising what is not a ModelhooksError (a registry's answer it could not
+    read) fails the check: the check neither accepted nor failed, and the model was admitted."""
+    verifier = Verifier(TAGS, {})
+
+    def broken(*args: Any) -> str:
+        raise KeyError("digest")
+
+    setattr(verifier, fails, broken)
+    for mode in ("enforce", "warn"):
+        decision = run(review(pod("r.io/models/bert:v1")), Policies(policy(mode=mode)), verifier)
+        said = decision.message if mode == "enforce" else " ".join(decision.warnings)
+        assert decision.allowed is (mode == "warn")
+        assert "its store's answer could not be read (KeyError: 'digest')" in said
+
+
 def test_a_registered_model_named_by_annotation_is_its_artifact() -> None:
     registry = InMemoryModelRegistry()
     model = registry.create_model("bert", properties={})
