@@ -234,9 +234,10 @@ class OciRegistry(Protocol):
         dangling); deleting what is gone succeeds."""
         ...
 
-    def delete_tag(self, repo: str, tag: str) -> None:
+    def delete_tag(self, repo: str, tag: str) -> bool:
         """Remove a tag, keeping its manifest (capability detection underneath); a tag that
-        is gone succeeds."""
+        is gone succeeds. Whether this call removed it (False: gone already, another
+        delivery's doing), so two runs at once tell one deletion once."""
         ...
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:

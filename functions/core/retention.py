@@ -218,8 +218,9 @@ def apply(
     """Delete exactly what `planned` says, `workers` requests at a time: the referrers of
     its manifests (not one a kept tag names), then its tags (each only if it still names
     the planned digest: a tag moved since is skipped), then its manifests. Deleting what is
-    gone succeeds, so a second run (or a redelivery) is harmless. `progress(n)` is told
-    of every n items done."""
+    gone succeeds, so a second run (or a redelivery) is harmless; a tag another run removed
+    meanwhile is skipped, not told deleted twice. `progress(n)` is told of every n items
+    done."""
     from concurrent.futures import ThreadPoolExecutor  # a plan applied, not every start
 
     kept = {d.digest for d in planned.keep}
@@ -230,11 +231,11 @@ def apply(
         registry.delete_manifests(repo, referrers)
 
         def untag(d: Decision) -> bool:
-            still = registry.resolve(repo, d.tag) == d.digest
-            if still:
-                registry.delete_tag(repo, d.tag)
+            # told deleted only when this run removed it: two runs at once (two pushes,
+            # a duplicate) both find it naming the digest, and one deletes it
+            done = registry.resolve(repo, d.tag) == d.digest and registry.delete_tag(repo, d.tag)
             progress(1)
-            return still
+            return done
 
         done = list(pool.map(untag, planned.delete))
     registry.delete_manifests(repo, digests)

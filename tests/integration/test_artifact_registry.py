@@ -128,11 +128,11 @@ def test_deleting_a_tag_keeps_the_version_and_is_idempotent(
     artifact_registry.add_version(IMAGE, digest(1), created=T0)
     artifact_registry.tag(IMAGE, "v1", digest(1))
     artifact_registry.tag(IMAGE, "keep", digest(1))
-    registry.delete_tag(IMAGE, "v1")
+    assert registry.delete_tag(IMAGE, "v1") is True
     assert registry.resolve(IMAGE, "v1") is None
     assert artifact_registry.versions(IMAGE) == {digest(1): {"keep"}}
-    registry.delete_tag(IMAGE, "v1")  # gone already: fine
-    registry.delete_tag("my-project/models/absent", "v1")
+    assert registry.delete_tag(IMAGE, "v1") is False  # gone already: fine, not removed by it
+    assert registry.delete_tag("my-project/models/absent", "v1") is False
     assert artifact_registry.calls["DeleteTag"] == 3
 
 

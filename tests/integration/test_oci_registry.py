@@ -66,12 +66,12 @@ def test_untagging_keeps_the_manifest_on_every_registry(registry: Any) -> None:
     client, repo = DistributionRegistry(registry.url), f"untag/{uuid.uuid4().hex[:8]}"
     digest = image(client, repo, "v1", b"weights")
     image(client, repo, "keep", b"weights")  # the same content under another tag
-    client.delete_tag(repo, "v1")
+    assert client.delete_tag(repo, "v1") is True
     assert client.resolve(repo, "v1") is None
     assert client.resolve(repo, "keep") == digest
     body, found, _ = client.manifest(repo, digest)
     assert found == digest and body["layers"]
-    client.delete_tag(repo, "v1")  # gone already: fine
+    assert client.delete_tag(repo, "v1") is False  # gone already: fine, not removed by it
 
 
 def test_tags_then_manifest_delete_everything_idempotently(registry: Any) -> None:

@@ -73,9 +73,11 @@ def test_the_effect_is_the_plan_and_idempotent(
     run = lambda n: prune.handle(CanonicalEvent.new(pushed, source="t", id=f"e{n}"))  # noqa: E731
     if concurrent:
         with ThreadPoolExecutor(2) as pool:
-            list(pool.map(run, range(2)))
+            replies = [r for rs in pool.map(run, range(2)) for r in rs]
     else:
-        run(0)
+        replies = run(0)
+    told = [t for r in replies if isinstance(r.data, TagsPruned) for t in r.data.deleted]
+    assert sorted(told) == sorted(d.tag for d in expected.delete)  # each deletion told once
     left = sorted(client.tags(repo))
     assert left == sorted({t for t, _, _ in tags} - {d.tag for d in expected.delete})
     for d in expected.manifests:
@@ -126,3 +128,52 @@ def test_a_pushed_tag_the_listing_lacks_yet_counts_while_its_manifest_is_stored(
     else:
         assert sorted(reply.data.kept) == ["v1.2.0", "v1.3.0"]
         assert sorted(client.tags(repo)) == ["v1.2.0", "v1.3.0"]
+
+
+@pytest.mark.parametrize("server", ["ociregistry", "distribution3", "docker_registry"])
+def test_two_runs_deleting_the_same_tag_at_once_tell_it_once(
+    server: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two deliveries (two pushes of the repository, a duplicate) that both find a tag to
+    delete still naming its digest, at once: one deletes it, the other finds it gone, so
+    their `tags.pruned` replies tell the deletion once between them (each told it: notify
+    recorded it on the Model twice). distribution 2.8 untags through a placeholder
+    manifest, one untag at a time in a process."""
+    import threading
+
+    ociregistry = request.getfixturevalue(server)
+
+    client, repo = DistributionRegistry(ociregistry.url), f"twice/{uuid.uuid4().hex[:8]}"
+    old = datetime(2026, 1, 1, tzinfo=UTC)
+    for tag in ("v1.0.0", "v1.1.0", "v1.2.0"):
+        push(client, repo, tag, created=old, content=tag)
+    both = threading.Barrier(2, timeout=10)
+    resolve = DistributionRegistry.resolve
+
+    first = threading.local()  # the placeholder untag (distribution 2.8) resolves again
+
+    def together(self: DistributionRegistry, repo: str, ref: str) -> str | None:
+        found = resolve(self, repo, ref)
+        if ref == "v1.0.0" and not getattr(first, "seen", False):
+            first.seen = True
+            both.wait()  # both runs saw the tag still naming the planned digest
+        return found
+
+    monkeypatch.setattr(DistributionRegistry, "resolve", together)
+    pushed = ArtifactPushed(
+        model=repo, version="x", uri=f"oci://{ociregistry.host}/{repo}:x", digest="d", store="oci"
+    )
+    prune = load("prune").bind(
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": InMemoryModelRegistry(),
+            "retention": Policies(((f"{ociregistry.host}/twice/*", POLICY),)),
+            "tenancy": Tenancy(),
+        }
+    )
+    run = lambda n: prune.handle(CanonicalEvent.new(pushed, source="t", id=f"e{n}"))  # noqa: E731
+    with ThreadPoolExecutor(2) as pool:
+        replies = [r for rs in pool.map(run, range(2)) for r in rs]
+    told = [t for r in replies if isinstance(r.data, TagsPruned) for t in r.data.deleted]
+    assert told == ["v1.0.0"]
+    assert sorted(client.tags(repo)) == ["v1.1.0", "v1.2.0"]

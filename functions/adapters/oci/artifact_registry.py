@@ -175,16 +175,17 @@ class ArtifactRegistry:
         """Referrers of `digest` through the Docker path."""
         return self.docker.referrers(repo, digest)
 
-    def delete_tag(self, repo: str, tag: str) -> None:
-        """DeleteTag; a tag that is gone succeeds."""
-        self._delete_tag(f"{self._package(repo)}/tags/{tag}")
+    def delete_tag(self, repo: str, tag: str) -> bool:
+        """DeleteTag; a tag that is gone succeeds (False: not removed by this call)."""
+        return self._delete_tag(f"{self._package(repo)}/tags/{tag}")
 
-    def _delete_tag(self, name: str) -> None:
+    def _delete_tag(self, name: str) -> bool:
         try:
             with _mapped(f"tag delete {name}"):
                 self._api().delete_tag(name=name, timeout=self.timeout)
         except NotFound:
-            pass
+            return False
+        return True
 
     def delete_manifests(self, repo: str, digests: Sequence[str]) -> None:
         """Delete versions by digest: their tags first (one ListTags listing, DeleteTag

@@ -296,25 +296,31 @@ class DistributionRegistry:
         with ThreadPoolExecutor(self.workers) as pool:
             list(pool.map(lambda d: self.delete_manifest(repo, d), digests))
 
-    def delete_tag(self, repo: str, tag: str) -> None:
+    def delete_tag(self, repo: str, tag: str) -> bool:
         """Remove `tag`, keeping the manifest it names. Registries that delete by tag do it
         (distribution v3, zot, OCI 1.1); the others (distribution 2.8: 400) get the usual
         workaround: the tag is moved to an empty manifest, which is then deleted by digest
         (one well-known manifest, `UNTAG_PLACEHOLDER`, that the notification translators
         ignore; concurrent untags may share it: each delete drops every tag it holds). A
-        tag that is gone already succeeds."""
+        tag that is gone already succeeds. Whether this call removed it: a tag DELETE
+        answered 404 did not; with the workaround, a tag this process found gone did not
+        (another process's untag at the same moment may be told by both)."""
         if self._tag_delete is not False:
-            status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{tag}")
+            # one at a time per tag in this process: distribution v3 answers 202 to two
+            # DELETEs of one tag at once, and both runs told the deletion
+            with _TAG_STRIPES[hash((self.base_url, repo, tag)) % len(_TAG_STRIPES)]:
+                status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{tag}")
             if status in (200, 202, 404):
                 self._tag_delete = True
-                return
+                return status != 404
             if status not in (400, 405, 501):
                 self._check(status, body, f"tag delete {repo}:{tag}")
             self._tag_delete = False
+        moved = False
         with _UNTAG:  # one at a time: interleaved, a placeholder delete can miss a tag
             for _ in range(3):  # … of another process: look again, and once more if so
                 if self.resolve(repo, tag) is None:
-                    return
+                    return moved
                 self.push_blob(repo, b"{}")
                 status, _, body = self.request(
                     "PUT",
@@ -323,15 +329,18 @@ class DistributionRegistry:
                     Content_Type=OCI_MANIFEST,
                 )
                 self._check(status, body, f"manifest push {repo}:{tag}")
+                moved = True
                 self.delete_manifest(repo, UNTAG_PLACEHOLDER_DIGEST)
         if self.resolve(repo, tag) is not None:
             raise Unavailable(f"registry {self.base_url} kept tag {repo}:{tag}; try again")
+        return moved
 
     def has_referrers_api(self, repo: str, digest: str) -> bool:
         return self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)[0] == 200
 
 
 _UNTAG = threading.Lock()
+_TAG_STRIPES = tuple(threading.Lock() for _ in range(64))
 
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
