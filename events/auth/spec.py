@@ -18,23 +18,43 @@ from modelhooks.events.auth.shared_secret import (
 )
 from modelhooks.events.errors import ConfigError
 
+MAX_SECRET_BYTES = 1 << 20  # a `file:` reference's (a CA bundle is a few hundred KB)
+
 
 def resolve_value(raw: str, origin: str) -> str:
     """A configured value: `env:NAME` (that variable), `file:PATH` (the file, stripped) or
-    the literal itself. ConfigError (naming `origin`) when the reference cannot be read."""
+    the literal itself. ConfigError (naming `origin`, never the value) when the reference
+    cannot be read or gives nothing: an empty file or variable (a Secret's key left empty)
+    was taken as no token at all, a file not UTF-8 (an HMAC key of random bytes) was an
+    internal error, and `file:/dev/zero` was read without bound."""
     source, _, ref = raw.partition(":")
     if source == "env" and ref:
         value = os.environ.get(ref)
         if value is None:
             raise ConfigError(f"{origin}=env:{ref} but ${ref} is not set")
+        if not value.strip():
+            raise ConfigError(f"{origin}=env:{ref} but ${ref} is empty")
         return value
     if source == "file" and ref:
-        try:
-            with open(ref, encoding="utf-8") as f:
-                return f.read().strip()
-        except OSError as e:
-            raise ConfigError(f"{origin}=file:{ref} cannot be read ({e.strerror})") from None
+        return _read_secret(ref, f"{origin}=file:{ref}")
     return raw
+
+
+def _read_secret(path: str, where: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SECRET_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{where} cannot be read ({e.strerror})") from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise ConfigError(f"{where} is over {MAX_SECRET_BYTES} bytes: not a secret")
+    try:
+        value = data.decode().strip()
+    except UnicodeDecodeError:  # its message quotes a byte of the secret: not shown
+        raise ConfigError(f"{where} is not UTF-8 text") from None
+    if not value:
+        raise ConfigError(f"{where} is empty")
+    return value
 
 
 class _Params:
