@@ -350,3 +350,52 @@ def test_a_redelivery_after_the_source_is_gone_answers_as_the_first_and_keeps_it
     assert isinstance(first.data, ModelRegistered) and artifact.digest == first.data.digest
     with pytest.raises(NotFound):  # another request for the same artifact copies anew
         handle(CanonicalEvent.new(request(), source="/test", id="t-2"), **args)
+
+
+@pytest.mark.parametrize(
+    ("host", "sent"),
+    [("registry.example.com", True), ("evil.example", False), ("registry.example.com:8443", False)],
+)
+def test_the_process_s_registry_credentials_go_to_their_registry_alone(
+    tmp_path: Path, host: str, sent: bool
+) -> None:
+    """The event names the destination's host; MODEL_SYNC_DESTINATION_OCI_USERNAME and
+    _PASSWORD, configured for MODEL_SYNC_DESTINATION_OCI_REGISTRY, went to whatever host that
+    was (a registry answering 401 Basic got them): they go to their registry alone now, any
+    other is asked anonymously (a .dockerconfigjson already gave only the entry of the host)."""
+    from modelhooks.adapters.transfer.run import build_destination
+
+    env = {
+        **ENV,
+        "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state"),
+        "MODEL_SYNC_DESTINATION_OCI_USERNAME": "robot",
+        "MODEL_SYNC_DESTINATION_OCI_PASSWORD": "s3cret",
+        "MODEL_SYNC_DESTINATION_OCI_REGISTRY": "registry.example.com",
+    }
+    destination = {"type": "oci", "uri": f"{host}/models/m:1", "format": "artifact"}
+    cfg = Transfers(env=env).config(request(destination=destination))
+    credentials = build_destination(cfg).client.auth.credentials
+    assert (credentials is not None) is sent
+    if sent:
+        assert (credentials.username, credentials.password) == ("robot", "s3cret")
+
+
+def test_the_base_image_an_event_names_gets_no_credentials_either(tmp_path: Path) -> None:
+    from modelhooks.adapters.transfer.run import build_destination
+
+    env = {
+        **ENV,
+        "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state"),
+        "MODEL_SYNC_DESTINATION_OCI_USERNAME": "robot",
+        "MODEL_SYNC_DESTINATION_OCI_PASSWORD": "s3cret",
+        "MODEL_SYNC_DESTINATION_OCI_REGISTRY": "registry.example.com",
+    }
+    destination = {
+        "type": "oci",
+        "uri": "registry.example.com/models/m:1",
+        "format": "image",
+        "base_image": "evil.example/python:3",
+    }
+    end = build_destination(Transfers(env=env).config(request(destination=destination)))
+    assert end.client.auth.credentials is not None
+    assert end.base is not None and end.base[0].auth.credentials is None

@@ -39,7 +39,8 @@ class OciClients:
     default; `auth`: (user, password) or `Credentials`, e.g. Artifact Registry's access
     token): plain HTTP for loopback registries, HTTPS otherwise. The clients of one host
     share its tokens. Connections go only to public addresses unless `allow_local`
-    (modelhooks.adapters.net)."""
+    (modelhooks.adapters.net). `credential_hosts`: the registries (`host[:port]`) the
+    credentials go to, the others asked anonymously (None: every one)."""
 
     def __init__(
         self,
@@ -49,12 +50,13 @@ class OciClients:
         allowed_hosts: frozenset[str] = frozenset(),
         artifact_registry_endpoint: str | None = None,
         artifact_registry_credentials: Any = None,
+        credential_hosts: frozenset[str] | None = None,
     ) -> None:
         if isinstance(auth, tuple):  # the credentials' module only with some (cold start)
             from modelhooks.adapters.oci.credentials import StaticCredentials
 
             auth = StaticCredentials(*auth)
-        self.auth = auth
+        self.auth, self.credential_hosts = auth, credential_hosts
         self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
         self._opener: urllib.request.OpenerDirector | None = None
         self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)
@@ -95,7 +97,9 @@ class OciClients:
             if auth is None:
                 if len(self._hosts) >= 256:  # hosts come from events: keep the cache bounded
                     del self._hosts[next(iter(self._hosts))]
-                auth = self._hosts[base] = RegistryAuth(base, self.auth, self._opener.open)
+                ours = self.credential_hosts is None or host.lower() in self.credential_hosts
+                credentials = self.auth if ours else None
+                auth = self._hosts[base] = RegistryAuth(base, credentials, self._opener.open)
         return DistributionRegistry(base, auth=auth, opener=self._opener), repo, ref
 
     def registry_for(self, uri: str) -> tuple[OciRegistry, str, str]:

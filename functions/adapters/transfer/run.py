@@ -69,11 +69,23 @@ def _oci_clients(cfg: TransferConfig, side: str) -> Any:
     user, password = cfg.get(f"{side}_oci_username"), cfg.get(f"{side}_oci_password")
     if cfg.allow_local is None:  # the CLI's: the operator names the registries
         return OciClients((user, password) if user else None)
+    # the function's: an event names the hosts (the reference's, the base image's); the
+    # process's credentials go to the registry they are configured for
+    # (MODEL_SYNC_<SIDE>_OCI_REGISTRY, or the .dockerconfigjson entry of that host) and to
+    # no other, which is asked anonymously: they went to any host an event named
+    registry = _registry_host(cfg.get(f"{side}_oci_registry"))
     return OciClients(
         (user, password) if user else None,
         allow_local=cfg.allow_local,
         allowed_hosts=cfg.allowed_hosts,
+        credential_hosts=frozenset({registry} - {""}),
     )
+
+
+def _registry_host(value: str) -> str:
+    """`host[:port]` of a registry as configured (`https://reg.example/`, `reg.example`),
+    lower case."""
+    return value.split("://", 1)[-1].split("/", 1)[0].lower()
 
 
 def build_source(cfg: TransferConfig) -> Any:
