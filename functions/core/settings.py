@@ -161,7 +161,12 @@ class LayoutSettings(_Section, frozen=True, kw_only=True):
 
 
 class IngressSettings(_Section, frozen=True, kw_only=True):
-    max_body_bytes: Annotated[int, doc("larger deliveries get 413", gt=0)] = 1 << 20
+    # 3 MiB, the API server's largest request: a Model is as big as etcd stores (1.5 MiB of
+    # labels), and its events, the whole object, were 413 at 1 MiB (never retried: never
+    # registered, its deletion never cleaned up); as admission.max_review_bytes
+    max_body_bytes: Annotated[
+        int, doc("larger deliveries get 413 (a Model's event is the whole object)", gt=0)
+    ] = 3 << 20
     auth: Annotated[
         str, doc("delivery authentication spec: none, oidc:…, hmac:…, bearer:…", secret=True)
     ] = "none"

@@ -53,7 +53,7 @@ class Limits:
     read_timeout: float = 30.0  # seconds for a request's body to arrive
     keepalive: int = 5  # seconds an idle kept-alive connection stays open
     max_connections: int = 1000  # connections and requests in flight; more get 503
-    max_body_bytes: int = 1 << 20
+    max_body_bytes: int = 3 << 20  # ingress.max_body_bytes
     linger: float = 5.0  # seconds a refused body is read and discarded, at most
     linger_bytes: int = 64 << 20  # bytes of a refused body read and discarded, at most
     # paths with a body limit of their own (AdmissionReviews may be bigger than events)

@@ -399,7 +399,7 @@ def test_answers_carry_their_length(served: Served) -> None:
         assert response.getheader("transfer-encoding") is None
 
 
-OVERSIZED = [2 << 20, 16 << 20]
+OVERSIZED = [4 << 20, 16 << 20]  # over ingress.max_body_bytes (3 MiB)
 ATTEMPTS = 20
 LINGER = Limits().linger  # what `modelhooks serve` runs with
 
@@ -437,7 +437,7 @@ def client_post(port: int, body: bytes, connection: str) -> tuple[int, bytes]:
         return response.status, response.read()
 
 
-@pytest.mark.parametrize("size", OVERSIZED, ids=["2MiB", "16MiB"])
+@pytest.mark.parametrize("size", OVERSIZED, ids=["4MiB", "16MiB"])
 @pytest.mark.parametrize("client", ["close", "keep-alive", "requests", "http.client"])
 def test_an_oversized_body_sent_in_one_go_reads_its_413_never_a_reset(
     served: Served, size: int, client: str
@@ -461,7 +461,7 @@ def test_an_oversized_body_sent_in_one_go_reads_its_413_never_a_reset(
 def test_a_drained_413_keeps_its_connection(served: Served) -> None:
     port = int(served.url.rsplit(":", 1)[1])
     with _closing(http.client.HTTPConnection("127.0.0.1", port, timeout=30)) as conn:
-        conn.request("POST", "/", oversized_event(2 << 20), {"Content-Type": "application/json"})
+        conn.request("POST", "/", oversized_event(4 << 20), {"Content-Type": "application/json"})
         response = conn.getresponse()
         assert response.status == 413 and response.getheader("connection") is None
         response.read()

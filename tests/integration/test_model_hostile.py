@@ -122,3 +122,32 @@ def test_a_model_with_a_finalizer_and_a_condition_at_kubernetes_limits_is_regist
     resp = client.post("/", json=event, content_type="application/cloudevents+json")
     assert resp.status_code == 200, resp.get_data(as_text=True)
     assert _versions(home, "finalized") == ["1"]
+
+
+def test_a_model_as_big_as_the_api_server_stores_is_registered(
+    models: tuple[Any, str], serve: tuple[FlaskClient, Path]
+) -> None:
+    """Labels have no total limit, so a Model is as big as etcd stores (1.5 MiB), managedFields
+    naming each label again: over ingress's body limit of 1 MiB, its every event was a 413
+    (never retried): never registered, its finalizer never added, and when it grew after
+    getting it, its deletion never cleaned up and the finalizer held for ever."""
+    objects, namespace = models
+    client, home = serve
+    lay_model(home, "models", "models/big/1")
+    prefix = LONGEST_KEY.partition("/")[0]
+    labels = {f"{prefix}/{i:05d}{'n' * 58}": "x" * 63 for i in range(3800)}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Model",
+        "metadata": {"name": "big", "labels": labels},
+        "spec": {"source": {"gcs": {"uri": "gs://models/models/big/1/"}}, "version": "1"},
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    stored = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")
+    event = to_cloudevent("add", stored, "https://apiserver")
+    import json
+
+    assert len(json.dumps(event)) > 1 << 20
+    resp = client.post("/", json=event, content_type="application/cloudevents+json")
+    assert resp.status_code == 200, resp.get_data(as_text=True)[:500]
+    assert _versions(home, "big") == ["1"]

@@ -19,7 +19,7 @@ def test_defaults(tmp_path: Path) -> None:
     s = load_settings(env={"MODELHOOKS_HOME": str(tmp_path)})
     assert s.layout.marker == "_SUCCESS"
     assert s.layout.pattern == "models/{name}/{version}/"
-    assert s.ingress.max_body_bytes == 1 << 20
+    assert s.ingress.max_body_bytes == 3 << 20  # the API server's largest request
     assert s.registry.backend == "sqlite"
 
 
