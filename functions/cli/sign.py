@@ -88,10 +88,10 @@ def _signer(args: argparse.Namespace) -> Signer:
         SigstoreTrust,
         sigstore_env_state,
     )
-    from modelhooks.adapters.signing.config import DEFAULT_TOKEN_PATH
+    from modelhooks.adapters.signing.config import DEFAULT_TOKEN_PATH, read_password
     from modelhooks.core.settings import load_settings
 
-    password = args.password_file.read_text().strip() if args.password_file else None
+    password = read_password(args.password_file, "--password-file")
     if args.certificate:
         if not args.key:
             raise ConfigError("--certificate needs --key (the certificate's private key)")

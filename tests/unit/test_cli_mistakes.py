@@ -233,7 +233,8 @@ def test_a_file_an_argument_names_that_cannot_be_read_is_bad_input(
     missing = tmp_path / "absent.txt"
     argv = ["sign", str(tmp_path), "--key", "k.pem", "--password-file", str(missing)]
     code, _, err = run(capsys, *argv, "--quiet")
-    assert code == 2 and err == f"os_error: {missing}: No such file or directory\n", err
+    said = f"config_error: --password-file={missing}: cannot be read (No such file or directory)\n"
+    assert code == 2 and err == said, err
 
 
 def test_ctrl_c_in_replay_says_what_was_sent_and_exits_130(

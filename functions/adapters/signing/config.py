@@ -22,7 +22,7 @@ import msgspec
 
 from modelhooks.core.errors import ConfigError
 
-__all__ = ["DEFAULT_TOKEN_PATH", "SigningConfig"]
+__all__ = ["DEFAULT_TOKEN_PATH", "SigningConfig", "read_password"]
 
 DEFAULT_TOKEN_PATH = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
@@ -116,7 +116,7 @@ class SigningConfig(msgspec.Struct, frozen=True):
         if not self.enabled(env)[0]:
             return None
         # each method's module when it is the one configured: a key's needs no Sigstore
-        password = _read_secret(self.password_file, "MODELHOOKS_SIGNING_PASSWORD_FILE")
+        password = read_password(self.password_file, "MODELHOOKS_SIGNING_PASSWORD_FILE")
         if self.certificate:
             from modelhooks.adapters.signing.keys import CertificateSigner
 
@@ -154,10 +154,18 @@ class SigningConfig(msgspec.Struct, frozen=True):
         )
 
 
-def _read_secret(path: Path | None, setting: str) -> str | None:
+def read_password(path: Path | None, setting: str) -> str | None:
+    """The key's password: text of at most MAX_PEM_BYTES (a file of random bytes exited 70
+    with the codec's error, `/dev/zero` was read without end)."""
     if path is None:
         return None
+    from modelhooks.adapters.signing.keys import read_small
+
     try:
-        return path.read_text().strip()
+        return read_small(path).decode().strip()
     except OSError as exc:
         raise ConfigError(f"{setting}={path}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:  # its message quotes a byte of the password: not shown
+        raise ConfigError(f"{setting}={path}: not UTF-8 text") from None
+    except ValueError as exc:
+        raise ConfigError(f"{setting}={path}: {exc}") from None

@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 __all__ = ["CertificateSigner", "CertificateVerifier", "KeySigner", "KeyVerifier"]
 
 _CURVES = {"secp256r1": 256, "secp384r1": 384, "secp521r1": 521}
+MAX_PEM_BYTES = 1 << 20  # a key, a certificate chain, a password: a few KB
+
+
+def read_small(path: Path) -> bytes:
+    """A key material file's bytes; ValueError past MAX_PEM_BYTES: `--key /dev/zero` (or a
+    model's weights named by mistake) was read whole into memory."""
+    with open(path, "rb") as file:
+        data = file.read(MAX_PEM_BYTES + 1)
+    if len(data) > MAX_PEM_BYTES:
+        raise ValueError(f"over {MAX_PEM_BYTES} bytes: not key material")
+    return data
 
 
 def _hash_for(key: ec.EllipticCurvePublicKey) -> ec.ECDSA:
@@ -89,7 +100,7 @@ def _load_private(path: Path, password: str | None) -> ec.EllipticCurvePrivateKe
     from cryptography.hazmat.primitives.asymmetric import ec
 
     try:
-        key = _pem_private_key_loader()(path.read_bytes(), password.encode() if password else None)
+        key = _pem_private_key_loader()(read_small(path), password.encode() if password else None)
     except (OSError, ValueError, TypeError) as e:
         raise ConfigError(f"cannot load private key {path}", reason=str(e)) from e
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in _CURVES:
@@ -193,8 +204,8 @@ class CertificateSigner(KeySigner):
         from cryptography import x509
 
         try:
-            cert = x509.load_pem_x509_certificate(Path(certificate).read_bytes())
-            rest = [c for p in chain for c in x509.load_pem_x509_certificates(p.read_bytes())]
+            cert = x509.load_pem_x509_certificate(read_small(Path(certificate)))
+            rest = [c for p in chain for c in x509.load_pem_x509_certificates(read_small(p))]
         except (OSError, ValueError) as e:
             raise ConfigError("cannot load the signing certificate or chain", reason=str(e)) from e
         return cls(_load_private(Path(private_key), password), cert, rest)
@@ -219,7 +230,7 @@ class KeyVerifier:
         from model_signing._signing import sign_ec_key
 
         try:
-            key = load_pem_public_key(Path(public_key).read_bytes())
+            key = load_pem_public_key(read_small(Path(public_key)))
             self._verifier = sign_ec_key.Verifier(Path(public_key))
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot load public key {public_key}", reason=str(e)) from e
