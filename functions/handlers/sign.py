@@ -8,7 +8,9 @@ OCI: push the bundle as a referrer of the model manifest), record the signature 
 version (custom properties `signature.*`) and reply `model.signed`. A second delivery
 answers the same reply without hashing again; the same bytes uploaded again (a retried
 upload: the same content digest, new generations) or a signature removed since are signed
-through again, so the binding admission decides by names the objects there now.
+through again, so the binding admission decides by names the objects there now. What is
+hashed must be the content the push names (its content digest): other bytes written since
+are a Conflict, and nothing is written next to them.
 
 The version must be registered first (events are unordered): until `register` has recorded
 this push (its time on the version), this answers Unavailable so the platform redelivers.
@@ -18,13 +20,15 @@ Signing off (no signer) → no reply.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
+from modelhooks.core.content import PREFIX as CONTENT
+from modelhooks.core.content import content_digest
 from modelhooks.core.errors import Conflict, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import PUSHED_AT, ModelState, ModelVersion, stamp
@@ -33,6 +37,7 @@ from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
 
 if TYPE_CHECKING:  # the ports' Protocols: type hints only (test_cold_start)
     from modelhooks.core.ports import ModelRegistry, ObjectStore, Signer
+    from modelhooks.core.records import ObjectInfo
 
 __all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
 
@@ -105,7 +110,8 @@ def sign_artifact(
         from modelhooks.adapters.signing.model import sign_model
 
         store, bucket, prefix = stores.resolve(pushed.uri)
-        signed = sign_model(store, bucket, prefix, signer, options=options)
+        check = _the_pushed_content(pushed, prefix, options)
+        signed = sign_model(store, bucket, prefix, signer, options=options, check=check)
         location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
         wrote = ((signed.key, signed.created), (_binding(signed.key), signed.bound))
         written = [(store, bucket, key) for key, this in wrote if this]
@@ -143,6 +149,32 @@ def _still_bound(pushed: ArtifactPushed, stores: Stores, options: HashOptions) -
 
     store, bucket, prefix = stores.resolve(pushed.uri)
     return still_bound(store, bucket, prefix, options=options)
+
+
+def _the_pushed_content(
+    pushed: ArtifactPushed, prefix: str, options: HashOptions
+) -> Callable[[list[ObjectInfo]], None] | None:
+    """What `sign_model` checks before it writes: the objects it hashed are the content the
+    push names (its content digest, as ingress took it). Other bytes written since (the
+    version uploaded again, other content: a Conflict in register) were signed and recorded
+    as this digest's signature, and the signature next to them vouched for them (admission
+    admitted them). None for a push not named by its content (nothing to compare)."""
+    if not pushed.digest.startswith(CONTENT):
+        return None
+    name = options.signature_name
+    exclude = {options.ready_marker, name, _binding(name)}
+
+    def check(objects: list[ObjectInfo]) -> None:
+        found = content_digest(objects, prefix, exclude)
+        if found != pushed.digest:
+            raise Conflict(
+                f"the model under {pushed.uri} is no longer the content this push names: it "
+                "was written again since (its own push names the new content)",
+                pushed=pushed.digest,
+                found=found,
+            )
+
+    return check
 
 
 def _binding(signature: str) -> str:

@@ -10,6 +10,7 @@ default) with a conditional write, so two deliveries never race to different sig
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -119,13 +120,16 @@ def sign_model(
     at: Location | None = None,
     replace: bool = False,
     progress: Progress | None = None,
+    check: Callable[[list[ObjectInfo]], None] | None = None,
 ) -> Signed:
     """Hash the model, sign its manifest and store the bundle, only if absent, at
     `<prefix>/<options.signature_name>` (or `at`).
 
     Idempotent: when this signer's signature for the same root digest is already there,
     nothing is signed again (`created=False`). Any other signature (other content, other
-    signer, forged) is a Conflict, unless `replace`.
+    signer, forged) is a Conflict, unless `replace`. `check` is given every object the
+    listing after hashing found (the same as before it) before anything is written: it
+    raises to sign nothing (the `sign` function: not the content the push names).
     """
     require("signing", "signing models")  # before hashing: the bundle needs its libraries
     opts = options or HashOptions()
@@ -138,13 +142,16 @@ def sign_model(
         store, bucket, prefix, serialization, options=opts, progress=progress, files=listed
     )
     seen: set[str] = set()  # every key under the prefix: a signature there, its binding
-    files = list_model(store, bucket, prefix, ignored, seen=seen)
+    every: list[ObjectInfo] = []
+    files = list_model(store, bucket, prefix, ignored, seen=seen, every=every)
     if _identities(files) != before:  # a binding must name what was hashed
         raise Unavailable(
             f"the model under {bucket}/{prefix} changed while it was hashed; retry",
             bucket=bucket,
             prefix=prefix,
         )
+    if check is not None:
+        check(every)
     if not manifest.resources:  # a signature over nothing would "verify" forever
         raise BadRequest(
             f"no model files under {bucket}/{prefix}: nothing to sign", bucket=bucket, prefix=prefix

@@ -199,10 +199,12 @@ def list_model(
     ignored: tuple[str, ...],
     *,
     seen: set[str] | None = None,
+    every: list[ObjectInfo] | None = None,
 ) -> list[tuple[str, ObjectInfo]]:
     """(model-relative name, info) of every object of the model that is not ignored; the
-    key of every object listed, ignored ones too, added to `seen` if given."""
-    return list(_listed(store, bucket, prefix, ignored, seen))
+    key of every object listed, ignored ones too, added to `seen` if given, and its info
+    to `every`."""
+    return list(_listed(store, bucket, prefix, ignored, seen, every))
 
 
 def _listed(
@@ -211,11 +213,14 @@ def _listed(
     prefix: str,
     ignored: tuple[str, ...],
     seen: set[str] | None = None,
+    every: list[ObjectInfo] | None = None,
 ) -> Iterator[tuple[str, ObjectInfo]]:
     root = _prefix(prefix)
     for info in store.list(bucket, root):  # page by page: hashing starts with the first
         if seen is not None:
             seen.add(info.key)
+        if every is not None:
+            every.append(info)
         name = info.key[len(root) :]
         if not name or name.endswith("/") or is_ignored(name, ignored):
             continue  # directory placeholders and ignored paths
