@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,11 +33,16 @@ REFERRERS = {"manifests": [{"artifactType": MEDIA_TYPE}]}  # no digest to fetch 
 
 
 class _Garbage(BaseHTTPRequestHandler):
+    written = 0  # bytes of the endless answers written (until the client closed)
+
     def log_message(self, *args: object) -> None:
         pass
 
     def _answer(self, head: bool) -> None:
         repo = self.path.split("/")[2]
+        if repo == "endless":  # no digest header: a tag is resolved by GETting its manifest
+            self._endless(head)
+            return
         body = MANIFESTS[repo]
         if "/referrers/" in self.path:
             body = json.dumps(REFERRERS).encode()
@@ -46,6 +52,20 @@ class _Garbage(BaseHTTPRequestHandler):
         self.end_headers()
         if not head:
             self.wfile.write(body)
+
+    def _endless(self, head: bool) -> None:
+        self.send_response(200)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        chunk = b" " * (1 << 20)
+        while not head:
+            try:
+                self.wfile.write(chunk)
+            except OSError:
+                return
+            type(self).written += len(chunk)
+            if type(self).written > 4 << 30:
+                return
 
     def do_GET(self) -> None:
         self._answer(head=False)
@@ -75,3 +95,26 @@ def test_a_registry_answering_garbage_never_gets_a_model_admitted(
     assert not decision.allowed, f"{reference} admitted unverified"
     assert "VerificationPolicy ns/p [enforce]" in decision.message
     assert "could not be read" in decision.message or "no signature" in decision.message
+
+
+@pytest.mark.parametrize("mutate", [True, False])
+def test_an_endless_answer_is_read_no_further_than_a_manifest_can_be(
+    garbage: str, mutate: bool
+) -> None:
+    """A registry answering a manifest without end: read to 4 MiB (distribution's limit on a
+    manifest), then refused. It was read whole by a thread the answer no longer waited for,
+    which filled the webhook's memory (3.1 GB at its peak for 1.5 GB answered): a Pod naming
+    any tag there, covered by a policy or not (the mutating webhook resolves every tag)."""
+    _Garbage.written = 0
+    started = time.monotonic()
+    decision = run(
+        review(pod(f"{garbage}/endless/m:v1"), mutate=mutate),
+        Policies(policy()),
+        StoreModelVerifier(OciClients()),
+        review_timeout=5.0,
+    )
+    said = " ".join(decision.warnings) if mutate else decision.message
+    assert "the answer is over 4194304 bytes" in said, said
+    assert time.monotonic() - started < 4.0
+    time.sleep(0.5)  # whatever still reads it would go on meanwhile
+    assert _Garbage.written < 64 << 20

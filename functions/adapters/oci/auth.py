@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
-from modelhooks.core.errors import Forbidden, ModelhooksError, Unavailable
+from modelhooks.core.errors import Forbidden, ModelhooksError, PayloadTooLarge, Unavailable
 
 if TYPE_CHECKING:
     from modelhooks.adapters.oci.credentials import Credentials
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["Challenge", "RegistryAuth", "parse_challenges"]
 
 _SET_CREDENTIALS = "set oci.username and oci.password"
+_MAX_TOKEN = 1 << 20  # a realm's answer: a token (a JWT of a few KB), read no further
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _REPOSITORY = re.compile(r"^/v2/(.+)/(?:manifests|blobs|tags|referrers)/")
 
@@ -238,7 +239,9 @@ class RegistryAuth:
             request.add_header("Authorization", credentials.authorization())
         try:
             with self._open(request, timeout=30) as response:
-                body = response.read()
+                body = response.read(_MAX_TOKEN + 1)
+            if len(body) > _MAX_TOKEN:  # a token, not an endless answer held in memory
+                raise PayloadTooLarge(f"{where}: the answer is over {_MAX_TOKEN} bytes")
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code not in (401, 403):

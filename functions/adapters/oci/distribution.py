@@ -25,6 +25,7 @@ from modelhooks.core.errors import (
     Conflict,
     ModelhooksError,
     NotFound,
+    PayloadTooLarge,
     Unavailable,
 )
 from modelhooks.core.records import Manifest, Tag
@@ -42,10 +43,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CREATED",
     "EMPTY",
+    "MAX_ANSWER",
     "OCI_INDEX",
     "OCI_MANIFEST",
     "TITLE",
     "DistributionRegistry",
+    "bounded",
     "digest_of",
     "parse_uri",
 ]
@@ -58,6 +61,18 @@ _ACCEPT = ", ".join(
 EMPTY = {"mediaType": "application/vnd.oci.empty.v1+json", "digest": "", "size": 2}
 TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"  # the manifest annotation of the push time
+
+
+MAX_ANSWER = 4 << 20  # distribution's own limit on a manifest's size
+
+
+def bounded(resp: Any, limit: int, url: str, *, cut: bool = False) -> bytes:
+    """The body of `resp`, read no further than `limit` bytes: PayloadTooLarge when there
+    is more (`cut`: those bytes)."""
+    data = bytes(resp.read(limit if cut else limit + 1))
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{url}: the answer is over {limit} bytes")
+    return data
 
 
 def digest_of(data: bytes) -> str:
@@ -92,10 +107,21 @@ class DistributionRegistry:
             self.auth = RegistryAuth(self.base_url, credentials, self._open)
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, **headers: str
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        limit: int = MAX_ANSWER,
+        cut: bool = False,
+        **headers: str,
     ) -> tuple[int, dict[str, str], bytes]:
         """One request. A 401 is answered once with what its challenge asks for (a token
-        from the realm, or basic credentials: `RegistryAuth`); refused again, it raises."""
+        from the realm, or basic credentials: `RegistryAuth`); refused again, it raises.
+        An answer is read up to `limit` bytes, PayloadTooLarge past it: a registry names a
+        manifest, an index or a page of tags, never gigabytes (one answering without end
+        filled the memory of a process that only asked what a tag names); `cut`: the
+        first `limit` bytes are the answer (a blob's range, when the Range was ignored)."""
         url = path if path.startswith("http") else f"{self.base_url}{path}"
         import urllib.error
         import urllib.request
@@ -108,9 +134,9 @@ class DistributionRegistry:
                 req.add_header("Authorization", authorization)
             try:
                 with self._open(req, timeout=60) as resp:
-                    found = resp.status, resp.headers, resp.read()
+                    found = resp.status, resp.headers, bounded(resp, limit, url, cut=cut)
             except urllib.error.HTTPError as e:
-                found = e.code, e.headers, e.read()
+                found = e.code, e.headers, bounded(e, MAX_ANSWER, url, cut=True)  # for a message
             except OSError as e:
                 raise Unavailable(f"registry {self.base_url} unreachable", reason=str(e)) from e
             status, got, data = found  # every challenge, should there be several headers
@@ -144,12 +170,16 @@ class DistributionRegistry:
 
     def blob_range(self, repo: str, digest: str, start: int, length: int) -> bytes:
         status, _, body = self.request(
-            "GET", f"/v2/{repo}/blobs/{digest}", Range=f"bytes={start}-{start + length - 1}"
+            "GET",
+            f"/v2/{repo}/blobs/{digest}",
+            limit=start + length,  # the blob from its start when the Range is ignored
+            cut=True,
+            Range=f"bytes={start}-{start + length - 1}",
         )
         if status == 416:
             return b""
         self._check(status, body, f"blob {digest}")
-        return body if status == 206 else body[start : start + length]
+        return body[:length] if status == 206 else body[start : start + length]
 
     def blob_chunks(
         self, repo: str, digest: str, start: int, length: int, chunk_size: int
@@ -164,7 +194,7 @@ class DistributionRegistry:
             if status == 416:
                 return
             if status >= 300:
-                self._check(status, resp.read(), f"blob {digest}")
+                self._check(status, bounded(resp, MAX_ANSWER, url), f"blob {digest}")
             skip = start if status == 200 else 0  # the Range was ignored: the whole blob
             try:
                 while length > 0:
