@@ -44,6 +44,7 @@ __all__ = [
     "CREATED",
     "EMPTY",
     "MAX_ANSWER",
+    "MAX_TAGS",
     "OCI_INDEX",
     "OCI_MANIFEST",
     "TITLE",
@@ -64,6 +65,10 @@ CREATED = "org.opencontainers.image.created"  # the manifest annotation of the p
 
 
 MAX_ANSWER = 4 << 20  # distribution's own limit on a manifest's size
+# Tags one repository's listing may hold: a registry an event or a Model names may be
+# anyone's, and one whose list never ended (a next link on every page) held the delivery for
+# ever, its memory growing with every page
+MAX_TAGS = 100_000
 
 
 def bounded(resp: Any, limit: int, url: str, *, cut: bool = False) -> bytes:
@@ -275,14 +280,24 @@ class DistributionRegistry:
         return list(index.get("manifests") or [])
 
     def tags(self, repo: str, page: int = 1000) -> Iterator[str]:
-        """Every tag of `repo`, page by page (the `Link: …; rel="next"` chain)."""
+        """Every tag of `repo`, page by page (the `Link: …; rel="next"` chain); BadRequest
+        past MAX_TAGS."""
         path: str | None = f"/v2/{repo}/tags/list?n={page}"
+        count = 0
         while path:
             status, headers, body = self.request("GET", path)
             if status == 404:
                 return  # no such repository: no tags
             self._check(status, body, f"tags of {repo}")
-            yield from json.loads(body).get("tags") or []
+            tags = json.loads(body).get("tags") or []
+            count += len(tags)
+            if count > MAX_TAGS:
+                raise BadRequest(
+                    f"{self.base_url}/{repo} lists more than {MAX_TAGS} tags",
+                    repository=repo,
+                    limit=MAX_TAGS,
+                )
+            yield from tags
             path = _next_link(headers)
 
     def resolve(self, repo: str, tag: str) -> str | None:
