@@ -139,6 +139,16 @@ class ClusterContract:
         assert place.cluster.remove_finalizer(ns, "bert", FINALIZER)
         assert place.cluster.get_model(ns, "bert") is None
 
+    def test_a_finalizer_held_twice_is_removed_both_times(self, place: Place) -> None:
+        """The API server takes a finalizer listed twice (a manifest naming it twice): one
+        removal took the first, and the other held the deletion."""
+        ns = place.namespace()
+        place.create(ns, model("twice", finalizers=[FINALIZER, "example.com/other", FINALIZER]))
+        place.delete(ns, "twice")
+        assert place.cluster.remove_finalizer(ns, "twice", FINALIZER)
+        found = place.cluster.get_model(ns, "twice")
+        assert found and found["metadata"]["finalizers"] == ["example.com/other"]
+
     def test_no_finalizer_is_added_to_a_model_being_deleted(self, place: Place) -> None:
         """The API server takes no new finalizer on an object being deleted (422): a Model
         deleted between notify's read and its finalizer write is False at once, not five

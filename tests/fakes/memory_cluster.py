@@ -124,7 +124,9 @@ class InMemoryCluster:
         model = self.models.get((namespace, name))
         if model is None or finalizer not in model["metadata"].get("finalizers", []):
             return False
-        model["metadata"]["finalizers"].remove(finalizer)
+        model["metadata"]["finalizers"] = [
+            f for f in model["metadata"]["finalizers"] if f != finalizer
+        ]  # every time it is there, as the API server may hold it twice
         if not model["metadata"]["finalizers"]:
             del model["metadata"]["finalizers"]
             if model["metadata"].get("deletionTimestamp"):

@@ -172,9 +172,13 @@ class KubernetesCluster:
                 ]
                 if add:
                     ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
-                else:
-                    index = present.index(finalizer)
-                    ops.append({"op": "remove", "path": f"/metadata/finalizers/{index}"})
+                else:  # every time it is there (the API server takes a name twice), last
+                    # first so the indexes hold: one left would hold the deletion for ever
+                    ops += [
+                        {"op": "remove", "path": f"/metadata/finalizers/{i}"}
+                        for i in reversed(range(len(present)))
+                        if present[i] == finalizer
+                    ]
             else:  # no list to test: the object must not have changed at all
                 ops = [
                     {
