@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -36,7 +37,7 @@ from modelhooks.core.stores import Stores
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
 
 if TYPE_CHECKING:  # the ports' Protocols: type hints only (test_cold_start)
-    from modelhooks.core.ports import ModelRegistry, ObjectStore, Signer
+    from modelhooks.core.ports import ModelRegistry, Signer
     from modelhooks.core.records import ObjectInfo
 
 __all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
@@ -105,7 +106,8 @@ def sign_artifact(
         signed = sign_oci(client, repo, ref, signer, options=options)
         host = pushed.uri.removeprefix("oci://").partition("/")[0]
         location = f"oci://{host}/{repo}@{signed.key}"  # the referrer manifest
-        written: list[tuple[ObjectStore, str, str]] = []  # what to remove, if archived
+        taken_back = partial(_unsign_oci, client, repo, pushed.digest, signed.key)
+        undo = [taken_back] if signed.created else []  # the referrer pushed, if archived
     else:
         from modelhooks.adapters.signing.model import sign_model
 
@@ -114,7 +116,8 @@ def sign_artifact(
         signed = sign_model(store, bucket, prefix, signer, options=options, check=check)
         location = pushed.uri.rstrip("/") + "/" + signed.key.removeprefix(prefix).lstrip("/")
         wrote = ((signed.key, signed.created), (_binding(signed.key), signed.bound))
-        written = [(store, bucket, key) for key, this in wrote if this]
+        # what to remove, if archived: the binding first (it names the signature)
+        undo = [partial(store.delete, bucket, key) for key, this in reversed(wrote) if this]
     signature = {
         "signature.uri": location,
         "signature.root_digest": f"sha256:{signed.root_digest}",
@@ -132,9 +135,10 @@ def sign_artifact(
     # Archived meanwhile: the deletion counts as come first, as had it come before this push
     # was signed: no signature recorded (an archived version holds none) and none of what
     # this delivery wrote left next to the files (its cleanup may have listed them before it
-    # was written); what another delivery wrote is that one's to remove, or stays.
-    for where, bucket_name, key in reversed(written):  # the binding first: it names it
-        where.delete(bucket_name, key)
+    # was written; for OCI: the referrer it pushed); what another delivery wrote is that
+    # one's to remove, or stays.
+    for step in undo:
+        step()
     raise Skip("the version was archived while it was signed: no signature is kept")
 
 
@@ -175,6 +179,14 @@ def _the_pushed_content(
             )
 
     return check
+
+
+def _unsign_oci(client: Any, repo: str, subject: str, referrer: str) -> None:
+    """The referrer this delivery pushed, taken back (the OCI signing module's, imported
+    only then)."""
+    from modelhooks.adapters.signing.oci import unsign_oci
+
+    unsign_oci(client, repo, subject, referrer)
 
 
 def _binding(signature: str) -> str:

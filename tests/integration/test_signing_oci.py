@@ -199,3 +199,71 @@ def test_a_model_pushed_with_oras_is_signed_as_a_referrer_and_verified(
     assert verified.root_digest == signed.root_digest
     _, digest, _ = client.manifest("models/oras", "v1")
     assert [r["artifactType"] for r in client.referrers("models/oras", digest)] == [MEDIA_TYPE]
+
+
+def test_a_version_archived_while_it_is_signed_keeps_no_referrer(
+    registry: Any, tmp_path: Path, keys: KeyPair
+) -> None:
+    """The model's deletion lands while sign hashes an OCI model: the referrer this delivery
+    pushed is taken back (out of the fallback index first, then its manifest), as the
+    signature and binding next to an object-store model are: it stayed, a signature of a
+    model whose deletion's cleanup had listed its referrers already. The model, pushed
+    again after the deletion, is signed anew and verifies."""
+    from datetime import UTC, datetime, timedelta
+
+    from modelhooks.adapters.signing import HashOptions
+    from modelhooks.adapters.signing.oci import _bundles
+    from modelhooks.bootstrap import build
+    from modelhooks.core.function import Skip
+    from modelhooks.core.settings import load_settings
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
+    from modelhooks.handlers.register import archive_model, register_model
+    from modelhooks.handlers.sign import sign_artifact
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    client = DistributionRegistry(registry.url)
+    push_model(client, "models/gone", "v1", write_model(tmp_path / "gone"))
+    _, digest, _ = client.manifest("models/gone", "v1")
+    data = ArtifactPushed(
+        model="gone",
+        version="v1",
+        uri=f"oci://{registry.host}/models/gone@{digest}",
+        digest=digest,
+        store="oci",
+    )
+    t0 = datetime.now(UTC)
+    event = CanonicalEvent(id="p1", source="t", type=data.TYPE, data=data, time=t0)
+    registry_ = InMemoryModelRegistry()
+    register_model(event, data, registry=registry_)
+    gone = ModelDeleted(name="gone", spec={"deletionPolicy": "Retain"})
+    deletion = CanonicalEvent(
+        id="d", source="t", type=gone.TYPE, data=gone, time=t0 + timedelta(seconds=1)
+    )
+
+    class DeletedMeanwhile(KeySigner):
+        def sign(self, statement: bytes) -> bytes:  # hashed: the deletion lands
+            archive_model(deletion, gone, registry=registry_)
+            return super().sign(statement)
+
+    kw: dict[str, Any] = {
+        "stores": build(
+            load_settings(env={"MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS": "true"})
+        ).deps.stores,
+        "oci": OciClients(),
+        "registry": registry_,
+        "options": HashOptions(),
+    }
+    with pytest.raises(Skip, match="archived"):
+        sign_artifact(event, data, signer=DeletedMeanwhile.from_file(keys.private), **kw)
+    assert list(_bundles(client, "models/gone", digest)) == []
+    for ref in client.referrers("models/gone", digest):  # none naming nothing
+        client.manifest("models/gone", ref["digest"])
+    with pytest.raises(VerificationFailed, match="no trusted signature"):
+        verify_oci(client, "models/gone", digest, KeyVerifier(keys.public))
+
+    again = CanonicalEvent(
+        id="p2", source="t", type=data.TYPE, data=data, time=t0 + timedelta(seconds=2)
+    )
+    register_model(again, data, registry=registry_)
+    sign_artifact(again, data, signer=KeySigner.from_file(keys.private), **kw)
+    assert verify_oci(client, "models/gone", digest, KeyVerifier(keys.public)).root_digest

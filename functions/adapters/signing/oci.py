@@ -37,7 +37,7 @@ from modelhooks.core.extras import require
 from modelhooks.core.ports import Signer, Verifier
 from modelhooks.core.records import ObjectInfo
 
-__all__ = ["OciModelStore", "sign_oci", "verify_oci"]
+__all__ = ["OciModelStore", "sign_oci", "unsign_oci", "verify_oci"]
 
 
 class OciModelStore:
@@ -183,6 +183,21 @@ def _add_to_fallback_index(
     if all(m.get("digest") != pushed for m in index["manifests"]):
         index["manifests"].append(entry)
         client.push_manifest(repo, tag, index)
+
+
+def unsign_oci(client: DistributionRegistry, repo: str, subject: str, referrer: str) -> None:
+    """Take back a signature `sign_oci` pushed (`referrer`, of the manifest `subject`): out
+    of the fallback index first (a reader never finds an entry naming nothing), then the
+    referrer manifest. What is gone already is fine."""
+    tag = subject.replace(":", "-")
+    try:
+        index, _, _ = client.manifest(repo, tag)
+    except NotFound:
+        index = None
+    if index is not None and any(m.get("digest") == referrer for m in index["manifests"]):
+        left = [m for m in index["manifests"] if m.get("digest") != referrer]
+        client.push_manifest(repo, tag, {**index, "manifests": left})
+    client.delete_manifests(repo, [referrer])
 
 
 def verify_oci(
