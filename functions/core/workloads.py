@@ -3,7 +3,8 @@
 A workload names a model by:
 - an OCI image volume (KEP-4639): `volumes[].image.reference` of its pod spec;
 - a KServe `storageUri` / `storageUris` anywhere in an InferenceService's spec
-  (`oci://`, `gs://`, `s3://`);
+  (`oci://`, `gs://`, `s3://`), or its `storage` (a key and path in KServe's storage-config
+  secret: `kserve-storage:<key>/<path>`, which cannot be verified at admission);
 - the annotation `modelhooks.dev/model: <name>[/<version>]` (a registered model), on the
   object or its pod template;
 - a Model (modelhooks.dev) by its `spec.source` (oci reference, gcs or s3 uri): checked to
@@ -177,6 +178,15 @@ def _storage_uris(node: Any, base: tuple[str | int, ...], depth: int) -> Iterato
         if key == "storageUri":
             raw = _text(value, where)
             yield Reference(_storage(raw, where), "storageUri", _pointer(where), raw)
+        elif (
+            key == "storage" and isinstance(value, Mapping) and ("path" in value or "key" in value)
+        ):
+            # KServe's StorageSpec (ModelMesh's way): a path in a storage the storage-config
+            # secret names, which admission cannot see; a reference all the same, so that it is
+            # denied as one that cannot be verified (or warned of), never admitted unseen
+            raw = f"{value.get('key') or ''}/{value.get('path') or ''}"
+            uri = f"kserve-storage:{raw}"
+            yield Reference(uri, "storageUri", _pointer(where), raw)
         elif key == "storageUris":
             if not isinstance(value, list):
                 raise BadRequest(f"{_pointer(where)}: expected a list")

@@ -355,17 +355,17 @@ def create_model(kube: KubeApiServer, namespace: str, source: dict[str, Any]) ->
     return post(kube, f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/models", body)
 
 
-def create_inference_service(kube: KubeApiServer, namespace: str, storage_uri: str) -> Created:
-    """POST a KServe InferenceService serving the model at `storage_uri`."""
+def create_inference_service(
+    kube: KubeApiServer, namespace: str, storage_uri: str = "", **model: Any
+) -> Created:
+    """POST a KServe InferenceService serving the model at `storage_uri` (or as `model`
+    says: its `storage`)."""
+    model = {"storageUri": storage_uri} if storage_uri else model
     body = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {"generateName": "bert-"},
-        "spec": {
-            "predictor": {
-                "model": {"modelFormat": {"name": "huggingface"}, "storageUri": storage_uri}
-            }
-        },
+        "spec": {"predictor": {"model": {"modelFormat": {"name": "huggingface"}, **model}}},
     }
     path = f"/apis/serving.kserve.io/v1beta1/namespaces/{namespace}/inferenceservices"
     return post(kube, path, body)
@@ -512,3 +512,17 @@ def test_a_deployment_template_is_verified_and_pinned(
     assert volume == f"{signed.rpartition(':')[0]}@{digest}"
     refused = post(kube_apiserver, path, deployment(unsigned))
     assert refused.status == 403 and "VerificationPolicy" in refused.message, refused.body
+
+
+@pytest.mark.usefixtures("team")
+def test_an_inference_service_naming_its_model_by_kserves_storage_spec_is_refused(
+    kube_apiserver: KubeApiServer, namespace: str
+) -> None:
+    """KServe's published CRD keeps `storage: {key, path}` (a path in a store its
+    storage-config secret names): such an InferenceService was admitted unverified."""
+    storage = {"key": "localMinIO", "path": "models/bert"}
+    refused = create_inference_service(kube_apiserver, namespace, storage=storage)
+    assert refused.status == 403, refused.body
+    assert "kserve-storage:localMinIO/models/bert cannot be verified at admission" in (
+        refused.message
+    )

@@ -415,6 +415,26 @@ def test_inference_service_storage_uris_and_template_annotations() -> None:
     )
 
 
+def test_an_inference_service_naming_its_model_by_kserves_storage_spec_is_not_admitted() -> None:
+    """`storage: {key, path}` (KServe's StorageSpec, ModelMesh's way: a path in a store the
+    storage-config secret names): no reference was found, so it was admitted unverified."""
+    isvc = {"spec": {"predictor": {"model": {"storage": {"key": "minio", "path": "m/bert"}}}}}
+    (ref,) = model_references("InferenceService", isvc)
+    assert (ref.uri, ref.pointer) == (
+        "kserve-storage:minio/m/bert",
+        "/spec/predictor/model/storage",
+    )
+    denied = run(review(isvc, "InferenceService"), Policies(policy()), Verifier(TAGS, {}))
+    assert not denied.allowed
+    assert "kserve-storage:minio/m/bert cannot be verified at admission" in denied.message
+    warned = run(
+        review(isvc, "InferenceService"), Policies(policy(mode="warn")), Verifier(TAGS, {})
+    )
+    assert warned.allowed and "cannot be verified" in warned.warnings[0]
+    sized = {"spec": {"predictor": {"resources": {"requests": {"storage": "1Gi"}}}}}
+    assert model_references("InferenceService", sized) == []
+
+
 @pytest.mark.parametrize(
     ("kind", "obj"),
     [
