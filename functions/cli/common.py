@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import http.client
 import json
 import re
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,23 +117,58 @@ def http_sender(url: str, mode: str, extra: dict[str, str] | None = None) -> Any
     return send
 
 
+ANSWER_SECONDS = 60.0  # an answer's whole time: its headers, then its body
+MAX_ANSWER_BYTES = 1 << 20  # of an answer's body: its reason is read from it
+MAX_REASON_CHARS = 1000  # of a reason that is no answer of ours (an error page)
+
+
 def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
     """(status, reason) of one POST through `pool` (`http_pool`); Unavailable when `url`
-    does not answer."""
+    does not answer within ANSWER_SECONDS. The answer's body is read as at most
+    MAX_ANSWER_BYTES and until then: a target answering 500 with a body of 1 GiB was held
+    whole in memory (3 GB of replay's), one trickling a byte a second held it for ever."""
     try:  # no retries, as requests: a delivery's retries are the caller's
-        resp = pool.request("POST", url, body=body, headers=headers, timeout=60.0)
+        resp = pool.request(
+            "POST", url, body=body, headers=headers, timeout=ANSWER_SECONDS, preload_content=False
+        )
     except OSError as exc:  # endpoints.HttpFailed: no answer
         raise Unavailable(f"{url} did not answer: {_why(exc)}", url=url) from None
+    try:
+        data = _answer(resp, time.monotonic() + ANSWER_SECONDS)
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unavailable(f"{url} did not answer: {_why(exc)}", url=url) from None
+    finally:
+        resp.release_conn()  # its connection closed if some of it was left unread
     if resp.status < 300:
         return resp.status, ""
-    return resp.status, http_reason(resp.status, resp.data.decode(errors="replace"))
+    reason = http_reason(resp.status, data.decode(errors="replace"))
+    return resp.status, _cut(reason, MAX_REASON_CHARS)
 
 
-def _why(exc: OSError) -> str:
+def _answer(resp: Any, deadline: float) -> bytes:
+    """The answer's body, at most MAX_ANSWER_BYTES of it, read before `deadline`
+    (TimeoutError past it): read1 returns what one read of the socket gives."""
+    data = bytearray()
+    while len(data) < MAX_ANSWER_BYTES:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = resp.read1(MAX_ANSWER_BYTES - len(data))
+        if not chunk:
+            resp.read(0)  # at its end: its connection back to the pool (a chunked one too)
+            break
+        data += chunk
+    return bytes(data)
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most] + f"… ({len(text) - most} more characters)"
+
+
+def _why(exc: Exception) -> str:
     """The reason under the pool's failure (its `reason`): "Connection refused", a timeout, …"""
     reason = getattr(exc, "reason", None) or exc
     if isinstance(reason, TimeoutError):
-        return "no answer within 60 s"
+        return f"no answer within {ANSWER_SECONDS:g} s"
     found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(reason))
     return (
         found.group(1).strip()
