@@ -4,7 +4,9 @@ A workload names a model by:
 - an OCI image volume (KEP-4639): `volumes[].image.reference` of its pod spec;
 - a KServe `storageUri` / `storageUris` anywhere in an InferenceService's spec
   (`oci://`, `gs://`, `s3://`), or its `storage` (a key and path in KServe's storage-config
-  secret: `kserve-storage:<key>/<path>`, which cannot be verified at admission);
+  secret: `kserve-storage:<key>/<path>`, which cannot be verified at admission), and the
+  `spec.model.storageUri` of a KServe TrainedModel (a model loaded into a running
+  multi-model InferenceService);
 - the annotation `modelhooks.dev/model: <name>[/<version>]` (a registered model), on the
   object or its pod template;
 - a Model (modelhooks.dev) by its `spec.source` (oci reference, gcs or s3 uri): checked to
@@ -51,6 +53,8 @@ POD_SPECS: Mapping[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 INFERENCE_SERVICE = "InferenceService"
+# a model KServe's agent loads into a running (multi-model) InferenceService: spec.model.storageUri
+TRAINED_MODEL = "TrainedModel"
 MODEL = "Model"
 _MAX_DEPTH = 12  # how deep an InferenceService's spec is searched for storageUri
 _MAX_REFERENCES = 64  # more distinct references in one object is refused, not verified
@@ -75,7 +79,7 @@ class Reference(msgspec.Struct, frozen=True):
 
 
 def in_scope(kind: str) -> bool:
-    return kind in POD_SPECS or kind in (INFERENCE_SERVICE, MODEL)
+    return kind in POD_SPECS or kind in (INFERENCE_SERVICE, TRAINED_MODEL, MODEL)
 
 
 def model_references(kind: str, obj: Mapping[str, Any]) -> list[Reference]:
@@ -89,7 +93,7 @@ def model_references(kind: str, obj: Mapping[str, Any]) -> list[Reference]:
         if len(path) > 2:
             refs += _annotation(_at(obj, path[:-1]) or {}, path[:-1])
         refs += _image_volumes(_at(obj, path) or {}, path)
-    elif kind == INFERENCE_SERVICE:
+    elif kind in (INFERENCE_SERVICE, TRAINED_MODEL):
         refs += _storage_uris(obj.get("spec") or {}, ("spec",), 0)
     elif kind == MODEL:
         refs = list(_model_source(_at(obj, ("spec", "source")) or {}))

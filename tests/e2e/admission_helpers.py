@@ -132,6 +132,7 @@ def start_webhook(
                 ("", "v1", "pods"),
                 (GROUP, VERSION, "models"),
                 ("serving.kserve.io", "v1beta1", "inferenceservices"),
+                ("serving.kserve.io", "v1alpha1", "trainedmodels"),
                 ("apps", "v1", "deployments"),
             )
         ]

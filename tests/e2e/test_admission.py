@@ -425,6 +425,42 @@ def install_kserve(kube: KubeApiServer) -> None:
     kube.install_crd(path, "inferenceservices", timeout=60)
 
 
+def test_a_trained_model_loaded_into_an_inference_service_is_verified(
+    kube_apiserver: KubeApiServer, namespace: str, team: KeySigner, push: Push
+) -> None:
+    """A TrainedModel (KServe's published CRD) names a model KServe's agent loads into a
+    running multi-model InferenceService: it was never reviewed, so any model was loaded
+    into a server admitted for a verified one."""
+    from tests.servers.recipes import RECIPES
+
+    crd = RECIPES["kserve-trainedmodel-crd"]
+    crd.obtain()
+    kube_apiserver.install_crd(
+        crd.binary() / "serving.kserve.io_trainedmodels.yaml", "trainedmodels"
+    )
+    path = f"/apis/serving.kserve.io/v1alpha1/namespaces/{namespace}/trainedmodels"
+
+    def trained(reference: str) -> Created:
+        model = {"framework": "pytorch", "memory": "1Gi", "storageUri": f"oci://{reference}"}
+        body = {
+            "apiVersion": "serving.kserve.io/v1alpha1",
+            "kind": "TrainedModel",
+            "metadata": {"generateName": "bert-"},
+            "spec": {"inferenceService": "server", "model": model},
+        }
+        return post(kube_apiserver, path, body)
+
+    _, signed, digest = push(team)
+    admitted = trained(signed)
+    assert admitted.status == 201, admitted.body
+    assert admitted.body["spec"]["model"]["storageUri"] == (
+        f"oci://{signed.rpartition(':')[0]}@{digest}"
+    )
+    _, unsigned, _ = push(None, "-unsigned")
+    refused = trained(unsigned)
+    assert refused.status == 403 and "no signature refers" in refused.message, refused.body
+
+
 @pytest.fixture(params=["gcs", "s3"])
 def bucket_store(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str, str]]:
     """(ObjectStore, bucket, scheme): a fresh bucket of fake-gcs-server or MinIO."""

@@ -376,6 +376,13 @@ RECIPES: dict[str, GoBuild | AptPackage | WheelBinary | GoModuleFiles] = {
             folder="config/crd/full",
             pattern="serving.kserve.io_inferenceservices.yaml",
         ),
+        GoModuleFiles(  # a model loaded into a running multi-model InferenceService
+            name="kserve-trainedmodel-crd",
+            module="github.com/kserve/kserve",
+            version="v0.15.2",
+            folder="config/crd/full",
+            pattern="serving.kserve.io_trainedmodels.yaml",
+        ),
         GoBuild(
             name="etcd",
             module="go.etcd.io/etcd/server/v3",

@@ -415,6 +415,16 @@ def test_inference_service_storage_uris_and_template_annotations() -> None:
     )
 
 
+def test_a_trained_model_names_its_model() -> None:
+    trained = {
+        "spec": {"inferenceService": "s", "model": {"storageUri": "oci://r.io/models/gpt:v1"}}
+    }
+    (ref,) = model_references("TrainedModel", trained)
+    assert (ref.uri, ref.pointer) == ("oci://r.io/models/gpt:v1", "/spec/model/storageUri")
+    denied = run(review(trained, "TrainedModel"), Policies(policy()), Verifier(TAGS, {}))
+    assert not denied.allowed and "no signature refers" in denied.message
+
+
 def test_an_inference_service_naming_its_model_by_kserves_storage_spec_is_not_admitted() -> None:
     """`storage: {key, path}` (KServe's StorageSpec, ModelMesh's way: a path in a store the
     storage-config secret names): no reference was found, so it was admitted unverified."""
