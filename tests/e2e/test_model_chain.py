@@ -224,3 +224,84 @@ def _events(kube_apiserver: KubeApiServer, name: str) -> list[Any]:
     with kube_apiserver.api_client() as api:
         events = client.EventsV1Api(api).list_namespaced_event("default").items
     return [e for e in events if e.regarding and e.regarding.name == name]
+
+
+def test_a_namespace_deleted_with_its_models_lets_them_go(
+    models_api: Any,  # noqa: F811
+    distribution3: OciRegistry,
+    kube_apiserver: KubeApiServer,
+    registry_namespace: str,
+    serve: Callable[..., Served],
+    tmp_path: Path,
+) -> None:
+    """A namespace deleted with Models under Delete in it (the namespace controller deletes
+    them; here the test does): the API server creates nothing in it any more, notify's Events
+    and the registry's records included. Both Models, one registered and one whose tag was
+    never pushed, are cleaned up and let go, every delivery answered 2xx: notify answered 403
+    before removing a finalizer (the namespace Terminating for ever), and register 403 for
+    the Model it had no record of."""
+    import json
+
+    from kubernetes import client
+
+    served, kubeconfig = serve_on_cluster(kube_apiserver, registry_namespace, serve, tmp_path)
+    ns = f"going-{uuid.uuid4().hex[:8]}"
+    with kube_apiserver.api_client() as api:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    name = f"kept-{uuid.uuid4().hex[:8]}"
+    repo = f"model-chain/{name}"
+    digest = push_model(distribution3, repo, name, tmp_path, tag="v1")
+    log = tmp_path / "watch.log"
+    with log.open("wb") as out:
+        watcher = subprocess.Popen(
+            [MODELHOOKS, "watch-models", "--kubeconfig", kubeconfig, "--namespace", ns,
+             "--raw", "--to", served.url + "/"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        for model, tag in ((name, "v1"), ("never-pushed", "v404")):
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Model",
+                "metadata": {"name": model},
+                "spec": {
+                    "source": {"oci": {"reference": f"{distribution3.host}/{repo}:{tag}"}},
+                    "version": "1",
+                    "deletionPolicy": "Delete",
+                },
+            }
+            models_api.create_namespaced_custom_object(GROUP, VERSION, ns, "models", body)
+
+        def get(model: str) -> dict[str, Any] | None:
+            found: list[dict[str, Any]] = models_api.list_namespaced_custom_object(
+                GROUP, VERSION, ns, "models", field_selector=f"metadata.name={model}"
+            )["items"]
+            return found[0] if found else None
+
+        def held() -> bool:
+            ready = _conditions(get(name)).get("Ready", {}).get("status") == "True"
+            return ready and all(
+                FINALIZER in ((get(m) or {}).get("metadata") or {}).get("finalizers", [])
+                for m in (name, "never-pushed")
+            )
+
+        served.wait_for(f"both held, {name} Ready (watch log: {log})", held, timeout=60)
+        with kube_apiserver.api_client() as api:
+            client.CoreV1Api(api).delete_namespace(ns)
+        for model in (name, "never-pushed"):  # the namespace controller's part
+            models_api.delete_namespaced_custom_object(GROUP, VERSION, ns, "models", model)
+        for model in (name, "never-pushed"):
+            served.wait_for(f"{model} gone (watch log: {log})", lambda m=model: get(m) is None)
+        with pytest.raises(NotFound):
+            DistributionRegistry(distribution3.url).manifest(repo, digest)
+        time.sleep(1)  # the last deliveries' lines
+        outcomes = [
+            json.loads(line)
+            for line in served.log.read_text().splitlines()
+            if line.startswith("{") and '"function"' in line
+        ]
+        failed = [o for o in outcomes if o["status"] >= 400]
+        assert outcomes and not failed, failed
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
