@@ -104,3 +104,24 @@ def test_a_delete_never_deletes_outside(
         else:
             store.delete("models", "m/1/w.bin")
     assert (outside / "w.bin").read_bytes() == SECRET
+
+
+def test_a_folder_that_is_a_link_is_refused_by_every_operation(tmp_path: Path) -> None:
+    """Opened with O_DIRECTORY|O_NOFOLLOW, a link answers ENOTDIR (not ELOOP): taken for
+    a file on the way, a put raised NotADirectoryError (a 500), and a delete said 'gone'."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    (root / "models" / "m").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "w.bin").write_bytes(SECRET)
+    (root / "models" / "m" / "1").symlink_to(outside)
+    store = LocalObjectStore(root)
+    for call in (
+        lambda: store.put("models", "m/1/model.sig", b"sig"),
+        lambda: store.delete("models", "m/1/w.bin"),
+        lambda: store.read_range("models", "m/1/w.bin", 0, 10),
+    ):
+        with pytest.raises(BadRequest, match="symbolic link"):
+            call()
+    refused = store.delete_many("models", [ObjectInfo("models", "m/1/w.bin", 6, "")])
+    assert "symbolic link" in refused["m/1/w.bin"]
+    assert sorted(p.name for p in outside.iterdir()) == ["w.bin"]

@@ -158,8 +158,11 @@ class LocalObjectStore:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(name, dir_fd=fd)
                     inner = os.open(name, flags, dir_fd=fd)
-                except NotADirectoryError:
-                    raise  # a file on the way: not there, as for a missing folder
+                except NotADirectoryError:  # a file on the way, or (O_DIRECTORY) a link
+                    if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        why = f"{bucket}/{key}: {name} is a symbolic link"
+                        raise BadRequest(why, key=key) from None
+                    raise  # a file: not there, as for a missing folder
                 except OSError as exc:  # ELOOP: a link; ENAMETOOLONG
                     if exc.errno == errno.ELOOP:
                         why = f"{bucket}/{key}: {name} is a symbolic link"
