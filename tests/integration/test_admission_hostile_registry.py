@@ -9,15 +9,22 @@ import hashlib
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import TITLE
+from modelhooks.adapters.signing import KeySigner
 from modelhooks.adapters.signing.admission import StoreModelVerifier
 from modelhooks.adapters.signing.bundle import MEDIA_TYPE
+from tests.e2e.admission_helpers import signed_model
+from tests.unit.signing_material import make_key
 from tests.unit.test_admission import Policies, pod, policy, review, run
 
 pytestmark = pytest.mark.integration
@@ -118,3 +125,71 @@ def test_an_endless_answer_is_read_no_further_than_a_manifest_can_be(
     assert time.monotonic() - started < 4.0
     time.sleep(0.5)  # whatever still reads it would go on meanwhile
     assert _Garbage.written < 64 << 20
+
+
+class _Sha512Liar(BaseHTTPRequestHandler):
+    """In front of a real registry: asked what a sha512 digest names, it answers a signed
+    model's sha256 digest (`claimed`); everything else is the registry's own answer."""
+
+    upstream = ""
+    claimed = ""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _forward(self, head: bool) -> None:
+        if "/manifests/sha512:" in self.path:
+            self.send_response(200)
+            self.send_header("Docker-Content-Digest", self.claimed)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        request = urllib.request.Request(self.upstream + self.path, method=self.command)
+        for name in ("Accept", "Range"):
+            if self.headers.get(name):
+                request.add_header(name, self.headers[name])
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                status, headers, body = resp.status, resp.headers, resp.read()
+        except urllib.error.HTTPError as e:
+            status, headers, body = e.code, e.headers, e.read()
+        self.send_response(status)
+        for name in ("Content-Type", "Docker-Content-Digest"):
+            if headers.get(name):
+                self.send_header(name, headers[name])
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._forward(head=False)
+
+    def do_HEAD(self) -> None:
+        self._forward(head=True)
+
+
+def test_a_digest_of_another_algorithm_is_not_taken_from_the_registry(
+    ociregistry: Any, tmp_path: Path
+) -> None:
+    """`r.io/m@sha512:…` (containerd pulls by it, checking the sha512): the digest admission
+    verified was the one the registry said it named, unchecked, so a registry claiming a
+    signed model's sha256 got any model admitted."""
+    keys = make_key(tmp_path, "trusted")
+    _, reference, digest = signed_model(
+        ociregistry, "hostile/bert", tmp_path, KeySigner.from_file(keys.private)
+    )
+    trusted = policy(keys=[{"name": "team", "pem": keys.public.read_text()}])
+    verifier = StoreModelVerifier(OciClients())
+    assert run(review(pod(reference)), Policies(trusted), verifier).allowed  # signed: admitted
+    _Sha512Liar.upstream, _Sha512Liar.claimed = ociregistry.url, digest
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sha512Liar)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        liar = f"127.0.0.1:{server.server_address[1]}/hostile/bert@sha512:{'e' * 128}"
+        decision = run(review(pod(liar)), Policies(trusted), verifier)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not decision.allowed, "a sha512 reference was admitted as the digest claimed for it"
+    assert "pin it by its sha256 digest" in decision.message

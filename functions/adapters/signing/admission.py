@@ -69,6 +69,13 @@ class StoreModelVerifier:
         client, repo, ref = self._oci.for_uri(uri)
         if ref.startswith("sha256:"):
             return ref
+        if ":" in ref:  # a digest of another algorithm (a tag has no ':')
+            # containerd pulls by it and checks it; what sha256 digest it names would be the
+            # registry's word, which any registry may give for a signed model's
+            raise VerificationFailed(
+                f"{uri}: a {ref.partition(':')[0]} digest cannot be verified (signatures name "
+                "sha256 digests); pin it by its sha256 digest"
+            )
         digest = client.resolve(repo, ref)
         if digest is None:
             raise NotFound(f"{uri}: no such tag (push the model first)")
