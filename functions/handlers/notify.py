@@ -92,11 +92,18 @@ def handle(
     if isinstance(data, ModelCreated | ModelUpdated):
         _hold(event, cluster, model)
     elif isinstance(data, ModelRegistered | ModelSigned):
-        before = model.get("status") or {}
-        model = _apply(cluster, model, lambda m: progress(m, data, _now(event)))
+        bases: list[dict[str, Any]] = []  # the status each attempt computed from: the last
+        # one's, not the cache's first (a moment old, it lacks what a delivery of the same
+        # news wrote meanwhile: a Conflict, read again, writing nothing new)
+
+        def desired(found: dict[str, Any]) -> dict[str, Any]:
+            bases.append(found.get("status") or {})
+            return progress(found, data, _now(event))
+
+        model = _apply(cluster, model, desired)
         reason = "Registered" if isinstance(data, ModelRegistered) else "Signed"
         ready = _condition(model, "Ready")
-        if (model.get("status") or {}) != before:  # an Event for what changed, not an echo
+        if (model.get("status") or {}) != bases[-1]:  # an Event for what changed, not an echo
             _record(event, cluster, model, reason, "UpdateStatus", ready.get("message", reason))
         version = rollout_version(model)
         if rollout and version:

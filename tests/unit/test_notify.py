@@ -381,3 +381,21 @@ def test_a_status_is_computed_from_the_watch_caches_model(tmp_path: Path) -> Non
     cluster.create(NS, model("bert"))
     notify.function("notify").handle(_event(_registered()))
     assert (cluster.reads, cluster.cached) == (1, 1)
+
+
+def test_a_registration_told_again_from_a_stale_cache_records_no_second_event(
+    world: World,
+) -> None:
+    """register answers a Model's creation and its echo (notify's finalizer, an update) with
+    two model.registered of their own ids: the second read the watch cache before it showed
+    the first's status, so its apply, refused (resourceVersion) and computed again from a
+    fresh read, changed nothing, but its result differed from the stale base: a second
+    Registered Event for each Model."""
+    world.model()
+    stale = world.get()
+    world.notify.handle(_event(_registered(), "r1"))
+    written = world.get()
+    world.cluster.cache_behind[(NS, "bert")] = stale  # the cache has not shown r1's status
+    world.notify.handle(_event(_registered(), "r2"))
+    assert world.get() == written
+    assert [e.reason for e in world.cluster.events.values()] == ["Registered"]
