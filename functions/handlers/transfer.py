@@ -14,7 +14,9 @@ signature. Another request for the same artifact, or two concurrent deliveries, 
 same model, version, artifact and copy: the reply says `created: false`. A delivery that
 took effect before (its answer lost: a crash before the delivery log's record, Pub/Sub's ack
 deadline passed during the copy) is answered as the first time from the registry, nothing
-copied again (the artifact records the delivery that made it LIVE): its source may be gone. A store that does not answer, or the
+copied again (the artifact records the delivery that made it LIVE): its source may be gone.
+A request older than the one that made the artifact LIVE, delivered late, is moot (204):
+copied, it took the artifact back to an older source's content, by delivery order. A store that does not answer, or the
 copy running past `transfer.timeout`, answers 503 (redelivered: it resumes); bad input 4xx.
 
 Reply: `model.registered` with the ids, the destination URI and the content's digest.
@@ -26,6 +28,7 @@ from modelhooks.adapters.transfer.request import Transfers
 from modelhooks.core.errors import Forbidden, NotFound
 from modelhooks.core.function import Function
 from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.records import stamp
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import CanonicalEvent, ModelRegistered, TransferRequested
@@ -62,7 +65,9 @@ def handle(
         model_id = found.id
     # the delivery, named: one that took effect before (its answer lost) is answered so again
     delivery = f"{event.source} {event.id}"
-    done = transfers.run(data, registry=registry, model_id=model_id, event=delivery)
+    # an older request, delivered late, is moot; one without a time neither is, nor makes one
+    at = stamp(event) if event.time else ""
+    done = transfers.run(data, registry=registry, model_id=model_id, event=delivery, at=at)
     result = done.result
     reply = ModelRegistered(
         model=data.model.name or str(result.get("model_id", "")),

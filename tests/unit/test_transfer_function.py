@@ -399,3 +399,42 @@ def test_the_base_image_an_event_names_gets_no_credentials_either(tmp_path: Path
     end = build_destination(Transfers(env=env).config(request(destination=destination)))
     assert end.client.auth.credentials is not None
     assert end.base is not None and end.base[0].auth.credentials is None
+
+
+def test_an_older_request_delivered_after_a_newer_one_took_effect_moves_nothing(
+    tmp_path: Path,
+) -> None:
+    """Two requests for the same artifact from two sources (the model fixed and sent
+    again); the older delivered late, after the newer took effect (at least once,
+    unordered): it copied its source over and took the artifact back to its content, so
+    the end depended on the order. Now it is moot (204), the artifact keeps the newer's."""
+    from datetime import UTC, datetime, timedelta
+
+    from modelhooks.core.function import Skip
+
+    for name, weights in (("a", b"\x01" * 5000), ("b", b"\x02" * 5000)):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "w.bin").write_bytes(weights)
+    by_source = Transfers(
+        env={**ENV, "MODEL_SYNC_STORAGE_PATH": str(tmp_path / "state")},
+        ends=lambda cfg: (
+            LocalEnd(str(tmp_path / "src" / cfg.get("source_aws_key").strip("/"))),
+            LocalEnd(str(tmp_path / "out")),
+        ),
+    )
+    registry = InMemoryModelRegistry()
+    args = {"registry": registry, "tenancy": Tenancy(), "transfers": by_source}
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+    def sent(key: str, minutes: int) -> CanonicalEvent:
+        data = request(source={"type": "s3", "bucket": "staging", "key": f"{key}/"})
+        return CanonicalEvent.new(data, source="/test", id=f"t-{key}").replace(
+            time=t0 + timedelta(minutes=minutes)
+        )
+
+    (newer,) = handle(sent("b", 5), **args)
+    with pytest.raises(Skip, match="newer request"):
+        handle(sent("a", 1), **args)
+    (artifact,) = registry.artifacts.values()
+    assert isinstance(newer.data, ModelRegistered) and artifact.digest == newer.data.digest
+    assert (tmp_path / "out" / "w.bin").read_bytes() == b"\x02" * 5000

@@ -29,20 +29,24 @@ from modelhooks.core.records import (
 
 __all__ = [
     "FAILURE_REASON",
+    "TRANSFER_AT",
+    "TRANSFER_CREATED",
     "TRANSFER_EVENT",
     "Target",
     "begin",
-    "done_by",
     "fail",
     "finish",
+    "live_artifact",
     "record_signature",
 ]
 
 FAILURE_REASON = "modelhooks.failure_reason"
-# on the artifact a transfer made LIVE: the delivery that did (its source and id) and
-# whether it changed the digest (the reply's `created`), so that delivery, again, is answered
+# on the artifact a transfer made LIVE: the delivery that did (its source and id), whether
+# it changed the digest (the reply's `created`) and the request's time: that delivery, again,
+# is answered as it was, and an older request, delivered late, moves nothing
 TRANSFER_EVENT = "modelhooks.transfer_event"
 TRANSFER_CREATED = "modelhooks.transfer_created"
+TRANSFER_AT = "modelhooks.transfer_at"
 ARTIFACT = "model"
 
 
@@ -137,11 +141,9 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
     return Target(model_id, version.id, artifact, version.name)
 
 
-def done_by(registry: Any, config: TransferConfig, event: str) -> tuple[Target, bool] | None:
-    """The intent's artifact as the delivery `event` left it (LIVE, made by it: `finish`'s
-    `event`), and whether that delivery created it; None otherwise. Found, not created: a
-    delivery of a request that took effect is answered from the registry, not copied again
-    (its source may be gone by now, and a copy that failed would abandon the artifact)."""
+def live_artifact(registry: Any, config: TransferConfig) -> Target | None:
+    """The intent's artifact if it is LIVE (found, never created): the facts a delivery is
+    answered by before anything moves (`TRANSFER_EVENT`, `TRANSFER_AT`)."""
     if config.intent == "update_artifact":
         model_id, version_id, version_name = config.model.model_id, config.model.version_id, ""
         artifact = registry.get_artifact(config.model.artifact_id)
@@ -158,14 +160,9 @@ def done_by(registry: Any, config: TransferConfig, event: str) -> tuple[Target, 
         version_id, version_name, name = version.id, version.name, _artifact_name(config)
         found = registry.list_artifacts(version.id)
         artifact = next((x for x in found if x.name == name), None)
-    if (
-        artifact is None
-        or artifact.state != ArtifactState.LIVE
-        or artifact.custom_properties.get(TRANSFER_EVENT) != event
-    ):
+    if artifact is None or artifact.state != ArtifactState.LIVE:
         return None
-    created = artifact.custom_properties.get(TRANSFER_CREATED) == "true"
-    return Target(model_id, version_id, artifact, version_name), created
+    return Target(model_id, version_id, artifact, version_name)
 
 
 def _model_name(config: TransferConfig) -> str:
@@ -209,13 +206,14 @@ def finish(
     extra: Mapping[str, str] = {},
     *,
     event: str = "",
+    at: str = "",
 ) -> ModelArtifact:
     """The artifact LIVE at `uri` with `digest`; `event`: the delivery that made it so (and
-    whether it changed the digest), for `done_by`."""
+    whether it changed the digest), `at` its request's time, for `live_artifact`'s readers."""
     props = {k: v for k, v in target.artifact.custom_properties.items() if k != FAILURE_REASON}
     if event:
         created = "true" if target.artifact.digest != digest else "false"
-        props |= {TRANSFER_EVENT: event, TRANSFER_CREATED: created}
+        props |= {TRANSFER_EVENT: event, TRANSFER_CREATED: created, TRANSFER_AT: at}
     done = replace(
         target.artifact,
         uri=uri,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from modelhooks.core.errors import BadRequest, ConfigError, Unavailable
+from modelhooks.core.function import Skip
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.events.model import TransferRequested
 
@@ -72,17 +73,17 @@ class Transfers:
         registry: ModelRegistry,
         model_id: str = "",
         event: str = "",
+        at: str = "",
     ) -> Done:
-        """`event` names the delivery (its source and id): one that took effect already is
-        answered from the registry as the first time, nothing copied again."""
-        from modelhooks.adapters.transfer.register import done_by
+        """`event` names the delivery (its source and id), `at` its time: one that took
+        effect already is answered from the registry as the first time, and one older than
+        the request that made the artifact LIVE is moot (Skip); nothing is copied for
+        either (its source may be gone by now; copied, it would take the artifact back)."""
         from modelhooks.adapters.transfer.run import build_signer, transfer
 
         cfg = self.config(request, model_id=model_id)
-        if event and (done := done_by(registry, cfg, event)) is not None:
-            target, created = done
-            uri, digest = target.artifact.uri, target.artifact.digest
-            return Done({**target.ids(), "uri": uri, "digest": digest}, created=created)
+        if event and (done := self._answered(registry, cfg, event, at)) is not None:
+            return done
         try:
             signer = build_signer(cfg) if cfg.sign else None
         except ConfigError as exc:
@@ -97,10 +98,36 @@ class Transfers:
                 after_begin=lambda target: before.append(target.artifact.digest),
                 ends=self.ends(cfg) if self.ends else None,
                 event=event,
+                at=at,
             )
         except ConfigError as exc:  # what the request names holds nothing to copy
             raise BadRequest(exc.message, field="source") from None
         return Done(result, created=before[:1] != [result["digest"]])
+
+    @staticmethod
+    def _answered(registry: ModelRegistry, cfg: TransferConfig, event: str, at: str) -> Done | None:
+        """The answer the registry already holds for this delivery, if any (see run)."""
+        from modelhooks.adapters.transfer.register import (
+            TRANSFER_AT,
+            TRANSFER_CREATED,
+            TRANSFER_EVENT,
+            live_artifact,
+        )
+
+        target = live_artifact(registry, cfg)
+        if target is None:
+            return None
+        props = target.artifact.custom_properties
+        if props.get(TRANSFER_EVENT) == event:
+            uri, digest = target.artifact.uri, target.artifact.digest
+            created = props.get(TRANSFER_CREATED) == "true"
+            return Done({**target.ids(), "uri": uri, "digest": digest}, created=created)
+        if at and props.get(TRANSFER_AT, "") > at:
+            raise Skip(
+                f"a newer request ({props.get(TRANSFER_EVENT)}) made the artifact LIVE since "
+                "this one was sent: it is moot, nothing is copied"
+            )
+        return None
 
 
 class Deadline:

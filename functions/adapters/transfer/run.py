@@ -305,10 +305,12 @@ def transfer(
     after_begin: Callable[[Any], None] | None = None,
     ends: tuple[Any, Any] | None = None,
     event: str = "",
+    at: str = "",
 ) -> dict[str, Any]:
     """Begin, copy, sign, finish (module docstring); the ids and URI as a dict. `ends`:
-    the source and destination, instead of those the configuration names; `event`: the
-    delivery this run is (recorded on the artifact it makes LIVE: register.done_by)."""
+    the source and destination, instead of those the configuration names; `event`, `at`:
+    the delivery this run is and its request's time (recorded on the artifact it makes
+    LIVE: register.finish)."""
     from modelhooks.adapters.transfer import register
 
     source, destination = ends or (build_source(cfg), build_destination(cfg))
@@ -351,7 +353,9 @@ def transfer(
             signature = _signature(copied)
             if not register.record_signature(registry, target, signature):
                 extra = signature
-        artifact = register.finish(registry, target, copied.uri, copied.digest, extra, event=event)
+        artifact = register.finish(
+            registry, target, copied.uri, copied.digest, extra, event=event, at=at
+        )
         result.update(
             {**target.ids(), "model_artifact_id": artifact.id, "state": str(artifact.state)}
         )
