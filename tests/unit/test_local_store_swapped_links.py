@@ -125,3 +125,32 @@ def test_a_folder_that_is_a_link_is_refused_by_every_operation(tmp_path: Path) -
     refused = store.delete_many("models", [ObjectInfo("models", "m/1/w.bin", 6, "")])
     assert "symbolic link" in refused["m/1/w.bin"]
     assert sorted(p.name for p in outside.iterdir()) == ["w.bin"]
+
+
+def test_a_listing_never_names_what_is_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk entered a folder by its path after it was listed: made a link to the outside
+    in between, the files there were listed, and their names and sizes named the version."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    version = root / "models" / "m" / "1"
+    version.mkdir(parents=True)
+    (version / "w.bin").write_bytes(b"inside")
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(SECRET)
+    scandir, swapped = os.scandir, []
+
+    def pusher(path: Any = ".") -> Any:  # swaps the version as the walk is about to read it
+        if not swapped and (path == str(version) or isinstance(path, int)):
+            swapped.append(True)
+            version.rename(version.with_name("1.real"))
+            version.symlink_to(outside)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", pusher)
+    store = LocalObjectStore(root)
+    try:
+        keys = [info.key for info in store.list("models", "m/1/")]
+    except BadRequest:
+        keys = []
+    assert swapped and "m/1/secret.bin" not in keys

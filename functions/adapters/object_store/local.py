@@ -194,16 +194,58 @@ class LocalObjectStore:
     def list(self, bucket: str, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object under `prefix`: only the prefix's own directory is walked."""
         head, _, _ = prefix.rpartition("/")
-        start = self._checked(bucket, head)  # refuses a link on the way
+        if self.allow_symlinks:
+            yield from self._list_following(bucket, prefix, head)
+            return
+        self._checked_names(bucket, head)
+        try:
+            start = self._folder(bucket, [p for p in head.split("/") if p], head)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        found = []
+        try:
+            # a walk of folders held open (fwalk: each opened in the one before, and skipped
+            # if it is not the folder the listing saw): a folder made a link to the outside
+            # between the listing of its parent and the walk's entering it was walked by its
+            # path, and the files outside were listed (their names and sizes then named the
+            # version); each file is looked at (lstat) in its folder, a link refused
+            for dirpath, dirs, files, folder in os.fwalk(".", dir_fd=start):
+                rel = "/".join(p for p in (head, dirpath[2:]) if p)
+                for name in [*files, *dirs]:
+                    if name.startswith(".") and name.endswith(_WRITING):
+                        continue  # a put in progress
+                    key = f"{rel}/{name}" if rel else name
+                    if key.startswith(prefix):
+                        info = self._stat_in(folder, name, bucket, key)
+                        if info is not None:
+                            found.append(info)
+        finally:
+            os.close(start)
+        yield from sorted(found, key=lambda info: info.key)
+
+    def _stat_in(self, folder: int, name: str, bucket: str, key: str) -> ObjectInfo | None:
+        """stat() of `name` in the open `folder`: None for a folder or what is gone."""
+        try:
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:  # a name too long
+            raise BadRequest(f"{bucket}/{key}: {exc.strerror}", key=key) from None
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        self._regular(st, bucket, key)
+        return self._info(bucket, key, st)
+
+    def _list_following(self, bucket: str, prefix: str, head: str) -> Iterator[ObjectInfo]:
+        """list() where symbolic links are allowed (followed)."""
+        start = self._checked(bucket, head)
         if not os.path.isdir(start):
             return
         base = os.path.join(self._root, bucket)
         found = []
-        # the walk enters no link (unless allowed): what it finds has none on the way, and
-        # each file is checked on its own (lstat) by _stat, as stat() would
-        for dirpath, dirs, files in os.walk(start, followlinks=self.allow_symlinks):
+        for dirpath, _dirs, files in os.walk(start, followlinks=True):
             rel = dirpath[len(base) + 1 :]  # under base: the walk joins names onto start
-            for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(dirpath, d)))]:
+            for name in files:
                 if name.startswith(".") and name.endswith(_WRITING):
                     continue  # a put in progress
                 key = f"{rel}/{name}" if rel else name
