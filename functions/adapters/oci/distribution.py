@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -71,10 +72,29 @@ MAX_ANSWER = 4 << 20  # distribution's own limit on a manifest's size
 MAX_TAGS = 100_000
 
 
+# An answer's body, all of it (each read of the socket waits 60 s at most): a registry an
+# event or a Model names, trickling its answer a byte at a time, held the delivery's thread
+# for as long as it trickled
+ANSWER_SECONDS = 120.0
+
+
 def bounded(resp: Any, limit: int, url: str, *, cut: bool = False) -> bytes:
     """The body of `resp`, read no further than `limit` bytes: PayloadTooLarge when there
-    is more (`cut`: those bytes)."""
-    data = bytes(resp.read(limit if cut else limit + 1))
+    is more (`cut`: those bytes); Unavailable when it does not arrive within ANSWER_SECONDS
+    (read1 by read1: each returns what one read of the socket gives)."""
+    want = limit if cut else limit + 1
+    deadline = time.monotonic() + ANSWER_SECONDS
+    read = getattr(resp, "read1", resp.read)
+    chunks, size = [], 0
+    while size < want:
+        if time.monotonic() > deadline:
+            raise Unavailable(f"{url}: the answer did not arrive within {ANSWER_SECONDS:g} s")
+        chunk = read(want - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
     if len(data) > limit:
         raise PayloadTooLarge(f"{url}: the answer is over {limit} bytes")
     return data

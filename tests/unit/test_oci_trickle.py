@@ -1,0 +1,59 @@
+"""A registry an event or a Model names may be anyone's: one trickling its answer (a byte
+now and then, each within the socket's 60 s) was read for as long as it trickled, holding
+the delivery's thread. An answer's body is read within ANSWER_SECONDS in all now."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from modelhooks.adapters.oci import distribution
+from modelhooks.adapters.oci.distribution import DistributionRegistry
+from modelhooks.core.errors import Unavailable
+
+BODY = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Every GET: its headers at once, then the body a byte every 0.1 s."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        for byte in BODY:
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:
+                return  # the client gave up
+            time.sleep(0.1)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def trickle() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_trickled_answer_is_cut_off_at_the_deadline(
+    trickle: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(distribution, "ANSWER_SECONDS", 1.0)
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="within 1 s"):
+        DistributionRegistry(trickle).manifest("m", "v1")
+    assert time.monotonic() - started < 3  # the whole answer takes 8 s
