@@ -121,6 +121,11 @@ def _decide(checks: list[Check], namespace: str, on_node: set[str], denials: lis
                 "(infra/examples), or take the namespace out of admission"
             )
             continue
+        if accepted and check.uri.startswith("oci://") and "@" not in check.uri:
+            line = _unpinned(check)
+            enforced = any(p.mode == "enforce" for p in covering)
+            (denials if enforced else warnings).append(line)
+            continue
         if accepted:
             continue
         for policy, error in failed:
@@ -133,6 +138,19 @@ def _decide(checks: list[Check], namespace: str, on_node: set[str], denials: lis
     if denials:
         return Decision.deny("; ".join(denials), warnings=tuple(warnings))
     return Decision.allow(warnings=tuple(warnings))
+
+
+def _unpinned(check: Check) -> str:
+    """A verified tag: what runs is what it names when the node pulls it, later, not what
+    was verified now (the registry may answer the node otherwise, the tag may move)."""
+    raw = check.uri.removeprefix("oci://")
+    head, _, last = raw.rpartition("/")
+    pinned = f"{head}/{last.partition(':')[0]}@{check.digest}"
+    return (
+        f"model {check.uri}: verified as {check.digest}, but a tag is pulled later and may "
+        "name another model by then; the mutating webhook pins it (it did not reach this "
+        f"one or could not resolve it in time): name it by its digest, {pinned}"
+    )
 
 
 def _failure(check: Check, policy: Policy, error: ModelhooksError) -> str:

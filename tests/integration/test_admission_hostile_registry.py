@@ -181,7 +181,8 @@ def test_a_digest_of_another_algorithm_is_not_taken_from_the_registry(
     )
     trusted = policy(keys=[{"name": "team", "pem": keys.public.read_text()}])
     verifier = StoreModelVerifier(OciClients())
-    assert run(review(pod(reference)), Policies(trusted), verifier).allowed  # signed: admitted
+    pinned = f"{reference.rpartition(':')[0]}@{digest}"
+    assert run(review(pod(pinned)), Policies(trusted), verifier).allowed  # signed: admitted
     _Sha512Liar.upstream, _Sha512Liar.claimed = ociregistry.url, digest
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sha512Liar)
     threading.Thread(target=server.serve_forever, daemon=True).start()

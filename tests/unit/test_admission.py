@@ -109,11 +109,12 @@ def run(rv: Review, policies: Policies, verifier: Verifier, **kw: Any) -> Any:
 
 
 TAGS = {"oci://r.io/models/bert:v1": D1, "oci://r.io/models/gpt:v1": D2}
+BERT = f"r.io/models/bert@{D1}"  # bert:v1 pinned, as the mutating webhook does
 
 
 def test_a_signed_model_is_admitted_and_an_unsigned_one_denied_saying_what_to_do() -> None:
     verifier = Verifier(TAGS, {D1: {"p"}})
-    assert run(review(pod("r.io/models/bert:v1")), Policies(policy()), verifier).allowed
+    assert run(review(pod(BERT)), Policies(policy()), verifier).allowed
     denied = run(review(pod("r.io/models/gpt:v1")), Policies(policy()), verifier)
     assert not denied.allowed and denied.code == 403
     for part in (
@@ -128,10 +129,31 @@ def test_a_signed_model_is_admitted_and_an_unsigned_one_denied_saying_what_to_do
 
 def test_each_distinct_reference_is_verified_once_per_request() -> None:
     verifier = Verifier(TAGS, {D1: {"p"}})
-    obj = pod("r.io/models/bert:v1", "r.io/models/bert:v1", "r.io/models/bert:v1")
+    obj = pod(BERT, BERT, BERT)
     assert run(review(obj), Policies(policy()), verifier).allowed
-    assert verifier.resolved == ["oci://r.io/models/bert:v1"]
+    assert verifier.resolved == [f"oci://{BERT}"]
     assert verifier.verified == [(D1, "p")]
+
+
+def test_a_verified_tag_is_denied_saying_to_pin_it() -> None:
+    """What runs is what a tag names when the node pulls it, later: a registry answering the
+    node otherwise (or a tag moved meanwhile) ran a model other than the one verified. The
+    mutating webhook pins tags, but it is failurePolicy Ignore: a registry that stalls it
+    (or a webhook it did not reach) let the validating webhook verify the tag and admit it."""
+    verifier = Verifier(TAGS, {D1: {"p", "w"}})
+    denied = run(review(pod("r.io/models/bert:v1")), Policies(policy()), verifier)
+    assert not denied.allowed and denied.code == 403
+    assert (
+        f"model oci://r.io/models/bert:v1: verified as {D1}, but a tag is pulled later"
+        in (denied.message)
+        and f"name it by its digest, r.io/models/bert@{D1}" in denied.message
+    )
+    warned = run(review(pod("r.io/models/bert:v1")), Policies(policy("w", mode="warn")), verifier)
+    assert warned.allowed and "a tag is pulled later" in warned.warnings[0]
+    isvc = {"spec": {"predictor": {"model": {"storageUri": "oci://r.io/models/bert:v1"}}}}
+    assert not run(review(isvc, "InferenceService"), Policies(policy()), verifier).allowed
+    pinned = run(review(pod(BERT)), Policies(policy()), verifier)
+    assert pinned.allowed and not pinned.warnings
 
 
 def test_successes_are_cached_by_digest_and_policy_version_failures_never() -> None:
@@ -163,7 +185,7 @@ def test_the_cache_is_bounded_in_entries_and_bytes_and_expires() -> None:
 def test_any_covering_policy_admits_warn_mode_only_warns() -> None:
     verifier = Verifier(TAGS, {D1: {"b"}})
     both = Policies(policy("a"), policy("b"))
-    assert run(review(pod("r.io/models/bert:v1")), both, verifier).allowed
+    assert run(review(pod(BERT)), both, verifier).allowed
     warn = Policies(policy("w", mode="warn"))
     decision = run(review(pod("r.io/models/gpt:v1")), warn, verifier)
     assert decision.allowed and "VerificationPolicy ns/w [warn]" in decision.warnings[0]
@@ -176,7 +198,7 @@ def test_no_covering_policy_is_a_denial_and_globs_and_selectors_choose() -> None
     assert not decision.allowed and "no VerificationPolicy" in decision.message
     selected = Policies(policy(workloadSelector={"matchLabels": {"team": "a"}}))
     assert not run(review(pod("r.io/models/bert:v1")), selected, verifier).allowed
-    assert run(review(pod("r.io/models/bert:v1", labels={"team": "a"})), selected, verifier).allowed
+    assert run(review(pod(BERT, labels={"team": "a"})), selected, verifier).allowed
 
 
 def test_failure_policy_decides_when_the_registry_does_not_answer() -> None:
@@ -518,10 +540,10 @@ def test_a_denial_is_confirmed_against_the_policies_as_they_are_now() -> None:
     from the cache needs no apiserver call."""
     verifier = Verifier(TAGS, {D1: {"p"}})
     source = Policies(policy(), cached=[])
-    assert run(review(pod("r.io/models/bert:v1")), source, verifier).allowed
+    assert run(review(pod(BERT)), source, verifier).allowed
     assert source.fresh_reads == 1
     steady = Policies(policy(), cached=[policy()])
-    assert run(review(pod("r.io/models/bert:v1")), steady, verifier).allowed
+    assert run(review(pod(BERT)), steady, verifier).allowed
     assert steady.fresh_reads == 0
     denied = Policies(policy(), cached=[policy()])
     assert not run(review(pod("r.io/models/gpt:v1")), denied, verifier).allowed

@@ -82,8 +82,6 @@ def reviewed(serve: FlaskClient, body: Any, path: str = "/admission/validate") -
 
 
 def test_the_upstream_example_is_admitted_and_its_tag_pinned(serve: FlaskClient) -> None:
-    response = reviewed(serve, UPSTREAM)
-    assert response == {"uid": UPSTREAM["request"]["uid"], "allowed": True}
     mutated = reviewed(serve, UPSTREAM, "/admission/mutate")
     assert mutated["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(mutated["patch"])) == [
@@ -93,6 +91,12 @@ def test_the_upstream_example_is_admitted_and_its_tag_pinned(serve: FlaskClient)
             "value": f"r.io/models/bert@{D1}",
         }
     ]
+    pinned = json.loads(json.dumps(UPSTREAM))
+    pinned["request"]["object"]["spec"]["volumes"][0]["image"]["reference"] = (
+        f"r.io/models/bert@{D1}"
+    )
+    response = reviewed(serve, pinned)
+    assert response == {"uid": UPSTREAM["request"]["uid"], "allowed": True}
 
 
 def test_a_denial_carries_the_reason_and_the_uid(serve: FlaskClient) -> None:
