@@ -395,7 +395,7 @@ def test_the_cli_on_a_state_file_a_power_loss_left_empty_lists_the_models_again(
         watcher = subprocess.Popen([*command, "--to", sink.url, "--raw"], stderr=out)
         try:
             added = sink.wait_for(lambda d: d.json()["type"].endswith(".add"))
-            wait_until("the state saved", lambda: state.stat().st_size > len(left))
+            wait_until("the state saved", lambda: state.read_bytes()[:1] == b"{")
         finally:
             watcher.kill()
             watcher.wait(timeout=10)
