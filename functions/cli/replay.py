@@ -14,6 +14,7 @@ A document that cannot be read or translated is reported and the rest is sent. E
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -36,6 +37,8 @@ __all__ = ["Summary", "add_parser", "read_documents", "replay", "select"]
 
 T = TypeVar("T")
 MAX_FILE_BYTES = 1 << 30  # a stored file is read whole (as a delivery's body is)
+MAX_DOCUMENT_BYTES = 64 << 20  # one JSON document's; a longer text is JSON Lines
+MAX_BAD_LINES = 100  # lines that are not JSON before any that is: not JSON Lines
 
 
 @dataclass
@@ -69,10 +72,12 @@ class Summary:
 
 
 def read_documents(source: str) -> Iterator[tuple[str, Any]]:
-    """(where, JSON document) for every document in the source; the document is a
-    BadRequest for a file or line that cannot be read (the rest is still read)."""
+    """(where, JSON document) for every document in the source, as they are read; the
+    document is a BadRequest for a file or line that cannot be read (the rest is still
+    read). Standard input is read as at most MAX_FILE_BYTES (`replay - < /dev/zero` was read
+    without end)."""
     if source == "-":
-        yield from _parse("<stdin>", sys.stdin.read())
+        yield from _stdin(sys.stdin.read(MAX_FILE_BYTES + 1))
         return
     path = Path(source)
     if path.is_dir():
@@ -94,6 +99,22 @@ def read_documents(source: str) -> Iterator[tuple[str, Any]]:
             yield str(f), BadRequest(f"{f}: cannot be read: {getattr(exc, 'strerror', exc)}")
             continue
         yield from _parse(str(f), text)
+
+
+def _stdin(text: str) -> Iterator[tuple[str, Any]]:
+    if len(text) > MAX_FILE_BYTES:
+        yield "<stdin>", BadRequest(f"<stdin>: over {MAX_FILE_BYTES} bytes: split it")
+        return
+    yield from _parse("<stdin>", text)
+
+
+def _rereadable(source: str) -> Callable[[], Iterator[tuple[str, Any]]]:
+    """The source's documents, read again at each call (standard input once, its text kept):
+    counted first, then sent, none of them held."""
+    if source != "-":
+        return lambda: read_documents(source)
+    text = sys.stdin.read(MAX_FILE_BYTES + 1)
+    return lambda: _stdin(text)
 
 
 def _files(folder: Path) -> list[Path | BadRequest]:
@@ -125,30 +146,64 @@ def _parse(where: str, text: str) -> Iterator[tuple[str, Any]]:
     (`gcloud pubsub subscriptions pull --format=json`, a dead-letter subscription's) are
     each the push that delivered them. A byte-order mark (a Windows editor's) is no content;
     lines end at '\n' alone (a JSON string may hold U+2028 or U+0085, which splitlines cuts
-    at). JSON nested past the parser's recursion is a document that cannot be read."""
+    at). JSON nested past the parser's recursion is a document that cannot be read. A text
+    over MAX_DOCUMENT_BYTES is JSON Lines only, each line parsed as it is reached: a
+    stored file of 1 GiB was held whole as parsed documents (about 11 times its size)."""
     text = text.removeprefix("\ufeff")
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a number too long, '[' * 10**5
-        whole = exc
-    else:
-        if _pulled(doc):
-            for i, item in enumerate(doc):
-                yield f"{where}[{i}]", _as_push(item["message"])
-        else:
-            yield where, doc
-        return
-    lines = [(n, line) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
-    parsed: list[tuple[str, Any]] = []
-    for n, line in lines:
+    whole: Exception | None = None
+    if len(text) <= MAX_DOCUMENT_BYTES:
         try:
-            parsed.append((f"{where}:{n}", json.loads(line)))
+            doc = json.loads(text)
+        except (
+            ValueError,
+            RecursionError,
+        ) as exc:  # JSONDecodeError, a number too long, '[' * 10**5
+            whole = exc
+        else:
+            if _pulled(doc):
+                for i, item in enumerate(doc):
+                    yield f"{where}[{i}]", _as_push(item["message"])
+            else:
+                yield where, doc
+            return
+    unread: list[tuple[str, Any]] = []  # the bad lines before the first good one
+    good = False
+    for n, line in _lines(text):
+        try:
+            if len(line) > MAX_DOCUMENT_BYTES:  # a JSON array of a million events, on one line
+                raise ValueError(f"over {MAX_DOCUMENT_BYTES} bytes: store it as JSON Lines")
+            parsed: tuple[str, Any] = (f"{where}:{n}", json.loads(line))
         except (ValueError, RecursionError) as exc:
-            parsed.append((f"{where}:{n}", BadRequest(f"{where}:{n} is not JSON: {exc}")))
-    if lines and all(isinstance(doc, BadRequest) for _, doc in parsed):
-        yield where, BadRequest(f"{where} is neither JSON nor JSON Lines: {whole}")
-        return
-    yield from parsed
+            parsed = (f"{where}:{n}", BadRequest(f"{where}:{n} is not JSON: {exc}"))
+            if not good:
+                unread.append(parsed)
+                if len(unread) < MAX_BAD_LINES:
+                    continue
+                break  # no JSON line among the first: not JSON Lines
+        if not good and not isinstance(parsed[1], BadRequest):
+            good = True
+            yield from unread
+            unread = []
+        yield parsed
+    if unread:
+        reason = whole or (
+            f"over {MAX_DOCUMENT_BYTES} bytes as one document (store its events as JSON "
+            "Lines), and no line of it is JSON"
+        )
+        yield where, BadRequest(f"{where} is neither JSON nor JSON Lines: {reason}")
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(number, line) of each line of `text` that is not blank, without a list of them."""
+    start = 0
+    for n in itertools.count(1):
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
+        if line.strip():
+            yield n, line
+        if end < 0:
+            return
+        start = end + 1
 
 
 def _pulled(doc: Any) -> bool:
@@ -339,20 +394,25 @@ def run(args: argparse.Namespace) -> int:
     if args.raw:
         return _run_raw(args)
     layout = settings.layout.object_layout()
-    events = list(
-        select(
-            to_events(read_documents(args.source), layout, settings.ingress.registry_host or None),
+    documents = _rereadable(args.source)
+
+    def events() -> Iterator[CanonicalEvent | BadRequest]:
+        return select(
+            to_events(documents(), layout, settings.ingress.registry_host or None),
             types=frozenset(args.type or ()),
             since=args.since,
             until=args.until,
         )
-    )
+
     if args.dry_run:
         target = args.to or "this process (in-process broker)"
         if args.verbose:
             print(f"target: {target}", file=sys.stderr)
-        for e in events:
+        total = bad = 0
+        for e in events():
+            total += 1
             if isinstance(e, ModelhooksError):
+                bad += 1
                 print(json.dumps({"error": e.message}))
                 continue
             shown: dict[str, Any] = {"id": e.id, "type": e.type, "subject": e.subject}
@@ -360,15 +420,15 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose:
                 shown["body"] = e.data.to_dict()
             print(json.dumps(shown))
-        bad = sum(isinstance(e, ModelhooksError) for e in events)
-        matched = "" if events else " (nothing matched the filters)"
+        matched = "" if total else " (nothing matched the filters)"
         print(
-            f"{len(events) - bad} events would be sent, {bad} documents cannot be "
+            f"{total - bad} events would be sent, {bad} documents cannot be "
             f"(reasons above) (dry run){matched}",
             file=sys.stderr,
         )
         return 2 if bad else 0
-    if not events:
+    total = sum(1 for _ in events())  # read twice, held never: the progress bar's total
+    if not total:
         print("nothing matched the filters: nothing sent", file=sys.stderr)
         return 0
     send = (
@@ -376,11 +436,11 @@ def run(args: argparse.Namespace) -> int:
         if args.to
         else common.local_sender(settings)
     )
-    return _send_all(events, send, args, unit="event")
+    return _send_all(events(), total, send, args, unit="event")
 
 
 def _send_all(
-    items: list[Any], send: Callable[[Any], tuple[int, str]], args: Any, unit: str
+    items: Iterable[Any], total: int, send: Callable[[Any], tuple[int, str]], args: Any, unit: str
 ) -> int:
     """Send every item with a progress bar; the summary, or on Ctrl-C what was sent."""
     from tqdm import tqdm
@@ -388,11 +448,11 @@ def _send_all(
     summary = Summary()
 
     def done() -> str:
-        return f"{summary.line()} of {len(items)} {unit}s; replaying again is safe"
+        return f"{summary.line()} of {total} {unit}s; replaying again is safe"
 
     with (
         common.interruptible(done),
-        tqdm(total=len(items), unit=unit, file=sys.stderr, disable=args.quiet) as bar,
+        tqdm(total=total, unit=unit, file=sys.stderr, disable=args.quiet) as bar,
     ):
         replay(items, send, rate=args.rate, progress=bar.update, summary=summary)
     for text in summary.lines():
@@ -404,16 +464,18 @@ def _run_raw(args: argparse.Namespace) -> int:
     """Every document as it was delivered, to `--to`: the server decodes and translates."""
     if not args.to:
         raise BadRequest("--raw sends to a server: give --to URL")
-    docs = list(read_documents(args.source))
+    documents = _rereadable(args.source)
     if args.dry_run:
-        for where, doc in docs:
+        total = 0
+        for where, doc in documents():
+            total += 1
             shown = (
                 {"document": where, "error": doc.message}
                 if isinstance(doc, BadRequest)
                 else {"document": where, "content_type": content_type(doc)}
             )
             print(json.dumps(shown))
-        print(f"{len(docs)} documents would be sent unchanged (dry run)", file=sys.stderr)
+        print(f"{total} documents would be sent unchanged (dry run)", file=sys.stderr)
         return 0
     extra = dict(args.header or ())
     http = common.http_pool(args.to)
@@ -424,6 +486,7 @@ def _run_raw(args: argparse.Namespace) -> int:
         status, reason = common.post(http, args.to, json.dumps(doc).encode(), headers)
         return status, f"{where}: {reason}"
 
-    items = [doc if isinstance(doc, BadRequest) else (where, doc) for where, doc in docs]
+    total = sum(1 for _ in documents())
+    items = (doc if isinstance(doc, BadRequest) else (where, doc) for where, doc in documents())
     with http:
-        return _send_all(items, send, args, unit="document")
+        return _send_all(items, total, send, args, unit="document")
