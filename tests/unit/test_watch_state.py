@@ -75,3 +75,31 @@ def test_a_model_behind_is_saved_as_kept_too(tmp_path: Path) -> None:
     assert set(sent) == {"u1", "u2"}
     assert all("labels" not in m["metadata"] and "managedFields" not in m["metadata"]
                for m in sent.values())  # fmt: skip
+
+
+class _Listed(dict):  # type: ignore[type-arg]
+    """A list answer that counts being made text (its repr: 100 MB, 2 s for 100 big Models)."""
+
+    shown = 0
+
+    def __repr__(self) -> str:
+        _Listed.shown += 1
+        return super().__repr__()
+
+
+def test_a_relist_makes_no_text_of_the_list_it_takes(tmp_path: Path) -> None:
+    """The list's text names a garbled answer in its ERROR line; a good one's was made at
+    every relist all the same: 2.25 s and 200 MB for 100 Models labelled up to 1 MB each."""
+    from types import SimpleNamespace
+
+    from modelhooks.adapters.kubernetes.model_source import ModelWatcher
+
+    sent: list[dict[str, Any]] = []
+    api = SimpleNamespace(configuration=SimpleNamespace(host="https://apiserver"))
+    watcher = ModelWatcher(api, sent.append, namespace="ml")
+    listed = _Listed(metadata={"resourceVersion": "5"}, items=[_model(1, {"a": "b"})])
+    watcher._call = lambda **_: listed  # type: ignore[method-assign]
+    watcher._relist()
+    watcher._lanes.drain()
+    assert [e["type"] for e in sent] == ["dev.knative.apiserver.resource.add"]
+    assert _Listed.shown == 0 and watcher.state.resource_version == "5"

@@ -498,7 +498,7 @@ class ModelWatcher:
 
     def _relist(self) -> None:
         listed = self._call()
-        items = _items(listed, str(listed).encode())
+        items = _items(listed, lambda: str(listed).encode())  # shown only when garbled
         selected = self._selected()
         self._forget(selected)
         items = [obj for obj in items if selected(obj)]
@@ -906,9 +906,10 @@ class _Lanes:
             raise self._failure
 
 
-def _items(listed: Any, raw: bytes) -> list[dict[str, Any]]:
-    """The objects of a list answer, each with its metadata; _Garbled (naming `raw`) for one
-    that is none: a proxy's page, items that are no objects ([null] raised out of the
+def _items(listed: Any, raw: bytes | Callable[[], bytes]) -> list[dict[str, Any]]:
+    """The objects of a list answer, each with its metadata; _Garbled (naming `raw`, made
+    only then when a callable: the text of a list of big Models is 100 MB, 2 s to make) for
+    one that is none: a proxy's page, items that are no objects ([null] raised out of the
     watcher, which stopped)."""
     items = listed.get("items") or [] if isinstance(listed, dict) else None
     if (
@@ -917,7 +918,7 @@ def _items(listed: Any, raw: bytes) -> list[dict[str, Any]]:
         or not isinstance(items, list)
         or not all(isinstance(o, dict) and isinstance(o.get("metadata"), dict) for o in items)
     ):
-        raise _Garbled(raw)
+        raise _Garbled(raw() if callable(raw) else raw)
     return items
 
 
