@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from threading import Lock
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from modelhooks.core.errors import BadRequest, ModelhooksError
+from modelhooks.core.errors import BadRequest, ModelhooksError, Unavailable
 from modelhooks.core.logs import log
 from modelhooks.delivery.encoding import Response, error_response, json_response
 from modelhooks.delivery.http import Handler, flask_app, guarded
@@ -114,8 +116,21 @@ def _append(path: Path, data: bytes) -> None:
     is cut off where it began, else the next event appended went on its half line, and
     replay could read neither (the sink had answered 202 to the second). A half line a
     process killed mid-write left (SIGKILL, the node gone) is ended first, for the same
-    reason."""
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    reason. The file is one the sink made: a link put in its place is not followed (the
+    events went into whatever it named, outside the directory) and what is not a regular
+    file (a directory, a FIFO: each a 500 and a traceback) keeps nothing, Unavailable (503
+    naming it: the Broker sends them again)."""
+    try:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR):
+            raise
+        fd = -1
+    if fd < 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd >= 0:
+            os.close(fd)
+        raise Unavailable(f"dead-letter: {path} is not a regular file: nothing is kept there")
     try:
         start = os.fstat(fd).st_size
         if start and os.pread(fd, 1, start - 1) != b"\n":
