@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -132,6 +133,10 @@ def _append(path: Path, data: bytes) -> None:
             os.close(fd)
         raise Unavailable(f"dead-letter: {path} is not a regular file: nothing is kept there")
     try:
+        # another sink on the same volume (two replicas, an old pod still stopping) appends
+        # to this file too: without the lock, one's failed write cut the file back to where
+        # it began, the other's line appended since with it (answered 202, lost)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         start = os.fstat(fd).st_size
         if start and os.pread(fd, 1, start - 1) != b"\n":
             data = b"\n" + data
