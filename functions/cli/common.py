@@ -199,9 +199,9 @@ def interruptible(done: Callable[[], str]) -> Iterator[None]:
 
 def check_port(host: str, port: int) -> None:
     """ConfigError when `host:port` cannot be listened on (another server has it), checked
-    before anything starts: a server that cannot listen must not act on the state first."""
-    if port == 0:
-        return
+    before anything starts: a server that cannot listen must not act on the state first.
+    Port 0 (any free port) too: a host that is not this machine's (not resolved, not one of
+    its addresses) failed only when the server bound, an os_error exiting 3 (transient)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
