@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 
 import msgspec
 
+from modelhooks.core.calls import CALLS, place
 from modelhooks.core.errors import ModelhooksError, Transient, VerificationFailed
 from modelhooks.core.logs import log
 from modelhooks.core.ports import ModelRegistry
@@ -142,12 +143,18 @@ def run_checks(
     ]
     if not todo:
         return
-    pool = ThreadPoolExecutor(min(len(todo), 8), thread_name_prefix="admission")
-    futures = {pool.submit(c.run, found, labels, verifier, verdicts, registry): c for c in todo}
+    futures = {
+        CALLS.submit(place(c.uri), c.run, found, labels, verifier, verdicts, registry): c
+        for c in todo
+    }
     _, late = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-    pool.shutdown(wait=False, cancel_futures=True)
-    for future in late:  # its thread may still write to it: the answer no longer reads it
-        futures[future].late = True
+    for future, check in futures.items():
+        if future in late:  # its thread may still write to it: the answer no longer reads it
+            CALLS.abandon(place(check.uri), future)
+            check.late = True
+        elif (error := future.exception()) is not None:  # not made: its place is saturated
+            check.error = _failure(error, check.uri)
+            check.failed = [(p, check.error) for p in check.covering]
 
 
 def registered_target(uri: str, registry: ModelRegistry) -> tuple[str, str]:

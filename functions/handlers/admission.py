@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from typing import Any
 
 from modelhooks.core.admission import Decision, Review
+from modelhooks.core.calls import CALLS, place
 from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.core.function import Function
 from modelhooks.core.node_verification import Root, inject, missing
@@ -210,15 +211,15 @@ def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Dec
     if not tags:
         return Decision.allow()
     uris = list(dict.fromkeys(r.uri for r in tags))
-    pool = ThreadPoolExecutor(min(len(uris), 8), thread_name_prefix="admission-pin")
-    resolving = {uri: pool.submit(verifier.resolve, uri) for uri in uris}
+    resolving = {uri: CALLS.submit(place(uri), verifier.resolve, uri) for uri in uris}
     wait(resolving.values(), timeout=max(0.0, deadline - time.monotonic()))
-    pool.shutdown(wait=False, cancel_futures=True)
+    for uri, future in resolving.items():
+        CALLS.abandon(place(uri), future)  # one done: nothing; one not started: never will be
     patch: list[Mapping[str, Any]] = []
     warnings: list[str] = []
     for ref in tags:
         future = resolving[ref.uri]
-        if not future.done():
+        if future.cancelled() or not future.done():
             warnings.append(f"{ref.raw}: not pinned, the registry did not answer in time")
             continue
         error = future.exception()
@@ -236,13 +237,13 @@ def _exists(
     """A Model naming an artifact that does not exist is refused (check-if-exists): it
     would never register, and a typo is cheaper to fix now. Not verified: it is signed
     after it is pushed."""
-    pool = ThreadPoolExecutor(len(refs), thread_name_prefix="admission-exists")
-    futures = {r: pool.submit(verifier.resolve, r.uri) for r in refs}
+    futures = {r: CALLS.submit(place(r.uri), verifier.resolve, r.uri) for r in refs}
     wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
-    pool.shutdown(wait=False, cancel_futures=True)
+    for ref, future in futures.items():
+        CALLS.abandon(place(ref.uri), future)  # one done: nothing; one not started: never will be
     for ref, future in futures.items():
         what = f"Model {review.namespace}/{review.name or '(new)'}: {ref.uri}"
-        if not future.done():
+        if future.cancelled() or not future.done():
             return Decision.deny(f"{what}: its store did not answer in time; retry", code=503)
         error = future.exception()
         if isinstance(error, Transient):

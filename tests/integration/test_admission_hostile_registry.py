@@ -5,8 +5,10 @@ what could not be read. A server of ~30 lines serves the answers: no registry se
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -194,3 +196,55 @@ def test_a_digest_of_another_algorithm_is_not_taken_from_the_registry(
         server.server_close()
     assert not decision.allowed, "a sha512 reference was admitted as the digest claimed for it"
     assert "pin it by its sha256 digest" in decision.message
+
+
+def test_a_registry_that_never_answers_holds_a_bounded_number_of_threads(
+    ociregistry: Any, tmp_path: Path
+) -> None:
+    """Each review answers by its deadline, and its calls went on in their threads for as long
+    as the socket waited (a minute): a pool per review, 8 threads and connections each, so 50
+    reviews of a registry accepting and never answering left 400 of both alive. Now that
+    registry holds 8 (the calls given up on; more are not made until one ends), and another
+    registry's model is still decided."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1024)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    keys = make_key(tmp_path, "trusted")
+    _, reference, digest = signed_model(
+        ociregistry, "hostile/alive", tmp_path, KeySigner.from_file(keys.private)
+    )
+    trusted = Policies(policy(keys=[{"name": "team", "pem": keys.public.read_text()}]))
+    verifier = StoreModelVerifier(OciClients())
+    host = f"127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        for i in range(50):
+            refs = [f"{host}/m{i}/x{j}:v1" for j in range(8)]
+            started = time.monotonic()
+            for mutate in (True, False):
+                decision = run(
+                    review(pod(*refs), mutate=mutate), trusted, verifier, review_timeout=0.2
+                )
+                assert mutate or not decision.allowed
+            assert time.monotonic() - started < 1.0
+        time.sleep(0.2)
+        alive = [t for t in threading.enumerate() if t.name.startswith("admission")]
+        assert len(alive) <= 16 and len(held) <= 8, (len(alive), len(held))
+        pinned = f"{reference.rpartition(':')[0]}@{digest}"
+        assert run(review(pod(pinned)), trusted, verifier).allowed
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
