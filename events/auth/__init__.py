@@ -19,7 +19,8 @@ or from a mapping with the same keys::
     value  := literal | "env:" NAME | "file:" PATH     (file contents are stripped)
 
     oidc:aud=https://fn.example.com,email=push@p.iam.gserviceaccount.com
-        keys: aud (required), email, iss, jwks, leeway
+        keys: aud (required), email (required with Google's issuer; `*`: any Google
+        account, on purpose: anyone can mint a token for any audience), iss, jwks, leeway
     hmac:secret=env:WEBHOOK_SECRET,secret=env:WEBHOOK_SECRET_PREVIOUS,window=300
         keys: secret (required), header, timestamp_header, window
     mlflow:secret=file:/var/run/secrets/mlflow          keys: secret (required), window

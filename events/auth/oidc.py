@@ -63,8 +63,13 @@ class OidcAuthenticator:
     """Google-signed OIDC ID tokens, as Pub/Sub push sends: ``Authorization: Bearer <JWT>``.
 
     Checks the RS256 signature against `jwks_url`, then ``iss``, ``aud``, ``exp``/``iat``/
-    ``nbf`` (± `leeway` seconds), and that ``email`` is verified and, when `emails` is
-    given, one of them. The subject is the sender's email.
+    ``nbf`` (± `leeway` seconds), and that ``email`` is verified and one of `emails`
+    (``"*"``: any). The subject is the sender's email.
+
+    Google's issuer needs `emails`: anyone can mint a Google ID token for any audience
+    (`gcloud auth print-identity-token --audiences=…`, any account), so the audience alone
+    authenticates nobody in particular. ``emails=["*"]`` says "any Google account" on
+    purpose; no `emails` is a ConfigError.
 
         auth = OidcAuthenticator("https://fn.example.com",
                                  emails=["push@p.iam.gserviceaccount.com"])
@@ -87,6 +92,13 @@ class OidcAuthenticator:
         if not self.audience or not all(self.audience):
             raise ConfigError("OIDC audience is required (the URL Pub/Sub pushes to)")
         self.issuers, self.emails = tuple(issuers), frozenset(emails)
+        if not self.emails and set(self.issuers) & set(GOOGLE_ISSUERS):
+            raise ConfigError(
+                "OIDC with Google's issuer needs email= (the push service account): anyone "
+                "can mint a Google ID token for any audience, so aud= alone accepts every "
+                "Google account; email=* accepts any on purpose"
+            )
+        self._any = "*" in self.emails
         self.leeway, self._clock = leeway, clock
         self._jwks = _Jwks(jwks_url, jwks_ttl, jwks_min_interval, clock)
 
@@ -142,5 +154,5 @@ class OidcAuthenticator:
         email = claims.get("email")
         if not isinstance(email, str) or claims.get("email_verified") not in (True, "true"):
             raise Unauthenticated("JWT carries no verified email")
-        if self.emails and email not in self.emails:
+        if not self._any and self.emails and email not in self.emails:
             raise Unauthenticated(f"sender {email} is not an allowed service account")

@@ -118,6 +118,24 @@ def _pairs(spec: str | Mapping[str, str | Sequence[str]], origin: str) -> tuple[
     return scheme.strip().lower(), _Params(origin, pairs)
 
 
+def _oidc(p: _Params, clock: Clock) -> OidcAuthenticator:
+    """`oidc:…`; its refusals name the route (`origin`): Google's issuer without email= is
+    one, since any Google account can mint a token for any audience."""
+    try:
+        return OidcAuthenticator(
+            list(p.named("aud", required=True).values()),
+            emails=list(p.named("email").values()),
+            issuers=list(p.named("iss").values()) or GOOGLE_ISSUERS,
+            jwks_url=p.one("jwks", GOOGLE_JWKS_URL),
+            leeway=p.seconds("leeway", 60.0),
+            clock=clock,
+        )
+    except ConfigError as e:
+        if e.message.startswith(p.origin):
+            raise
+        raise p.error(e.message) from None
+
+
 def from_spec(
     spec: str | Mapping[str, str | Sequence[str]],
     *,
@@ -136,14 +154,7 @@ def from_spec(
         case "none":
             auth = AllowAll()
         case "oidc":
-            auth = OidcAuthenticator(
-                list(p.named("aud", required=True).values()),
-                emails=list(p.named("email").values()),
-                issuers=list(p.named("iss").values()) or GOOGLE_ISSUERS,
-                jwks_url=p.one("jwks", GOOGLE_JWKS_URL),
-                leeway=p.seconds("leeway", 60.0),
-                clock=clock,
-            )
+            auth = _oidc(p, clock)
         case "hmac":
             auth = HmacAuthenticator(
                 p.named("secret", required=True),

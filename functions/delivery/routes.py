@@ -6,7 +6,7 @@ may send: a MinIO webhook route accepts S3 notifications, not canonical events.
 `modelhooks serve` can take MinIO webhooks with a bearer token on `/minio-events` and
 Pub/Sub pushes with OIDC on `/pubsub`:
 
-    /minio-events=bearer:token=env:MINIO_TOKEN;/pubsub=oidc:aud=https://hooks.example.com
+    /minio-events=bearer:token=env:MINIO_TOKEN;/pubsub=oidc:aud=https://hooks.example.com,email=push@p.iam.gserviceaccount.com
 
 `ingress.route_kinds` says which upstream kinds (modelhooks.events.sources.KINDS, or `*`)
 each path accepts:

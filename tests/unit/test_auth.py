@@ -22,6 +22,7 @@ from jwt.algorithms import RSAAlgorithm
 from modelhooks.core.errors import ConfigError, Unauthenticated, Unavailable
 from modelhooks.delivery.statuses import status_of
 from modelhooks.events.auth import (
+    GOOGLE_ISSUERS,
     AllowAll,
     BearerAuthenticator,
     HmacAuthenticator,
@@ -35,6 +36,7 @@ from modelhooks.events.auth import (
 NOW = 1_800_000_000.0
 AUD = "https://fn.example.com/push"
 EMAIL = "push@proj.iam.gserviceaccount.com"
+ISS_OTHER = "https://issuer.example"  # not Google's: its accounts are its own
 
 
 class Clock:
@@ -163,14 +165,28 @@ def test_oidc_accepts_the_short_issuer_and_a_list_audience(
     assert oidc(bearer(t), b"").subject == EMAIL
 
 
-def test_oidc_any_verified_email_when_none_configured(
+def test_oidc_any_verified_email_when_star_configured(
     jwks: Jwks, clock: Clock, key: rsa.RSAPrivateKey
 ) -> None:
-    auth = OidcAuthenticator(AUD, jwks_url=jwks.url, clock=clock)
+    auth = OidcAuthenticator(AUD, emails=["*"], jwks_url=jwks.url, clock=clock)
     assert auth(bearer(token(key, email="x@y.iam.gserviceaccount.com")), b"").subject == (
         "x@y.iam.gserviceaccount.com"
     )
     assert "verified" in denied(auth, bearer(token(key, email_verified=False)))
+
+
+def test_oidc_with_google_s_issuer_and_no_email_is_refused(
+    jwks: Jwks, clock: Clock, key: rsa.RSAPrivateKey
+) -> None:
+    """Anyone mints a Google ID token for any audience (`gcloud auth
+    print-identity-token --audiences=…`, any account): aud= alone accepted every Google
+    account. No email is refused for Google's issuer; another issuer's are its own."""
+    for issuers in (GOOGLE_ISSUERS, ["accounts.google.com"]):
+        with pytest.raises(ConfigError, match=r"needs email=.*email=\* accepts any"):
+            OidcAuthenticator(AUD, issuers=issuers, jwks_url=jwks.url, clock=clock)
+    own = OidcAuthenticator(AUD, issuers=[ISS_OTHER], jwks_url=jwks.url, clock=clock)
+    t = token(key, iss=ISS_OTHER, email="x@y.example")
+    assert own(bearer(t), b"").subject == "x@y.example"
 
 
 @pytest.mark.parametrize(
@@ -248,7 +264,7 @@ def test_oidc_picks_up_a_rotated_key_by_refetching(
 
 
 def test_oidc_refetches_after_ttl(jwks: Jwks, clock: Clock, key: rsa.RSAPrivateKey) -> None:
-    auth = OidcAuthenticator(AUD, jwks_url=jwks.url, jwks_ttl=600, clock=clock)
+    auth = OidcAuthenticator(AUD, emails=[EMAIL], jwks_url=jwks.url, jwks_ttl=600, clock=clock)
     auth(bearer(token(key)), b"")
     clock.now += 599
     auth(bearer(token(key, iat=int(clock.now))), b"")
@@ -265,11 +281,11 @@ def test_oidc_unreachable_jwks_is_transient_but_cached_keys_keep_working(
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/certs"
     with pytest.raises(Unavailable, match="cannot fetch JWKS"):
-        OidcAuthenticator(AUD, jwks_url=dead, clock=clock)(bearer(token(key)), b"")
+        OidcAuthenticator(AUD, emails=[EMAIL], jwks_url=dead, clock=clock)(bearer(token(key)), b"")
 
     with serving() as server:
         server.publish(key, "k1")
-        auth = OidcAuthenticator(AUD, jwks_url=server.url, jwks_ttl=60, clock=clock)
+        auth = OidcAuthenticator(AUD, emails=[EMAIL], jwks_url=server.url, jwks_ttl=60, clock=clock)
         auth(bearer(token(key)), b"")
     clock.now += 120  # TTL passed and the endpoint is gone: keep the keys we have
     assert auth(bearer(token(key, iat=int(clock.now))), b"").subject == EMAIL
@@ -504,7 +520,9 @@ def test_spec_bearer_header_and_mlflow(tmp_path: Path, clock: Clock) -> None:
         ("basic:user=a", "unknown scheme 'basic'"),
         ("oidc", "aud= is required"),
         ("oidc:email=a@b", "aud= is required"),
-        ("oidc:aud=x,audience=y", "unknown key(s) audience for oidc"),
+        ("oidc:aud=x,email=*,audience=y", "unknown key(s) audience for oidc"),
+        ("oidc:aud=x", "Google's issuer needs email="),
+        ("oidc:aud=x,iss=https://accounts.google.com,iss=https://k8s", "needs email="),
         ("none:token=x", "unknown key(s) token for none"),
         ("hmac:secret", "part 1 after 'hmac:' is not key=value"),
         ("hmac:secret=a,window=soon", "window='soon' is not a number of seconds"),

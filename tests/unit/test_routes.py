@@ -42,3 +42,17 @@ def test_routes_with_an_open_default_are_refused() -> None:
 def test_bad_route_specs_name_the_setting(bad: str) -> None:
     with pytest.raises(ConfigError, match="MODELHOOKS_INGRESS_ROUTE_AUTH"):
         RouteAuth.from_settings("none", bad)
+
+
+def test_an_oidc_route_without_email_is_refused_naming_it() -> None:
+    """README's `/pubsub=oidc:aud=…` accepted a token any Google account mints for that
+    audience: refused at start-up now, naming the route; email=* says "any" on purpose."""
+    with pytest.raises(ConfigError) as caught:
+        RouteAuth.from_settings("bearer:token=d", "/pubsub=oidc:aud=https://hooks.example.com")
+    assert caught.value.message.startswith("MODELHOOKS_INGRESS_ROUTE_AUTH (/pubsub): ")
+    assert "needs email=" in caught.value.message
+    with pytest.raises(ConfigError, match=r"^MODELHOOKS_INGRESS_AUTH: .*needs email="):
+        RouteAuth.from_settings("oidc:aud=https://hooks.example.com", "")
+    named = "/pubsub=oidc:aud=https://h.example,email=push@p.iam.gserviceaccount.com"
+    assert RouteAuth.from_settings("bearer:token=d", named).routes
+    assert RouteAuth.from_settings("bearer:token=d", "/pubsub=oidc:aud=https://h,email=*").routes
