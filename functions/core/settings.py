@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import msgspec
 from msgspec import Meta, field
@@ -55,6 +56,20 @@ FOREVER = 10 * 365 * 24 * 3600
 def seconds(text: str, **limits: Any) -> Meta:
     """A duration's description: a number of seconds, finite and at most FOREVER."""
     return doc(text, le=FOREVER, **limits)
+
+
+def _http_url(name: str, value: str) -> None:
+    """ValueError naming the field when `value`, set, is no http(s)://host URL: K_SINK
+    `garbage` or a registry URL `mr:8080` was taken at start-up, and each event then failed
+    (or was forwarded nowhere) at the first request."""
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # ValueError: not a port
+    except ValueError:
+        parts = None
+    bad = parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+    if value and (bad or any(c.isspace() or not c.isprintable() for c in value)):
+        raise ValueError(f"{name}: {value!r} is not an http:// or https:// URL with a host")
 
 
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -111,6 +126,7 @@ class RegistrySettings(_Section, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if self.backend == "kubeflow" and not self.url:
             raise ValueError("url: the kubeflow backend needs a URL (MODELHOOKS_REGISTRY_URL)")
+        _http_url("url", self.url)
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", self.namespace):
             raise ValueError(f"namespace: {self.namespace!r} is not a Kubernetes namespace name")
 
@@ -138,6 +154,9 @@ class StoreSettings(_Section, frozen=True, kw_only=True):
             "private, e.g. an in-cluster registry: registry.ml.svc:5000,10.0.0.7:5000"
         ),
     ] = ""
+
+    def __post_init__(self) -> None:
+        _http_url("s3_endpoint_url", self.s3_endpoint_url)
 
 
 class LayoutSettings(_Section, frozen=True, kw_only=True):
@@ -228,6 +247,9 @@ class RouterSettings(_Section, frozen=True, kw_only=True):
     timeout: Annotated[
         float, seconds("seconds a subscriber may take to answer (sign hashes whole models)", gt=0)
     ] = 900.0
+
+    def __post_init__(self) -> None:
+        _http_url("sink", self.sink)
 
 
 class ServeSettings(_Section, frozen=True, kw_only=True):
@@ -327,6 +349,9 @@ class OciSettings(_Section, frozen=True, kw_only=True):
             "Credentials); empty: their Docker path, like any registry"
         ),
     ] = "https://artifactregistry.googleapis.com"
+
+    def __post_init__(self) -> None:
+        _http_url("artifact_registry_endpoint", self.artifact_registry_endpoint)
 
 
 class PruneSettings(_Section, frozen=True, kw_only=True):
@@ -595,7 +620,7 @@ def load_settings(
 # cache), not at every start
 _ERROR = r"(?s)^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$"
 _UNKNOWN = r"unknown field `(?P<name>[^`]+)`"
-_FIELD_FIRST = r"^(?P<name>[a-z_]+): "
+_FIELD_FIRST = r"^(?P<name>[a-z0-9_]+): "
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file's: its settings take a few KB

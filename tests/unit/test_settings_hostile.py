@@ -131,3 +131,49 @@ def test_a_merge_key_is_no_key_given_twice(tmp_path: Path) -> None:
     config.write_text("serve:\n  <<: {threads: 2, port: 9}\n  threads: 4\n")
     serve = load_settings(env={}, config_file=config).serve
     assert (serve.threads, serve.port) == (4, 9)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"K_SINK": "garbage"}, "K_SINK"),
+        ({"K_SINK": "ftp://broker/"}, "K_SINK"),
+        (
+            {"MODELHOOKS_REGISTRY_BACKEND": "kubeflow", "MODELHOOKS_REGISTRY_URL": "mr:8080"},
+            "MODELHOOKS_REGISTRY_URL",
+        ),
+        (
+            {"MODELHOOKS_STORE_S3_ENDPOINT_URL": "http://minio:99999"},
+            "MODELHOOKS_STORE_S3_ENDPOINT_URL",
+        ),
+        (
+            {"MODELHOOKS_STORE_S3_ENDPOINT_URL": "http://minio:9000\n"},
+            "MODELHOOKS_STORE_S3_ENDPOINT_URL",
+        ),
+        (
+            {"MODELHOOKS_OCI_ARTIFACT_REGISTRY_ENDPOINT": "garbage"},
+            "MODELHOOKS_OCI_ARTIFACT_REGISTRY_ENDPOINT",
+        ),
+    ],
+)
+def test_an_endpoint_that_is_no_url_is_refused_at_start(env: dict[str, str], named: str) -> None:
+    """Each was taken: serve started, and every event failed (or was forwarded to
+    `garbage`) at the first request."""
+    with pytest.raises(
+        ConfigError, match=f"invalid setting {named}=.*is not an http:// or https:// URL"
+    ):
+        load_settings(env=env)
+
+
+def test_endpoints_that_are_urls_are_taken(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("oci:\n  artifact_registry_endpoint: ''\n")  # empty: the Docker path
+    s = load_settings(
+        env={
+            "K_SINK": "http://broker-ingress.knative-eventing.svc.cluster.local/ns/default",
+            "MODELHOOKS_STORE_S3_ENDPOINT_URL": "https://[::1]:9000",
+        },
+        config_file=config,
+    )
+    assert s.store.s3_endpoint_url == "https://[::1]:9000"
+    assert s.oci.artifact_registry_endpoint == ""
