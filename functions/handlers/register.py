@@ -103,8 +103,14 @@ def handle(
 def register_model(
     event: CanonicalEvent, pushed: ArtifactPushed, *, registry: ModelRegistry
 ) -> list[CanonicalEvent]:
-    with registry.transaction():
-        return _register(event, pushed, registry)
+    """Registered; a Skip in a namespace being deleted (no record can be made there, and
+    what it would make would go with it), not a 403 dead-lettered."""
+    try:
+        with registry.transaction():
+            return _register(event, pushed, registry)
+    except Forbidden as exc:
+        _unless_terminating(exc, pushed.namespace)
+        raise
 
 
 def _register(
@@ -245,11 +251,14 @@ def archive_model(
         with registry.transaction():
             _archive(event, deleted, registry, check_namespace)
     except Forbidden as exc:
-        if exc.details.get("reason") != NAMESPACE_TERMINATING:
-            raise
-        raise Skip(
-            f"namespace {deleted.namespace!r} is being deleted, its records with it"
-        ) from None
+        _unless_terminating(exc, deleted.namespace)
+        raise
+
+
+def _unless_terminating(exc: Forbidden, namespace: str | None) -> None:
+    """Skip for a registry's refusal to create in a namespace being deleted."""
+    if exc.details.get("reason") == NAMESPACE_TERMINATING:
+        raise Skip(f"namespace {namespace!r} is being deleted, its records with it") from None
 
 
 def _archive(

@@ -704,3 +704,8 @@ def test_a_deletion_in_a_namespace_being_deleted_records_what_it_can(
     found = kube.get_model(known)
     assert found is not None and found.state == ModelState.ARCHIVED
     assert kube.get_model(unknown) is None
+    for name in (known, unknown):  # a push meanwhile (a new version, a new model): nothing
+        late = pushed.replace(model=name, version="2")
+        event = CanonicalEvent(id=f"{name}-2", source="t", type=late.TYPE, data=late, time=later)
+        with pytest.raises(Skip, match="being deleted"):
+            register_model(event, late, registry=kube)
