@@ -163,14 +163,30 @@ def run_import(args: argparse.Namespace) -> int:
     from modelhooks.core.registry_copy import import_registry
 
     try:
-        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+        text = _export_text(args.file)
         doc = json.loads(text)
     except OSError as exc:
         raise BadRequest(f"{args.file}: {exc.strerror}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # '[' * 10**5 was an internal error (exit 70)
         raise BadRequest(f"{args.file}: not JSON ({exc})") from None
     report = import_registry(model_registry(common.settings(args)), doc)  # sqlite: created
     for refusal in report.refused:
         print(f"refused: {refusal}", file=sys.stderr)
     print(report.summary())
     return 2 if report.refused else 0  # refused input, as replay's refused events (1: verification)
+
+
+MAX_EXPORT_BYTES = 1 << 30  # an export's (replay's limit of a stored file)
+
+
+def _export_text(file: Path) -> str:
+    """An export's text, read as at most MAX_EXPORT_BYTES: `registry import /dev/zero` (or
+    `-` from it) was read without end; ValueError past it."""
+    if str(file) == "-":
+        text = sys.stdin.read(MAX_EXPORT_BYTES + 1)
+    else:
+        with file.open(encoding="utf-8") as f:
+            text = f.read(MAX_EXPORT_BYTES + 1)
+    if len(text) > MAX_EXPORT_BYTES:
+        raise ValueError(f"over {MAX_EXPORT_BYTES} characters: not an export")
+    return text
