@@ -204,21 +204,32 @@ def _registered_version(
     than this push but newer than that one archived the version (dropping the record), and
     this push's registration revived it LIVE and unsigned for good; as "stale" (its version
     archived) this push was skipped alike. Recorded, a deletion that archives the version
-    is newer than this push: it is stale, rightly skipped."""
+    is newer than this push: it is stale, rightly skipped. A version of another digest is
+    a Conflict (as register answers it), or stale when archived."""
     model = registry.get_model(pushed.model)
     version = registry.get_version(model.id, pushed.version) if model else None
-    if version is None or (at is not None and at > version.custom_properties.get(PUSHED_AT, "")):
+    if version is None:
         raise Unavailable(
-            f"model {pushed.model!r} version {pushed.version!r} is not registered yet"
-            + ("" if version is None else " as of this push"),
+            f"model {pushed.model!r} version {pushed.version!r} is not registered yet",
             model=pushed.model,
             version=pushed.version,
         )
     if version.custom_properties.get("digest", pushed.digest) != pushed.digest:
+        # register records no push of another digest (a Conflict, or moot when older than
+        # the model's deletion): waiting for it to be recorded would wait for ever
+        if version.state != ModelState.LIVE:
+            raise Skip("stale push: another digest, the version is archived")
         raise Conflict(
             f"model {pushed.model!r} version {pushed.version!r} is registered with another digest",
             registered=version.custom_properties.get("digest"),
             received=pushed.digest,
+        )
+    if at is not None and at > version.custom_properties.get(PUSHED_AT, ""):
+        raise Unavailable(
+            f"model {pushed.model!r} version {pushed.version!r} is not registered yet "
+            "as of this push",
+            model=pushed.model,
+            version=pushed.version,
         )
     return version
 

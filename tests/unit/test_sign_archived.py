@@ -15,6 +15,7 @@ import pytest
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing import HashOptions, KeySigner
 from modelhooks.bootstrap import build
+from modelhooks.core.errors import Conflict
 from modelhooks.core.function import Skip
 from modelhooks.core.records import ModelState
 from modelhooks.core.settings import load_settings
@@ -172,3 +173,28 @@ def test_a_signature_a_newer_push_records_before_its_registration_survives_the_d
     version = registry.get_version(model.id, "1")
     assert version is not None and version.state == ModelState.LIVE
     assert "signature.uri" in version.custom_properties
+
+
+def test_a_push_of_another_digest_is_not_waited_for(tmp_path: Path) -> None:
+    """register records no push of another digest than its version's (moot when older than
+    the model's deletion, else a Conflict): sign answered Unavailable "as of this push" to
+    one newer than the version's own, redelivered until dead-lettered, and Conflict (a
+    409, dead-lettered) to a moot one. Now: stale (skipped) on an archived version,
+    Conflict on a live one, and no wait for either."""
+    write_model(tmp_path / "store" / "models" / "bert" / "1")
+    registry, first = InMemoryModelRegistry(), push(tmp_path)
+    register_model(first, first.data, registry=registry)  # type: ignore[arg-type]
+    signer = KeySigner.from_file(make_key(tmp_path).private)
+    assert isinstance(first.data, ArtifactPushed)
+    other = first.data.replace(digest="sha256:" + "2" * 64)
+    newer = CanonicalEvent(
+        id="p2", source="t", type=other.TYPE, data=other, time=T0 + timedelta(minutes=1)
+    )
+    with pytest.raises(Conflict, match="another digest"):
+        sign(newer, registry, signer)
+    archive_model(DELETION, DELETED, registry=registry)
+    for at in (timedelta(minutes=1), timedelta(minutes=9)):  # older, newer than the deletion
+        late = CanonicalEvent(id="p3", source="t", type=other.TYPE, data=other, time=T0 + at)
+        with pytest.raises(Skip, match="stale push"):
+            sign(late, registry, signer)
+    assert signature_props(registry) == {}
