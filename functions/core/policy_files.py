@@ -23,10 +23,17 @@ __all__ = ["entries"]
 def entries(
     text: str, origin: str, *, selector: str, options: set[str]
 ) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """(where, glob, options) of each entry, in order; `where` names the entry for errors."""
+    """(where, glob, options) of each entry, in order; `where` names the entry for errors.
+    Text that is no YAML (a syntax error, nesting past the parser's recursion) is a
+    ValueError naming the file too: it was an internal error, and serve did not start."""
     import yaml
 
-    doc = yaml.safe_load(text) or {}
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{origin}: not YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ValueError(f"{origin}: not YAML: nested too deep") from None
     found = doc.get("policies") if isinstance(doc, dict) else None
     if not isinstance(found, list):
         raise ValueError(f"{origin}: expected `policies:` with a list of policies")
