@@ -103,13 +103,13 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_apply(args: argparse.Namespace) -> int:
     try:
-        doc = json.loads(args.plan.read_text())
+        doc = json.loads(_plan_text(args.plan))
         planned = Plan(
             delete=tuple(_decision(d) for d in doc["delete"]),
             manifests=tuple(_decision(d) for d in doc.get("manifests", ())),
             keep=tuple(_decision(d) for d in doc.get("keep", ())),
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise BadRequest(
             f"{args.plan}: not a plan from `modelhooks prune plan --json` ({exc})"
         ) from None
@@ -155,3 +155,16 @@ def _plan_json(repository: str, result: Plan) -> dict[str, Any]:
         "delete": rows(result.delete),
         "manifests": rows(result.manifests),
     }
+
+
+MAX_PLAN_BYTES = 64 << 20  # a plan's: a repository's every tag, with room to spare
+
+
+def _plan_text(path: Path) -> str:
+    """The plan file's text, read as at most MAX_PLAN_BYTES (`--plan /dev/zero` was read
+    without end; JSON nested past the parser's recursion was an internal error, exit 70)."""
+    with path.open(encoding="utf-8") as f:
+        text = f.read(MAX_PLAN_BYTES + 1)
+    if len(text) > MAX_PLAN_BYTES:
+        raise ValueError(f"over {MAX_PLAN_BYTES} characters")
+    return text
