@@ -340,6 +340,8 @@ def _docker_config(path: Path, side: str, values: Mapping[str, str]) -> dict[str
         auths = json.loads(file.read_text()).get("auths", {})
     except (OSError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{setting}: {file} is not a .dockerconfigjson: {exc}") from None
+    if not isinstance(auths, dict) or not all(isinstance(e, dict) for e in auths.values()):
+        raise ConfigError(f"{setting}: {file} is not a .dockerconfigjson: auths: not a mapping")
     registry = values.get(f"{side}_oci_registry") or _host(values.get(f"{side}_oci_uri", ""))
     entry = auths.get(registry) if registry else None
     if entry is None and len(auths) == 1 and not registry:
@@ -349,12 +351,25 @@ def _docker_config(path: Path, side: str, values: Mapping[str, str]) -> dict[str
     found = {f"{side}_oci_registry": registry}
     user, password = entry.get("username", ""), entry.get("password", "")
     if entry.get("auth"):
-        user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+        user, password = _basic(entry["auth"], f"{setting}: {file}: {registry}")
     if user:
         found[f"{side}_oci_username"] = user
     if password:
         found[f"{side}_oci_password"] = password
     return found
+
+
+def _basic(auth: object, where: str) -> tuple[str, str]:
+    """`user:password` of a .dockerconfigjson entry's `auth` (base64), ConfigError naming
+    `where`, never the bytes: one that was not base64 of UTF-8 text (or not a string) was an
+    internal error, exit 70, its message quoting a byte of the credentials."""
+    try:
+        if not isinstance(auth, str):
+            raise TypeError
+        user, _, password = base64.b64decode(auth).decode().partition(":")
+    except (TypeError, ValueError):  # binascii.Error, UnicodeDecodeError
+        raise ConfigError(f"{where}: auth is not base64 of user:password") from None
+    return user, password
 
 
 def _host(uri: str) -> str:
