@@ -590,20 +590,46 @@ def _allowed_hosts(settings: Settings) -> frozenset[str]:
 
 def _oci(settings: Settings) -> OciClients:
     """Registries named by events: only public addresses unless store.allow_local_targets.
-    `oauth2accesstoken` without a password: Application Default Credentials' access token."""
+    `oauth2accesstoken` without a password: Application Default Credentials' access token.
+    The credentials go to oci.credential_hosts alone (`_credential_hosts`)."""
     from modelhooks.adapters.oci.clients import OciClients
 
     user, password = settings.oci.username, settings.oci.password
-    auth = None
+    auth, hosts = None, None
     if user:  # the credentials' module only then (cold start)
         from modelhooks.adapters.oci.credentials import credentials_for
 
         auth = credentials_for(user, resolve_value(password, "MODELHOOKS_OCI_PASSWORD"))
+        hosts = _credential_hosts(settings)
     return OciClients(
         auth,
         allow_local=settings.store.allow_local_targets,
         allowed_hosts=_allowed_hosts(settings),
         artifact_registry_endpoint=settings.oci.artifact_registry_endpoint,
+        credential_hosts=hosts,
+    )
+
+
+def _credential_hosts(settings: Settings) -> tuple[str, ...] | None:
+    """The host patterns oci.username's credentials may go to. Required: an event or a
+    Model names the registry (`oci://evil.example/m:1`), and the registry its token realm,
+    so without them the credentials went to whoever was named. None (Google's rule alone,
+    `*.pkg.dev`, `gcr.io`) for Google's users, whose registries are the obvious ones."""
+    from modelhooks.adapters.oci.auth import GOOGLE_USERS, parse_hosts
+
+    try:
+        hosts = parse_hosts(settings.oci.credential_hosts)
+    except ValueError as exc:
+        raise ConfigError(f"MODELHOOKS_OCI_CREDENTIAL_HOSTS: {exc}") from None
+    if hosts or settings.oci.username in GOOGLE_USERS:
+        return hosts or None
+    zot = settings.ingress.registry_host
+    raise ConfigError(
+        "MODELHOOKS_OCI_USERNAME is set but MODELHOOKS_OCI_CREDENTIAL_HOSTS names no host: "
+        "the registry an event or a Model names (oci://evil.example/m:1), and the token "
+        "server its challenge names, would get the credentials; name the registries (and "
+        "token servers) they are for, e.g. "
+        f"{zot or 'registry.example.com'} (Docker Hub: registry-1.docker.io,auth.docker.io)"
     )
 
 

@@ -330,7 +330,7 @@ class OciSettings(_Section, frozen=True, kw_only=True):
             "(Bearer) or to the registry (Basic); `oauth2accesstoken` with an empty password: "
             "an Application Default Credentials access token (Artifact Registry); Google's "
             "users (oauth2accesstoken, _token, _json_key) go to *.pkg.dev and gcr.io alone; "
-            "empty: anonymous"
+            "others to oci.credential_hosts alone; empty: anonymous"
         ),
     ] = ""
     password: Annotated[
@@ -339,6 +339,17 @@ class OciSettings(_Section, frozen=True, kw_only=True):
             "OCI registry password or token: a literal, env:NAME or file:PATH; empty with "
             "user `oauth2accesstoken`: the ADC access token, refreshed as it expires",
             secret=True,
+        ),
+    ] = ""
+    credential_hosts: Annotated[
+        str,
+        doc(
+            "hosts oci.username and oci.password are sent to, comma-separated: "
+            "registry.example.com (its https port), reg.example:5000, *.example.com (its "
+            "subdomains); a registry's token server too (Docker Hub: "
+            "registry-1.docker.io,auth.docker.io); any other registry or token server an "
+            "event, a Model or a challenge names is asked anonymously; required with "
+            "oci.username (but Google's users: *.pkg.dev, gcr.io)"
         ),
     ] = ""
     artifact_registry_endpoint: Annotated[

@@ -186,3 +186,94 @@ def test_the_realm_redirect_to_another_host_carries_no_credentials(
     assert first.authorization is not None and first.authorization.startswith("Basic ")
     assert redirected.authorization is None  # at localhost: another host than the realm's
     assert not redirected.issued
+
+
+class _Recorder:
+    """A registry an event names that is not ours: every request answered 401 with
+    `challenge`, its Authorization recorded (None: asked anonymously)."""
+
+    def __init__(self, challenge: str) -> None:
+        import http.server
+        import threading
+
+        self.seen: list[str | None] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                recorder.seen.append(self.headers.get("Authorization"))
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", challenge)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_HEAD = do_GET
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _ours(
+    registry: OciRegistry, tokens: TokenServer, hosts: str
+) -> tuple[OciClients, tuple[str, str]]:
+    """Clients with the writer's credentials for the hosts `hosts` names (oci.credential_hosts)."""
+    from modelhooks.adapters.oci.auth import parse_hosts
+
+    writer = _writer(tokens)
+    return OciClients(writer, allow_local=True, credential_hosts=parse_hosts(hosts)), writer
+
+
+def test_the_credentials_reach_the_credential_hosts_and_never_another(
+    distribution3_token_auth: OciRegistry, token_server: TokenServer
+) -> None:
+    """oci.username's credentials went to whichever registry an event or a Model named and
+    to whichever realm its challenge named. Listed (the registry and its realm) they work;
+    the same registry under a name not listed (localhost), a registry of someone else's
+    (Basic, or Bearer naming our realm to buy a token with them), and a realm not listed
+    get no Authorization: each is recorded."""
+    registry, realm = distribution3_token_auth, f"127.0.0.1:{token_server.port}"
+    clients, _ = _ours(registry, token_server, f"{registry.host},{realm}")
+    repo = _repo("listed")
+    client = clients.for_uri(f"oci://{registry.host}/{repo}:v1")[0]
+    digest = image(client, repo, "v1", b"weights")
+    assert client.resolve(repo, "v1") == digest
+    assert {r.user for r in token_server.seen(repo)} == {"writer"}
+
+    # the same registry by another name, not listed: asked anonymously, our realm too
+    port = registry.host.rsplit(":", 1)[1]
+    alias = clients.for_uri(f"oci://localhost:{port}/{repo}:v1")[0]
+    with pytest.raises(Forbidden, match=r"oci\.credential_hosts"):
+        alias.resolve(repo, "v1")
+    assert [r.authorization for r in token_server.seen(repo)][-1] is None
+
+    # someone else's registries: Basic, and Bearer naming our realm for our repository
+    basic = _Recorder('Basic realm="evil"')
+    bearer = _Recorder(
+        f'Bearer realm="{token_server.url}",service="{TokenServer.service}",'
+        f'scope="repository:{repo}:pull,push"'
+    )
+    try:
+        for evil in (basic, bearer):
+            with pytest.raises(Forbidden):
+                clients.for_uri(f"oci://{evil.host}/{repo}:v1")[0].resolve(repo, "v1")
+        assert basic.seen == [None] and bearer.seen == [None]  # one 401, nothing sent again
+    finally:
+        basic.close()
+        bearer.close()
+    asked = token_server.seen(repo)[-1]
+    assert (asked.user, asked.authorization, asked.issued) == (None, None, False)
+
+    # the registry listed, its realm not: the realm is asked anonymously
+    alone, _ = _ours(registry, token_server, registry.host)
+    other = _repo("realm")
+    with pytest.raises(Forbidden, match=rf"oci\.credential_hosts names \({registry.host}\)"):
+        alone.for_uri(f"oci://{registry.host}/{other}:v1")[0].resolve(other, "v1")
+    assert [(r.user, r.authorization) for r in token_server.seen(other)] == [(None, None)]

@@ -208,7 +208,11 @@ def test_sign_on_a_cloud_store_imports_no_local_store_nor_registry_credentials(
     unneeded = ("modelhooks.adapters.object_store.local", "mmap", "modelhooks.adapters.oci.credentials")  # fmt: skip
     assert sorted(m for m in modules if m in unneeded) == []
     with_user = started(
-        "register", tmp_path / "home2", MODELHOOKS_OCI_USERNAME="bob", MODELHOOKS_OCI_PASSWORD="x"
+        "register",
+        tmp_path / "home2",
+        MODELHOOKS_OCI_USERNAME="bob",
+        MODELHOOKS_OCI_PASSWORD="x",
+        MODELHOOKS_OCI_CREDENTIAL_HOSTS="reg.example",
     )
     assert "modelhooks.adapters.oci.credentials" in with_user  # built at start, as before
 

@@ -23,7 +23,14 @@ import pytest
 
 from modelhooks import bootstrap
 from modelhooks.adapters.net import guarded_opener
-from modelhooks.adapters.oci.auth import Challenge, RegistryAuth, parse_challenges
+from modelhooks.adapters.oci.auth import (
+    Challenge,
+    RegistryAuth,
+    host_matches,
+    parse_challenges,
+    parse_hosts,
+)
+from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.credentials import (
     CLOUD_PLATFORM,
     AccessTokenCredentials,
@@ -31,7 +38,7 @@ from modelhooks.adapters.oci.credentials import (
     credentials_for,
 )
 from modelhooks.adapters.oci.distribution import DistributionRegistry
-from modelhooks.core.errors import Forbidden, Unavailable
+from modelhooks.core.errors import ConfigError, Forbidden, Unavailable
 from modelhooks.core.settings import load_settings
 
 # ---- parsing ---------------------------------------------------------------------------
@@ -414,12 +421,13 @@ def test_credentials_for_the_settings() -> None:
     assert credentials_for("bob", "") == StaticCredentials("bob", "")
 
 
+BOB = {"MODELHOOKS_OCI_USERNAME": "bob", "MODELHOOKS_OCI_PASSWORD": "s3cret"}
+
+
 def test_bootstrap_wires_the_access_token() -> None:
     settings = load_settings(env={"MODELHOOKS_OCI_USERNAME": "oauth2accesstoken"})
     assert isinstance(bootstrap._oci(settings).auth, AccessTokenCredentials)
-    settings = load_settings(
-        env={"MODELHOOKS_OCI_USERNAME": "bob", "MODELHOOKS_OCI_PASSWORD": "s3cret"}
-    )
+    settings = load_settings(env={**BOB, "MODELHOOKS_OCI_CREDENTIAL_HOSTS": "reg.example"})
     assert bootstrap._oci(settings).auth == StaticCredentials("bob", "s3cret")
     assert "s3cret" not in repr(bootstrap._oci(settings).auth)
 
@@ -435,6 +443,7 @@ def test_bootstrap_wires_the_access_token() -> None:
         ("https://evil.example", "https://evil.example/token"),  # an event names the host
         ("https://us-docker.pkg.dev", "https://evil.example/token"),  # its challenge the realm
         ("https://pkg.dev.evil.example", "https://pkg.dev.evil.example/v2/token"),
+        ("https://evil.example", "https://us-docker.pkg.dev/v2/token"),  # Google's token to evil
     ],
 )
 def test_a_google_access_token_goes_to_google_s_registries_alone(
@@ -458,3 +467,110 @@ def test_a_google_access_token_goes_to_google_s_registries_alone(
 def test_a_google_access_token_goes_to_container_registry_too() -> None:
     gcr = RegistryAuth("https://gcr.io", StaticCredentials("oauth2accesstoken", "t"), _Realm())
     assert _decoded(gcr.answer("GET", URL, 'Basic realm="x"', sent=None)) == "oauth2accesstoken:t"
+
+
+@pytest.mark.parametrize(
+    ("patterns", "url", "matches"),
+    [
+        ("reg.example", "https://reg.example/v2/", True),
+        ("reg.example", "https://REG.example:443/v2/", True),  # its scheme's port, named
+        ("reg.example:443", "https://reg.example/v2/", True),
+        ("reg.example", "https://reg.example:8443/v2/", False),  # another port: another one
+        ("reg.example:5000", "http://reg.example:5000/v2/", True),
+        ("reg.example:5000", "http://reg.example:5001/v2/", False),
+        ("reg.example", "https://reg.example.evil/v2/", False),
+        ("reg.example", "https://evilreg.example/v2/", False),
+        ("reg.example", "https://a.reg.example/v2/", False),
+        ("*.example.com", "https://a.b.example.com/token", True),
+        ("*.example.com", "https://example.com/token", False),  # its subdomains, not itself
+        ("*.example.com", "https://evilexample.com/token", False),
+        ("*.example.com", "https://example.com.evil/token", False),
+        ("[::1]:5000", "http://[::1]:5000/v2/", True),
+        ("127.0.0.1:5000, auth.docker.io", "https://auth.docker.io/token", True),
+        ("reg.example", "https://reg.example:99999/v2/", False),  # no port: nothing
+        ("reg.example", "https:///v2/", False),
+    ],
+)
+def test_credential_hosts_match_host_and_port(patterns: str, url: str, matches: bool) -> None:
+    assert host_matches(parse_hosts(patterns), url) is matches
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "*",
+        "*.",
+        "*.com",
+        "evil*.com",
+        "a/b",
+        "https://reg.example",
+        "reg.example:0",
+        "a:99999",
+        "u@reg.example",
+    ],
+)
+def test_a_credential_host_that_is_no_pattern_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="is not a host pattern"):
+        parse_hosts(f"reg.example,{bad}")
+    settings = load_settings(env={**BOB, "MODELHOOKS_OCI_CREDENTIAL_HOSTS": bad})
+    with pytest.raises(
+        ConfigError, match=r"MODELHOOKS_OCI_CREDENTIAL_HOSTS: .* not a host pattern"
+    ):
+        bootstrap._oci(settings)
+
+
+def test_a_registry_user_without_credential_hosts_is_refused_at_start() -> None:
+    """oci.username's credentials went to whichever registry an event or a Model named
+    (oci://evil.example/m:1) and to whichever realm its challenge named: without hosts
+    named, start-up is refused naming both settings; Google's users keep Google's hosts."""
+    with pytest.raises(ConfigError) as caught:
+        bootstrap._oci(load_settings(env=BOB))
+    message = caught.value.message
+    assert "MODELHOOKS_OCI_USERNAME" in message and "MODELHOOKS_OCI_CREDENTIAL_HOSTS" in message
+    assert "evil.example" in message and "auth.docker.io" in message and "s3cret" not in message
+    zot = load_settings(env={**BOB, "MODELHOOKS_INGRESS_REGISTRY_HOST": "zot.example:5000"})
+    with pytest.raises(ConfigError, match=r"e\.g\. zot\.example:5000"):
+        bootstrap._oci(zot)
+    google = load_settings(
+        env={"MODELHOOKS_OCI_USERNAME": "_json_key", "MODELHOOKS_OCI_PASSWORD": "{}"}
+    )
+    assert bootstrap._oci(google).credential_hosts is None  # Google's rule alone
+    assert bootstrap._oci(load_settings(env={})).auth is None  # anonymous: nothing to name
+
+
+@pytest.mark.parametrize(
+    ("registry", "realm", "to_registry", "to_realm"),
+    [
+        ("https://reg.example", "https://reg.example/token", True, True),
+        ("https://reg.example", "https://auth.example/token", True, True),  # listed
+        ("https://evil.example", "https://evil.example/token", False, False),  # an event's
+        ("https://reg.example", "https://evil.example/token", True, False),  # a challenge's
+        ("https://evil.example", "https://auth.example/token", False, False),  # nor its token
+    ],
+)
+def test_static_credentials_go_to_the_credential_hosts_alone(
+    registry: str, realm: str, to_registry: bool, to_realm: bool
+) -> None:
+    """A registry (or realm) the patterns do not name is asked anonymously; a Basic one
+    is refused saying which hosts the credentials go to."""
+    opener = _Realm()
+    hosts = parse_hosts("reg.example,auth.example")
+    auth = RegistryAuth(registry, StaticCredentials("u", "p"), opener, credential_hosts=hosts)
+    assert (auth.credentials is not None) is to_registry
+    auth.answer("GET", URL, _challenge("repository:m:pull", realm=realm), sent=None)
+    sent = opener.requests[0].get_header("Authorization")
+    assert (sent is not None) is to_realm
+    if to_realm:
+        assert _decoded(str(sent)) == "u:p"
+    if to_registry:
+        assert _decoded(auth.answer("GET", URL, 'Basic realm="r"', sent=None)) == "u:p"
+    else:
+        with pytest.raises(Forbidden, match=r"oci\.credential_hosts names \(reg\.example, auth"):
+            auth.answer("GET", URL, 'Basic realm="r"', sent=None)
+        assert auth.header("GET", URL) is None or "Basic" not in str(auth.header("GET", URL))
+
+
+def test_oci_clients_give_their_registries_the_patterns() -> None:
+    clients = OciClients(("u", "p"), credential_hosts=parse_hosts("*.corp.example"))
+    assert clients.for_uri("oci://r.corp.example/m:1")[0].auth.credentials is not None
+    assert clients.for_uri("oci://evil.example/m:1")[0].auth.credentials is None

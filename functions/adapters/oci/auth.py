@@ -17,11 +17,14 @@ The credentials (a user and password, or Artifact Registry's access token) are i
 Security: the realm request goes through the registry's own (guarded) opener, so the
 address rule applies to it too; a realm over plain http is refused unless the registry
 itself is on loopback; the opener drops Authorization on a redirect to another host
-(`modelhooks.adapters.net`). Google's credentials (the users `oauth2accesstoken`, `_token`,
-`_json_key`, `_json_key_base64`: a cloud-platform access token or a key) go to Google's
-registries and realms alone (`*.pkg.dev`, `gcr.io`, `*.gcr.io`): any other registry an event
-or a Model names, or realm a challenge names, is asked anonymously. No error message
-carries a secret.
+(`modelhooks.adapters.net`). An event or a Model names the registry, and the registry its
+realm, so the credentials go only where they are meant to: to the hosts `credential_hosts`
+names (`oci.credential_hosts`: patterns such as `registry.example.com`, `reg.example:5000`,
+`*.example.com`), registry and realm alike (Docker Hub's realm is `auth.docker.io`); Google's
+(the users `oauth2accesstoken`, `_token`, `_json_key`, `_json_key_base64`: a cloud-platform
+access token or a key) to Google's registries and realms alone (`*.pkg.dev`, `gcr.io`,
+`*.gcr.io`). Any other registry or realm is asked anonymously. No error message carries a
+secret.
 
 >>> auth = RegistryAuth(base_url, StaticCredentials("u", "p"), opener.open)  # doctest: +SKIP
 >>> auth.answer("GET", url, headers["WWW-Authenticate"], sent=None)  # doctest: +SKIP
@@ -34,7 +37,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
@@ -44,7 +47,14 @@ from modelhooks.core.errors import Forbidden, ModelhooksError, PayloadTooLarge, 
 if TYPE_CHECKING:
     from modelhooks.adapters.oci.credentials import Credentials
 
-__all__ = ["Challenge", "RegistryAuth", "parse_challenges"]
+__all__ = [
+    "GOOGLE_USERS",
+    "Challenge",
+    "RegistryAuth",
+    "host_matches",
+    "parse_challenges",
+    "parse_hosts",
+]
 
 _SET_CREDENTIALS = "set oci.username and oci.password"
 _MAX_TOKEN = 1 << 20  # a realm's answer: a token (a JWT of a few KB), read no further
@@ -58,8 +68,79 @@ _PARAM = re.compile(rf'\s*({_TOKEN})\s*=\s*(?:"((?:[^"\\]|\\.)*)"|({_TOKEN}))\s*
 _TOKEN68 = re.compile(r"\s*[A-Za-z0-9\-._~+/]+=*\s*(?=,|$)")
 _SEPARATOR = re.compile(r"\s*,")
 # Google's registry users, whose password is a Google credential, and Google's registry hosts
-_GOOGLE_USERS = frozenset({"oauth2accesstoken", "_token", "_json_key", "_json_key_base64"})
+GOOGLE_USERS = frozenset({"oauth2accesstoken", "_token", "_json_key", "_json_key_base64"})
 _GOOGLE_HOST = re.compile(r"(?:[a-z0-9-]+\.)*(?:pkg\.dev|gcr\.io)")
+# a credential host pattern: `*.` (any subdomain), then a DNS name, an IPv4 address or a
+# bracketed IPv6 one, and perhaps a port
+_HOST_PATTERN = re.compile(
+    r"(?P<wild>\*\.)?(?P<host>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
+    r"|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{1,5}))?"
+)
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def parse_hosts(text: str) -> tuple[str, ...]:
+    """The host patterns of a comma-separated list (`oci.credential_hosts`), lower case;
+    ValueError naming one that is none: a pattern is a host (`reg.example`), perhaps with a
+    port (`reg.example:5000`), or `*.` and a domain (`*.example.com`: its subdomains, not
+    itself). A host without a port is that host on its scheme's port only, as Docker keys
+    its credentials: `reg.example:8443` may be another service.
+
+    >>> parse_hosts(" Registry.example.com, *.corp.example ,127.0.0.1:5000")
+    ('registry.example.com', '*.corp.example', '127.0.0.1:5000')
+    """
+    patterns = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+    for pattern in patterns:
+        found = _HOST_PATTERN.fullmatch(pattern)
+        if (
+            not found
+            or (found["port"] and not 0 < int(found["port"]) < 65536)
+            or (found["wild"] and "." not in found["host"])  # `*.com`: anyone's
+        ):
+            raise ValueError(f"{pattern!r} is not a host pattern (host, host:port, or *.domain)")
+    return patterns
+
+
+def host_matches(patterns: Collection[str], url: str) -> bool:
+    """Whether `url`'s host (and port) is one `patterns` names (see `parse_hosts`).
+
+    >>> host_matches(["*.example.com", "reg.example:5000"], "https://a.b.example.com/token")
+    True
+    >>> [host_matches(["reg.example"], u) for u in ("https://reg.example:443/v2/",
+    ...     "https://reg.example:8443", "https://reg.example.evil")]
+    [True, False, False]
+    """
+    try:
+        parts = urlsplit(url)
+        host, port = (parts.hostname or "").lower(), parts.port
+    except ValueError:  # a port out of range, a bracketed host that is no IP address
+        return False
+    default = _DEFAULT_PORTS.get(parts.scheme)
+    for pattern in patterns:
+        found = _HOST_PATTERN.fullmatch(pattern.lower())
+        if not host or not found:
+            continue
+        named, wild = found["host"].strip("[]"), bool(found["wild"])
+        named_port = int(found["port"]) if found["port"] else default
+        if (port or default) == named_port and (
+            host.endswith("." + named) if wild else host == named
+        ):
+            return True
+    return False
+    if not host or port == _DEFAULT_PORTS.get(parts.scheme):
+        port = None
+    for pattern in patterns:
+        found = _HOST_PATTERN.fullmatch(pattern)
+        named_port = int(found["port"]) if found and found["port"] else None
+        if (
+            not found
+            or (None if named_port == _DEFAULT_PORTS.get(parts.scheme) else named_port) != port
+        ):
+            continue
+        named = found["host"].strip("[]")
+        if host == named if not found["wild"] else host.endswith("." + named):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -117,10 +198,12 @@ class RegistryAuth:
         credentials: Credentials | None,
         open: Open,
         *,
+        credential_hosts: Collection[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url, self._clock = base_url, clock
         self._open, self._configured = open, credentials
+        self._hosts = None if credential_hosts is None else tuple(credential_hosts)
         self._loopback = (urlsplit(base_url).hostname or "") in _LOOPBACK
         self.credentials = self._for(base_url)
         self._lock = threading.Lock()
@@ -153,10 +236,7 @@ class RegistryAuth:
             return f"Bearer {self._token(key, rejected)}"
         if "basic" in challenges:
             if self.credentials is None and self._configured is not None:
-                raise Forbidden(
-                    f"registry {self.base_url} asks for credentials; the configured ones are "
-                    "Google's, sent to Google's registries alone (*.pkg.dev, gcr.io)"
-                )
+                raise Forbidden(f"registry {self.base_url} asks for credentials; {self._where()}")
             if self.credentials is None:
                 raise Forbidden(
                     f"registry {self.base_url} requires credentials: {_SET_CREDENTIALS}"
@@ -175,9 +255,9 @@ class RegistryAuth:
         what = f"{method} {urlsplit(url).path}"
         scope = next((c.params.get("scope", "") for c in parse_challenges(challenge)), "")
         if self.credentials is None:
+            why = self._where() if self._configured is not None else _SET_CREDENTIALS
             return Forbidden(
-                f"registry {self.base_url} requires credentials for {what}: {_SET_CREDENTIALS}",
-                scope=scope,
+                f"registry {self.base_url} requires credentials for {what}: {why}", scope=scope
             )
         return Forbidden(
             f"registry {self.base_url} refused {what} to user {self.credentials.username!r}",
@@ -185,17 +265,34 @@ class RegistryAuth:
         )
 
     def _for(self, url: str) -> Credentials | None:
-        """The configured credentials, when they may go to `url`'s host: Google's to
-        Google's registries and realms alone (an event names the registry, and the registry
-        its realm: the function's access token went wherever they said)."""
+        """The configured credentials, when they may go to `url`'s host: one the credential
+        hosts name, and Google's to Google's registries and realms alone (an event names the
+        registry, and the registry its realm: the credentials went wherever they said)."""
         credentials = self._configured
-        if credentials is None or credentials.username not in _GOOGLE_USERS:
+        if credentials is None:
+            return None
+        if self._hosts is not None and not host_matches(self._hosts, url):
+            return None
+        if credentials.username not in GOOGLE_USERS:
             return credentials
         try:
             host = (urlsplit(url).hostname or "").lower()
         except ValueError:
             return None
         return credentials if _GOOGLE_HOST.fullmatch(host) else None
+
+    def _where(self) -> str:
+        """Why the configured credentials were not sent (an error's reason, no secret)."""
+        user = self._configured.username if self._configured is not None else ""
+        if self._hosts is None and user in GOOGLE_USERS:
+            return (
+                "the configured ones are Google's, sent to Google's registries alone "
+                "(*.pkg.dev, gcr.io)"
+            )
+        return (
+            "the configured ones go only to the hosts oci.credential_hosts names "
+            f"({', '.join(self._hosts or ()) or 'none'}): add this one if it is meant to have them"
+        )
 
     def _token(self, key: tuple[str, str, str], rejected: str | None) -> str:
         """The cached token of `key`, unless expired or just rejected; else a new one (one
@@ -234,7 +331,10 @@ class RegistryAuth:
         query = ([("service", service)] if service else []) + [("scope", s) for s in scope.split()]
         url = realm + ("&" if parts.query else "?") + urlencode(query) if query else realm
         request = urllib.request.Request(url, method="GET")
-        credentials = self._for(realm)
+        # the realm's host must be one the credentials go to, and so must the registry's:
+        # a registry they do not go to, naming a realm they do (auth.docker.io, a pkg.dev
+        # one), would get the token they buy for whatever scope it asked
+        credentials = self._for(realm) if self.credentials is not None else None
         if credentials is not None:
             request.add_header("Authorization", credentials.authorization())
         try:
@@ -246,6 +346,8 @@ class RegistryAuth:
             exc.close()
             if exc.code not in (401, 403):
                 raise Unavailable(f"{where} answered {exc.code}", status=exc.code) from None
+            if credentials is None and self._configured is not None:
+                raise Forbidden(f"{where} requires credentials; {self._where()}") from None
             if credentials is None:
                 raise Forbidden(f"{where} requires credentials: {_SET_CREDENTIALS}") from None
             user = credentials.username

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from modelhooks.core.extras import missing
@@ -39,8 +40,9 @@ class OciClients:
     default; `auth`: (user, password) or `Credentials`, e.g. Artifact Registry's access
     token): plain HTTP for loopback registries, HTTPS otherwise. The clients of one host
     share its tokens. Connections go only to public addresses unless `allow_local`
-    (modelhooks.adapters.net). `credential_hosts`: the registries (`host[:port]`) the
-    credentials go to, the others asked anonymously (None: every one)."""
+    (modelhooks.adapters.net). `credential_hosts`: the host patterns (`host[:port]`,
+    `*.domain`: `modelhooks.adapters.oci.auth.parse_hosts`) of the registries and token
+    realms the credentials go to, the others asked anonymously (None: every one)."""
 
     def __init__(
         self,
@@ -50,7 +52,7 @@ class OciClients:
         allowed_hosts: frozenset[str] = frozenset(),
         artifact_registry_endpoint: str | None = None,
         artifact_registry_credentials: Any = None,
-        credential_hosts: frozenset[str] | None = None,
+        credential_hosts: Collection[str] | None = None,
     ) -> None:
         if isinstance(auth, tuple):  # the credentials' module only with some (cold start)
             from modelhooks.adapters.oci.credentials import StaticCredentials
@@ -97,9 +99,9 @@ class OciClients:
             if auth is None:
                 if len(self._hosts) >= 256:  # hosts come from events: keep the cache bounded
                     del self._hosts[next(iter(self._hosts))]
-                ours = self.credential_hosts is None or host.lower() in self.credential_hosts
-                credentials = self.auth if ours else None
-                auth = self._hosts[base] = RegistryAuth(base, credentials, self._opener.open)
+                auth = self._hosts[base] = RegistryAuth(
+                    base, self.auth, self._opener.open, credential_hosts=self.credential_hosts
+                )
         return DistributionRegistry(base, auth=auth, opener=self._opener), repo, ref
 
     def registry_for(self, uri: str) -> tuple[OciRegistry, str, str]:
