@@ -20,7 +20,8 @@ itself is on loopback; the opener drops Authorization on a redirect to another h
 (`modelhooks.adapters.net`). An event or a Model names the registry, and the registry its
 realm, so the credentials go only where they are meant to: to the hosts `credential_hosts`
 names (`oci.credential_hosts`: patterns such as `registry.example.com`, `reg.example:5000`,
-`*.example.com`), registry and realm alike (Docker Hub's realm is `auth.docker.io`); Google's
+`*.example.com`), registry and realm alike (Docker Hub's realm is `auth.docker.io`), and to a
+realm only for a registry they go to (another naming that realm would get the token); Google's
 (the users `oauth2accesstoken`, `_token`, `_json_key`, `_json_key_base64`: a cloud-platform
 access token or a key) to Google's registries and realms alone (`*.pkg.dev`, `gcr.io`,
 `*.gcr.io`). Any other registry or realm is asked anonymously. No error message carries a
