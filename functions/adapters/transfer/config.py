@@ -299,8 +299,21 @@ def _bool(name: str, text: str) -> bool:
     raise ConfigError(f"{option.env} / {option.flag}: {text!r} is not true or false")
 
 
-def _read(path: Path) -> str:
-    return path.read_text().strip()
+MAX_FILE_BYTES = 1 << 20  # a mounted Secret's or ConfigMap's key (Kubernetes: 1 MiB at most)
+
+
+def _read(path: Path, setting: str) -> str:
+    """A credential or metadata file's text, stripped; ConfigError naming it, never its
+    bytes, when it is no UTF-8 text of at most MAX_FILE_BYTES (binary, it exited 70 with the
+    codec's error quoting a byte of the credentials; /dev/zero was read without end)."""
+    with path.open("rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{setting}: {path} is over {MAX_FILE_BYTES} bytes: not one of its files")
+    try:
+        return data.decode().strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{setting}: {path} is not UTF-8 text") from None
 
 
 def _credential_files(values: Mapping[str, str]) -> dict[str, str]:
@@ -317,7 +330,9 @@ def _credential_files(values: Mapping[str, str]) -> dict[str, str]:
             for name, files in _S3_FILES.items():
                 hit = next((directory / f for f in files if (directory / f).is_file()), None)
                 if hit is not None:
-                    found[f"{side}_{name}"] = _read(hit)
+                    found[f"{side}_{name}"] = _read(
+                        hit, _BY_NAME[side + "_s3_credentials_path"].env
+                    )
         oci = values.get(f"{side}_oci_credentials_path")
         if oci:
             found.update(_docker_config(Path(oci), side, values))
@@ -327,7 +342,7 @@ def _credential_files(values: Mapping[str, str]) -> dict[str, str]:
         file = path / "URI" if path.is_dir() else path
         if not file.is_file():
             raise ConfigError(f"MODEL_SYNC_SOURCE_URI_CREDENTIALS_PATH: no URI file at {uri}")
-        found["source_uri"] = _read(file)
+        found["source_uri"] = _read(file, "MODEL_SYNC_SOURCE_URI_CREDENTIALS_PATH")
     return found
 
 
@@ -388,7 +403,7 @@ def _metadata(directory: str) -> Metadata:
         kind, dot, key = file.name.partition(".")
         if not dot or not file.is_file() or kind.startswith(".."):
             continue  # a mounted ConfigMap's ..data links and timestamps
-        text = file.read_text().strip()
+        text = _read(file, "MODEL_SYNC_METADATA_CONFIGMAP_PATH")
         if key == "custom_properties":
             try:
                 value: Any = json.loads(text or "{}")
