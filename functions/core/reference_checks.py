@@ -23,7 +23,7 @@ from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import PUSHED_AT, ModelState
 from modelhooks.core.verification import ModelVerifier, Policy, Verdicts
 
-__all__ = ["Check", "registered_target", "run_checks"]
+__all__ = ["Check", "as_failure", "registered_target", "run_checks"]
 
 _VERIFIABLE = ("oci://", "gs://", "s3://")
 
@@ -92,7 +92,7 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
                     f"it now names {self.digest}, not the registered {registered}"
                 )
         except Exception as e:  # anything that is not a verification fails it
-            self.error = _failure(e, self.uri)
+            self.error = as_failure(e, self.uri)
             self.failed = [(p, self.error) for p in self.covering]
             return
         for policy in self.covering:
@@ -107,14 +107,14 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
             try:
                 signer = verifier.verify(self.target, self.digest, policy)
             except Exception as e:  # anything that is not a verification fails it
-                self.failed.append((policy, _failure(e, self.target)))
+                self.failed.append((policy, as_failure(e, self.target)))
                 continue
             verdicts.put(self.digest, policy, signer)
             self.accepted.append((policy, signer))
             return
 
 
-def _failure(error: Exception, uri: str) -> ModelhooksError:
+def as_failure(error: BaseException, uri: str) -> ModelhooksError:
     """`error` as a check's failure: the port's own errors as they are; any other (a registry
     answering what its adapter cannot read: HTML, a JSON list, a layer without a digest) a
     failed verification, logged: it escaped the check, which then neither accepted nor
@@ -153,7 +153,7 @@ def run_checks(
             CALLS.abandon(place(check.uri), future)
             check.late = True
         elif (error := future.exception()) is not None:  # not made: its place is saturated
-            check.error = _failure(error, check.uri)
+            check.error = as_failure(error, check.uri)
             check.failed = [(p, check.error) for p in check.covering]
 
 

@@ -32,7 +32,7 @@ from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.core.function import Function
 from modelhooks.core.node_verification import Root, inject, missing
 from modelhooks.core.ports import ModelRegistry
-from modelhooks.core.reference_checks import Check, run_checks
+from modelhooks.core.reference_checks import Check, as_failure, run_checks
 from modelhooks.core.verification import ModelVerifier, Policy, PolicySource, Verdicts
 from modelhooks.core.workloads import MODEL, POD_SPECS, Reference, in_scope, model_references
 
@@ -246,12 +246,12 @@ def _exists(
         if future.cancelled() or not future.done():
             return Decision.deny(f"{what}: its store did not answer in time; retry", code=503)
         error = future.exception()
+        if error is not None and not isinstance(error, ModelhooksError):
+            error = as_failure(error, ref.uri)  # a store answering what cannot be read
         if isinstance(error, Transient):
             return Decision.deny(f"{what}: {error.message}; retry", code=503)
         if isinstance(error, ModelhooksError):
             return Decision.deny(f"{what}: {error.message}", code=403)
-        if error is not None:
-            raise error
     return Decision.allow()
 
 

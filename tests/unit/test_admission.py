@@ -321,6 +321,21 @@ def test_a_verifier_failing_otherwise_than_by_its_errors_denies(fails: str) -> N
         assert "its store's answer could not be read (KeyError: 'digest')" in said
 
 
+def test_a_model_whose_store_answers_what_cannot_be_read_is_refused_saying_so() -> None:
+    """Check-if-exists re-raised such an error: the review was denied as admission failing
+    (status code 500, 'see its logs'), not as the Model's store answering garbage."""
+    verifier = Verifier(TAGS, {})
+
+    def garbage(uri: str) -> str:
+        raise ValueError("Expecting value: line 1 column 1 (char 0)")
+
+    verifier.resolve = garbage  # type: ignore[method-assign]
+    model = {"spec": {"source": {"oci": {"reference": "r.io/models/bert:v1"}}}}
+    decision = run(review(model, "Model"), Policies(), verifier)
+    assert not decision.allowed and decision.code == 403
+    assert "its store's answer could not be read (ValueError: Expecting value" in decision.message
+
+
 def test_a_registered_model_named_by_annotation_is_its_artifact() -> None:
     registry = InMemoryModelRegistry()
     model = registry.create_model("bert", properties={})
