@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -574,3 +575,45 @@ def test_oci_clients_give_their_registries_the_patterns() -> None:
     clients = OciClients(("u", "p"), credential_hosts=parse_hosts("*.corp.example"))
     assert clients.for_uri("oci://r.corp.example/m:1")[0].auth.credentials is not None
     assert clients.for_uri("oci://evil.example/m:1")[0].auth.credentials is None
+
+
+@pytest.mark.parametrize(
+    ("registry", "to_realm"),
+    [("https://reg.example", True), ("https://evil.example", False)],
+)
+def test_registry_realms_the_realm_a_listed_registry_names_gets_the_credentials(
+    registry: str, to_realm: bool
+) -> None:
+    """The transfer function's rule: its credentials are for one registry
+    (MODEL_SYNC_<SIDE>_OCI_REGISTRY), which names its token server (Docker Hub's
+    auth.docker.io): they reach it, as the Job sends them; an unlisted registry naming a
+    realm still gets nothing from it."""
+    opener = _Realm()
+    auth = RegistryAuth(
+        registry,
+        StaticCredentials("u", "p"),
+        opener,
+        credential_hosts=parse_hosts("reg.example"),
+        registry_realms=True,
+    )
+    auth.answer("GET", URL, _challenge("repository:m:pull", "https://auth.example/t"), sent=None)
+    sent = opener.requests[0].get_header("Authorization")
+    assert (sent is not None) is to_realm
+    if to_realm:
+        assert _decoded(str(sent)) == "u:p"
+
+
+def test_the_transfer_function_sends_its_registry_s_realm_the_credentials() -> None:
+    from modelhooks.adapters.transfer.run import _oci_clients
+
+    cfg = SimpleNamespace(
+        allow_local=False,
+        allowed_hosts=frozenset(),
+        get={
+            "destination_oci_username": "u",
+            "destination_oci_password": "p",
+            "destination_oci_registry": "registry-1.docker.io",
+        }.get,
+    )
+    clients = _oci_clients(cfg, "destination")  # type: ignore[arg-type]
+    assert clients.registry_realms and clients.credential_hosts == {"registry-1.docker.io"}

@@ -191,7 +191,9 @@ class _Token:
 
 class RegistryAuth:
     """The Authorization one registry (`base_url`) wants: `header()` before a request,
-    `answer()` to its 401, `denied()` when the answer was refused too. Thread-safe."""
+    `answer()` to its 401, `denied()` when the answer was refused too. Thread-safe.
+    `registry_realms`: the token realm this registry names gets the credentials whatever its
+    host, when the registry does (the transfer function's: one registry is configured)."""
 
     def __init__(
         self,
@@ -200,9 +202,11 @@ class RegistryAuth:
         open: Open,
         *,
         credential_hosts: Collection[str] | None = None,
+        registry_realms: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url, self._clock = base_url, clock
+        self._registry_realms = registry_realms
         self._open, self._configured = open, credentials
         self._hosts = None if credential_hosts is None else tuple(credential_hosts)
         self._loopback = (urlsplit(base_url).hostname or "") in _LOOPBACK
@@ -335,7 +339,10 @@ class RegistryAuth:
         # the realm's host must be one the credentials go to, and so must the registry's:
         # a registry they do not go to, naming a realm they do (auth.docker.io, a pkg.dev
         # one), would get the token they buy for whatever scope it asked
-        credentials = self._for(realm) if self.credentials is not None else None
+        # (`registry_realms`: the realm this registry names, whatever its host)
+        credentials = self.credentials
+        if credentials is not None and not self._registry_realms:
+            credentials = self._for(realm)
         if credentials is not None:
             request.add_header("Authorization", credentials.authorization())
         try:

@@ -42,7 +42,9 @@ class OciClients:
     share its tokens. Connections go only to public addresses unless `allow_local`
     (modelhooks.adapters.net). `credential_hosts`: the host patterns (`host[:port]`,
     `*.domain`: `modelhooks.adapters.oci.auth.parse_hosts`) of the registries and token
-    realms the credentials go to, the others asked anonymously (None: every one)."""
+    realms the credentials go to, the others asked anonymously (None: every one);
+    `registry_realms`: a realm gets them when the registry naming it does, whatever its host
+    (the credentials are for one registry, which says where its tokens come from)."""
 
     def __init__(
         self,
@@ -53,12 +55,14 @@ class OciClients:
         artifact_registry_endpoint: str | None = None,
         artifact_registry_credentials: Any = None,
         credential_hosts: Collection[str] | None = None,
+        registry_realms: bool = False,
     ) -> None:
         if isinstance(auth, tuple):  # the credentials' module only with some (cold start)
             from modelhooks.adapters.oci.credentials import StaticCredentials
 
             auth = StaticCredentials(*auth)
         self.auth, self.credential_hosts = auth, credential_hosts
+        self.registry_realms = registry_realms
         self.allow_local, self.allowed_hosts = allow_local, allowed_hosts
         self._opener: urllib.request.OpenerDirector | None = None
         self._hosts: dict[str, RegistryAuth] = {}  # base URL → its auth state (tokens)
@@ -100,7 +104,11 @@ class OciClients:
                 if len(self._hosts) >= 256:  # hosts come from events: keep the cache bounded
                     del self._hosts[next(iter(self._hosts))]
                 auth = self._hosts[base] = RegistryAuth(
-                    base, self.auth, self._opener.open, credential_hosts=self.credential_hosts
+                    base,
+                    self.auth,
+                    self._opener.open,
+                    credential_hosts=self.credential_hosts,
+                    registry_realms=self.registry_realms,
                 )
         return DistributionRegistry(base, auth=auth, opener=self._opener), repo, ref
 

@@ -72,13 +72,16 @@ def _oci_clients(cfg: TransferConfig, side: str) -> Any:
     # the function's: an event names the hosts (the reference's, the base image's); the
     # process's credentials go to the registry they are configured for
     # (MODEL_SYNC_<SIDE>_OCI_REGISTRY, or the .dockerconfigjson entry of that host) and to
-    # no other, which is asked anonymously: they went to any host an event named
+    # no other, which is asked anonymously: they went to any host an event named. The token
+    # realm that registry names gets them too, as the Job sends them (one registry is
+    # configured, not its token server: Docker Hub's is auth.docker.io)
     registry = _registry_host(cfg.get(f"{side}_oci_registry"))
     return OciClients(
         (user, password) if user else None,
         allow_local=cfg.allow_local,
         allowed_hosts=cfg.allowed_hosts,
         credential_hosts=frozenset({registry} - {""}),
+        registry_realms=True,
     )
 
 
