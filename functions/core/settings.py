@@ -582,6 +582,7 @@ def load_settings(
     specs = list(describe())
     merged: dict[str, Any] = {}
     origin: dict[tuple[str, ...], str] = {}
+    switches = {s.path: s.default for s in specs if _is_switch(s)}
 
     def put(path: tuple[str, ...], value: Any, where: str) -> None:
         node = merged
@@ -589,7 +590,7 @@ def load_settings(
             node = node.setdefault(part, {})
             if not isinstance(node, dict):  # a config file gave a value where a section is
                 raise ConfigError(f"invalid setting {origin[path[:n]]}: expected a section")
-        node[path[-1]] = value
+        node[path[-1]] = _spelled(switches.get(path), value)
         origin[path] = where
 
     from_env = {s.path: (s.env, env[s.env]) for s in specs if env.get(s.env, "") != ""}
@@ -624,6 +625,8 @@ def load_settings(
         spec = next((s for s in specs if s.path == loc), None)
         if spec is not None and spec.choices:
             msg += f" (one of: {', '.join(repr(c) for c in spec.choices)})"
+        elif spec is not None and isinstance(spec.default, bool):
+            msg += " (on or off: true, yes, on, 1 / false, no, off, 0)"
         raise ConfigError(f"invalid setting {where}: {msg}") from None
 
 
@@ -635,6 +638,31 @@ _FIELD_FIRST = r"^(?P<name>[a-z0-9_]+): "
 
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file's: its settings take a few KB
+
+
+# How an on/off setting may be spelled, in any case (as `modelhooks transfer`'s): the
+# settings' own bools took only true/false/1/0 and signing.enabled only 'true'/'false', so a
+# config file's `enabled: true` (YAML's boolean) was refused as "Expected `str`, got `bool`"
+# and MODELHOOKS_SIGNING_ENABLED=True or =1 refused where ALLOW_LOCAL_TARGETS=True was taken.
+_ON, _OFF = {"1", "true", "t", "yes", "y", "on"}, {"0", "false", "f", "no", "n", "off"}
+
+
+def _is_switch(spec: SettingSpec) -> bool:
+    """A bool setting, or a tri-state one ('' for automatic, 'true', 'false')."""
+    return isinstance(spec.default, bool) or spec.choices == ("", "true", "false")
+
+
+def _spelled(default: Any, value: Any) -> Any:
+    """`value` of an on/off setting (whose default is `default`) as the setting takes it:
+    a bool for a bool, 'true'/'false' for a tri-state; anything else as it is (refused by
+    the setting's type, naming it)."""
+    if default is None or (isinstance(value, bool) and isinstance(default, bool)):
+        return value
+    word = str(value).strip().lower() if isinstance(value, str | bool) else None
+    on = True if word in _ON else False if word in _OFF else None
+    if on is None:
+        return value
+    return on if isinstance(default, bool) else ("true" if on else "false")
 
 
 def _decode(kind: type, value: Any) -> Any:

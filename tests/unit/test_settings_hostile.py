@@ -177,3 +177,35 @@ def test_endpoints_that_are_urls_are_taken(tmp_path: Path) -> None:
     )
     assert s.store.s3_endpoint_url == "https://[::1]:9000"
     assert s.oci.artifact_registry_endpoint == ""
+
+
+@pytest.mark.parametrize(
+    ("spelled", "on"),
+    [("yes", True), ("On", True), (" TRUE ", True), ("1", True), ("n", False), ("OFF", False)],
+)
+@pytest.mark.parametrize(
+    "var", ["MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS", "MODELHOOKS_SIGNING_ENABLED"]
+)
+def test_an_on_off_setting_takes_every_spelling(var: str, spelled: str, on: bool) -> None:
+    """signing.enabled took only 'true'/'false' ('True', '1' refused), the bools not
+    yes/no/on/off, `modelhooks transfer`'s switches all of them."""
+    s = load_settings(env={var: spelled})
+    if var.endswith("ENABLED"):
+        assert s.signing.enabled == ("true" if on else "false")
+    else:
+        assert s.store.allow_local_targets is on
+
+
+def test_a_config_files_yaml_boolean_turns_signing_on(tmp_path: Path) -> None:
+    """`signing: {enabled: true}` was refused: "Expected `str`, got `bool`"."""
+    config = tmp_path / "c.yaml"
+    config.write_text("signing:\n  enabled: true\nnotify:\n  rollout: yes\n")
+    s = load_settings(env={}, config_file=config)
+    assert (s.signing.enabled, s.notify.rollout) == ("true", True)
+
+
+def test_an_on_off_setting_spelled_otherwise_says_how_to_spell_it() -> None:
+    with pytest.raises(ConfigError, match=r"ROLLOUT='maybe'.*\(on or off: true, yes, on, 1"):
+        load_settings(env={"MODELHOOKS_NOTIFY_ROLLOUT": "maybe"})
+    with pytest.raises(ConfigError, match=r"one of: '', 'true', 'false'"):
+        load_settings(env={"MODELHOOKS_SIGNING_ENABLED": "maybe"})
