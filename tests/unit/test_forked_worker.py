@@ -63,7 +63,10 @@ def _recorded(home: Path) -> list[str]:
     if not path.exists():
         return []
     with sqlite3.connect(path, timeout=5) as db:
-        return [row[0] for row in db.execute("SELECT id FROM deliveries ORDER BY id")]
+        try:
+            return [row[0] for row in db.execute("SELECT id FROM deliveries ORDER BY id")]
+        except sqlite3.OperationalError:  # the file made, its table not yet: none recorded
+            return []
 
 
 def test_the_worker_records_its_deliveries_while_it_runs(tmp_path: Path) -> None:
