@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode
 from modelhooks.core.errors import ConfigError, Unavailable
 from modelhooks.core.extras import importing
 
-__all__ = ["check_kubeconfig", "connect", "in_cluster", "path", "request"]
+__all__ = ["check_kubeconfig", "client_from", "connect", "in_cluster", "path", "request"]
 
 
 def in_cluster(env: Mapping[str, str] | None = None) -> bool:
@@ -48,12 +48,37 @@ def connect(kubeconfig: str, *, variable: str, needs: str) -> Any:
     where = f"{variable}={kubeconfig}" if kubeconfig else "in-cluster config"
     try:
         if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)
+            return client_from(kubeconfig)
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
         return client.ApiClient(configuration)
     except (config.ConfigException, OSError, ValueError) as exc:
         raise Unavailable(f"no usable Kubernetes configuration ({where}): {exc}") from None
+
+
+def client_from(kubeconfig: str | None) -> Any:
+    """The client's `new_client_from_config`, a file that is no kubeconfig a ValueError
+    saying why without quoting it (a kubeconfig holds tokens): YAML that does not parse, is
+    nested past the parser's recursion, is not UTF-8, or has another shape (a list, a
+    string, `clusters: 5`) went through as what the YAML parser or the client raised (an
+    internal error, exit 70, for `watch-models --kubeconfig`), the parser's quoting the line."""
+    import yaml
+    from kubernetes import config
+
+    try:
+        return config.new_client_from_config(config_file=kubeconfig)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ValueError(f"not YAML: {exc.problem}{at}") from None
+    except yaml.YAMLError as exc:  # the reader's: a character YAML does not take
+        raise ValueError(f"not YAML: {getattr(exc, 'reason', '') or type(exc).__name__}") from None
+    except RecursionError:
+        raise ValueError("not YAML: nested too deep") from None
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise ValueError(f"not a kubeconfig ({type(exc).__name__}: its shape)") from None
 
 
 def path(group: str, version: str, plural: str, name: str = "", *, namespace: str = "") -> str:

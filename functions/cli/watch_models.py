@@ -129,12 +129,14 @@ def run(args: argparse.Namespace) -> int:
 def _api_client(kubeconfig: str | None) -> Any:
     from kubernetes import client, config
 
+    from modelhooks.adapters.kube_client import client_from
+
     try:
         if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return config.new_client_from_config(config_file=kubeconfig)
+            return client_from(kubeconfig)
         config.load_incluster_config()
         return client.ApiClient()
-    except (config.ConfigException, OSError) as exc:
+    except (config.ConfigException, OSError, ValueError) as exc:
         where = kubeconfig or "~/.kube/config (or $KUBECONFIG)"
         raise ConfigError(
             f"no usable Kubernetes configuration in {where}: {exc}; "
