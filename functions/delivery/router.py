@@ -101,22 +101,53 @@ def load_triggers(location: Path | None = None) -> list[Trigger]:
         raise ConfigError(f"trigger file or directory {location} does not exist (router.triggers)")
     triggers = []
     for path in paths:
-        for doc in _docs(yaml.safe_load_all(path.read_text())):
-            if doc.get("kind") != "Trigger":
-                continue
-            meta, spec = doc.get("metadata", {}), doc.get("spec", {})
-            function = (meta.get("labels") or {}).get(FUNCTION_LABEL)
-            if not function:
-                continue
-            triggers.append(
-                Trigger(
-                    name=meta.get("name", "?"),
-                    function=function,
-                    attributes=(spec.get("filter") or {}).get("attributes") or {},
-                    filters=tuple(spec.get("filters") or ()),
-                )
-            )
+        try:
+            triggers += _triggers(yaml.safe_load_all(path.read_text()))
+        except (yaml.YAMLError, RecursionError, ValueError, AttributeError, TypeError) as exc:
+            raise ConfigError(
+                f"{path} holds no Knative Triggers (router.triggers): {_why(exc)}"
+            ) from None
+    if not triggers and location != default_triggers():
+        raise ConfigError(
+            f"no Trigger labelled {FUNCTION_LABEL} in {location} (router.triggers): "
+            "nothing would run"
+        )
     return triggers
+
+
+def _triggers(stream: Iterator[Any]) -> list[Trigger]:
+    """The file's Triggers that name a modelhooks function (AttributeError, TypeError for a
+    Trigger of another shape)."""
+    found = []
+    for doc in _docs(stream):
+        if doc.get("kind") != "Trigger":
+            continue
+        meta, spec = doc.get("metadata", {}), doc.get("spec", {})
+        function = (meta.get("labels") or {}).get(FUNCTION_LABEL)
+        if not function:
+            continue
+        found.append(
+            Trigger(
+                name=meta.get("name", "?"),
+                function=function,
+                attributes=dict((spec.get("filter") or {}).get("attributes") or {}),
+                filters=tuple(spec.get("filters") or ()),
+            )
+        )
+    return found
+
+
+def _why(exc: BaseException) -> str:
+    """Why a trigger file is refused: a file that is no YAML (a syntax error, nested past
+    the parser's recursion, not UTF-8) or whose Triggers have another shape went through,
+    `serve` exiting 70 ('a bug in modelhooks')."""
+    if isinstance(exc, RecursionError):
+        return "nested too deep"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, AttributeError | TypeError):
+        return "a Trigger of another shape (metadata, spec, filter: mappings)"
+    return " ".join(str(exc).split())
 
 
 def _docs(stream: Iterator[Any]) -> Iterator[dict[str, Any]]:
