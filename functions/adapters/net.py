@@ -18,6 +18,7 @@ import select
 import socket
 import sys
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -30,7 +31,7 @@ from modelhooks.core.errors import BadRequest, Forbidden, Unavailable
 if TYPE_CHECKING:  # urllib.request is imported by what uses it: an endpoint pool does not
     import urllib.request
 
-__all__ = ["environment_proxy", "guarded_opener", "read_environment_once"]
+__all__ = ["Late", "environment_proxy", "guarded_opener", "read_before", "read_environment_once"]
 
 # getaddrinfo's answers that a name does not exist (not a transient DNS failure: EAI_AGAIN)
 _NO_SUCH_NAME = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
@@ -316,6 +317,28 @@ def _kept_alive(
     response.url = req.get_full_url()
     response.msg = response.reason  # type: ignore[assignment]
     return response
+
+
+class Late(TimeoutError):
+    """An answer not read whole by its deadline (a socket's own timeout is TimeoutError)."""
+
+
+def read_before(resp: Any, most: int, deadline: float) -> bytes:
+    """At most `most` bytes of `resp`'s body, read before `deadline` (time.monotonic), else
+    Late. read1 by read1 (each what one read of the socket gives): the socket's
+    timeout bounds each read only, so an answer trickled a byte at a time is stopped at the
+    deadline, not at its end. The registry client and the CLI's POSTs both read so."""
+    read = getattr(resp, "read1", resp.read)
+    chunks, size = [], 0
+    while size < most:
+        if time.monotonic() > deadline:
+            raise Late
+        chunk = read(most - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def read_environment_once(session: Any, endpoint: str) -> Any:

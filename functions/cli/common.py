@@ -147,17 +147,13 @@ def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int
 
 def _answer(resp: Any, deadline: float) -> bytes:
     """The answer's body, at most MAX_ANSWER_BYTES of it, read before `deadline`
-    (TimeoutError past it): read1 returns what one read of the socket gives."""
-    data = bytearray()
-    while len(data) < MAX_ANSWER_BYTES:
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        chunk = resp.read1(MAX_ANSWER_BYTES - len(data))
-        if not chunk:
-            resp.read(0)  # at its end: its connection back to the pool (a chunked one too)
-            break
-        data += chunk
-    return bytes(data)
+    (net.Late, a TimeoutError, past it)."""
+    from modelhooks.adapters.net import read_before
+
+    data = read_before(resp, MAX_ANSWER_BYTES, deadline)
+    if len(data) < MAX_ANSWER_BYTES:
+        resp.read(0)  # at its end: its connection back to the pool (a chunked one too)
+    return data
 
 
 def _cut(text: str, most: int) -> str:

@@ -81,20 +81,13 @@ ANSWER_SECONDS = 120.0
 def bounded(resp: Any, limit: int, url: str, *, cut: bool = False) -> bytes:
     """The body of `resp`, read no further than `limit` bytes: PayloadTooLarge when there
     is more (`cut`: those bytes); Unavailable when it does not arrive within ANSWER_SECONDS
-    (read1 by read1: each returns what one read of the socket gives)."""
-    want = limit if cut else limit + 1
-    deadline = time.monotonic() + ANSWER_SECONDS
-    read = getattr(resp, "read1", resp.read)
-    chunks, size = [], 0
-    while size < want:
-        if time.monotonic() > deadline:
-            raise Unavailable(f"{url}: the answer did not arrive within {ANSWER_SECONDS:g} s")
-        chunk = read(want - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    data = b"".join(chunks)
+    (net.read_before)."""
+    from modelhooks.adapters.net import Late, read_before
+
+    try:
+        data = read_before(resp, limit if cut else limit + 1, time.monotonic() + ANSWER_SECONDS)
+    except Late:
+        raise Unavailable(f"{url}: the answer did not arrive within {ANSWER_SECONDS:g} s") from None
     if len(data) > limit:
         raise PayloadTooLarge(f"{url}: the answer is over {limit} bytes")
     return data
