@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from modelhooks.adapters.oci import distribution
+from modelhooks.adapters.oci import auth, distribution
 from modelhooks.adapters.oci.distribution import DistributionRegistry
 from modelhooks.core.errors import Unavailable
 
@@ -57,3 +57,47 @@ def test_a_trickled_answer_is_cut_off_at_the_deadline(
     with pytest.raises(Unavailable, match="within 1 s"):
         DistributionRegistry(trickle).manifest("m", "v1")
     assert time.monotonic() - started < 3  # the whole answer takes 8 s
+
+
+class _TrickledToken(http.server.BaseHTTPRequestHandler):
+    """/v2/…: 401 naming this server's /token as the realm, which answers a byte every 0.1 s."""
+
+    def do_GET(self) -> None:
+        if not self.path.startswith("/token"):
+            realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", f'Bearer realm="{realm}",service="r"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        token = b'{"token": "' + b"t" * 80 + b'"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(token)))
+        self.end_headers()
+        for byte in token:
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:
+                return  # the client gave up
+            time.sleep(0.1)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_trickled_token_is_cut_off_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The realm is named by the registry, anyone's as much as the registry is: its answer
+    is bounded in time as the registry's are (read whole before: 9 s here)."""
+    monkeypatch.setattr(auth, "_TOKEN_SECONDS", 1.0)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickledToken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match="no token within 1 s"):
+            DistributionRegistry(f"http://127.0.0.1:{server.server_address[1]}").manifest("m", "v1")
+        assert time.monotonic() - started < 3
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -59,6 +59,9 @@ __all__ = [
 
 _SET_CREDENTIALS = "set oci.username and oci.password"
 _MAX_TOKEN = 1 << 20  # a realm's answer: a token (a JWT of a few KB), read no further
+# and within this in all (each read of the socket waits 30 s at most): a realm the registry
+# names may be anyone's, and one trickling its answer held the delivery's thread as long
+_TOKEN_SECONDS = 60.0
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _REPOSITORY = re.compile(r"^/v2/(.+)/(?:manifests|blobs|tags|referrers)/")
 
@@ -345,11 +348,16 @@ class RegistryAuth:
             credentials = self._for(realm)
         if credentials is not None:
             request.add_header("Authorization", credentials.authorization())
+        from modelhooks.adapters.net import Late, read_before
+
         try:
             with self._open(request, timeout=30) as response:
-                body = response.read(_MAX_TOKEN + 1)
+                deadline = time.monotonic() + _TOKEN_SECONDS
+                body = read_before(response, _MAX_TOKEN + 1, deadline)
             if len(body) > _MAX_TOKEN:  # a token, not an endless answer held in memory
                 raise PayloadTooLarge(f"{where}: the answer is over {_MAX_TOKEN} bytes")
+        except Late:
+            raise Unavailable(f"{where}: no token within {_TOKEN_SECONDS:g} s") from None
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code not in (401, 403):
