@@ -43,10 +43,19 @@ MAX_OBJECTS = 100_000
 def content_digest(objects: Iterable[ObjectInfo], prefix: str, exclude: set[str]) -> str:
     """The digest of the objects under `prefix`, leaving out the names in `exclude`
     (relative to the prefix: the ready marker, the signature); "" when nothing is left, for
-    nothing is not a model."""
+    nothing is not a model. The prefix is a folder, named with its slash or without: a
+    listing of `m/1` holds `m/10/…` too, which is another version (sign, listing `m/1/`,
+    found other content than the push named, a Conflict), and its names were `/w.bin`, so
+    the signature was not left out."""
+    folder = prefix if not prefix or prefix.endswith("/") else prefix + "/"
     lines = []
     for info in objects:
-        rel = info.key[len(prefix) :] if info.key.startswith(prefix) else info.key
+        if info.key.startswith(folder):
+            rel = info.key[len(folder) :]
+        elif info.key == prefix:  # the prefix names one object
+            rel = ""
+        else:
+            continue  # a sibling: `m/10/…` under `m/1`
         if rel in exclude:
             continue
         lines.append(f"{rel}\t{info.size}\t{info.checksum or info.generation}\n")

@@ -48,3 +48,25 @@ def test_other_bytes_than_the_push_names_are_not_signed(tmp_path: Path) -> None:
     version = registry.get_version(found.id, "1")
     assert version is not None
     assert not any(k.startswith("signature.") for k in version.custom_properties)
+
+
+def test_a_push_named_without_its_slash_is_its_folder_alone(tmp_path: Path) -> None:
+    """`…/bert/1` (a push or a Model's source named without the slash) listed `bert/10/…`
+    too, and named the files `/config.json`: its content digest was not sign's, which
+    lists `bert/1/` (a Conflict, dead-lettered), nor the same once model.sig was written."""
+    model = write_model(tmp_path / "store" / "models" / "bert" / "1")
+    write_model(tmp_path / "store" / "models" / "bert" / "10")  # the version beside it
+    deps = build(load_settings(env={"MODELHOOKS_HOME": str(tmp_path)})).deps
+    uri = f"file://{model}"
+    digest = deps.content.digest_of(uri)
+    assert digest == deps.content.digest_of(uri + "/")
+    data = ArtifactPushed(model="bert", version="1", uri=uri, digest=digest, store="local")
+    event = CanonicalEvent(id="p1", source="t", type=data.TYPE, data=data, time=T0)
+    registry = InMemoryModelRegistry()
+    register_model(event, data, registry=registry)
+    [signed] = sign_artifact(
+        event, data, stores=deps.stores, oci=OciClients(), registry=registry,
+        signer=KeySigner.from_file(make_key(tmp_path).private), options=HashOptions(),
+    )  # fmt: skip
+    assert signed.data.digest == digest and (model / "model.sig").exists()
+    assert deps.content.digest_of(uri) == digest  # the signature is not the model
