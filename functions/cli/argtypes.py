@@ -82,6 +82,12 @@ def http_url(text: str) -> str:
         )
     if any(c.isspace() or ord(c) < 32 for c in text):
         raise argparse.ArgumentTypeError(f"{text!r}: a URL holds no spaces or control characters")
+    if "@" in parts.netloc:  # user:password@: never sent, and printed in every failure
+        shown = parts._replace(netloc="…@" + parts.netloc.rpartition("@")[2]).geturl()
+        raise argparse.ArgumentTypeError(
+            f"{shown!r}: credentials in a URL are not sent (replay takes them as "
+            "--header 'Authorization: …')"
+        )
     return text
 
 
