@@ -352,10 +352,14 @@ def _find_or_create(create: Callable[[], T], find: Callable[[], T | None]) -> tu
 
 def _create_or_find(create: Callable[[], T], find: Callable[[], T | None]) -> tuple[T, bool]:
     """(the thing, created by this call): created first (what is usually new: one write
-    instead of a lookup and a write), found when it exists already."""
+    instead of a lookup and a write), found when it exists already, in a namespace being
+    deleted too (the API server refuses every create there, 403, before it looks: a push
+    again of a version there went unrecorded, and sign waited for it until dead-lettered)."""
     try:
         return create(), True
-    except Conflict:
+    except (Conflict, Forbidden) as exc:
+        if isinstance(exc, Forbidden) and exc.details.get("reason") != NAMESPACE_TERMINATING:
+            raise
         found = find()
         if found is None:
             raise

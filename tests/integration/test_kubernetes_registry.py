@@ -709,3 +709,44 @@ def test_a_deletion_in_a_namespace_being_deleted_records_what_it_can(
         event = CanonicalEvent(id=f"{name}-2", source="t", type=late.TYPE, data=late, time=later)
         with pytest.raises(Skip, match="being deleted"):
             register_model(event, late, registry=kube)
+
+
+def test_a_push_again_in_a_namespace_being_deleted_is_recorded_on_its_version(
+    cluster: tuple[Any, str], kube: KubernetesModelRegistry
+) -> None:
+    """The same bytes pushed again into a namespace being deleted: its version is there, so
+    register records the push on it (an update, which the API server still takes). It tried
+    to create the version first (a push is mostly of a new one), was refused 403
+    NamespaceTerminating and skipped the push unrecorded, and `sign`, waiting until register
+    has recorded this very push (its time on the version), answered 503 until the delivery
+    was dead-lettered."""
+    from datetime import UTC, datetime
+
+    from kubernetes import client
+
+    from modelhooks.core.records import PUSHED_AT, stamp
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent
+    from modelhooks.handlers.register import register_model
+
+    api, _ = cluster
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": team}})
+    name = unique("again")
+    pushed = ArtifactPushed(
+        model=name, version="1", uri="oci://r.example/m@sha256:" + "b" * 64,
+        digest="sha256:" + "b" * 64, store="oci", namespace=team,
+    )  # fmt: skip
+    first = CanonicalEvent(
+        id="p1", source="t", type=pushed.TYPE, data=pushed, time=datetime(2026, 11, 1, tzinfo=UTC)
+    )
+    register_model(first, pushed, registry=kube)
+    client.CoreV1Api(api).delete_namespace(team)
+    again = CanonicalEvent(
+        id="p2", source="t", type=pushed.TYPE, data=pushed, time=datetime(2026, 11, 2, tzinfo=UTC)
+    )
+    [reply] = register_model(again, pushed, registry=kube)
+    model = kube.get_model(name)
+    assert model is not None
+    version = kube.get_version(model.id, "1")
+    assert version is not None and version.custom_properties[PUSHED_AT] == stamp(again)
+    assert reply.data.created is False  # type: ignore[union-attr]
