@@ -28,7 +28,7 @@ from modelhooks.core.errors import ConfigError
 from modelhooks.core.extras import MissingExtra, missing
 from modelhooks.core.function import Function
 from modelhooks.core.logs import configure as configure_logs
-from modelhooks.core.settings import Settings, load_settings
+from modelhooks.core.settings import MAX_CONFIG_BYTES, Settings, load_settings
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.delivery.dedupe import Dedupe
 from modelhooks.delivery.routes import RouteAuth
@@ -508,10 +508,18 @@ def _cluster(settings: Settings) -> Cluster | None:
 
 
 def _policy_file(path: str, variable: str, parse: Callable[[str, str], T]) -> T:
+    """A policy file, read as at most MAX_CONFIG_BYTES (as the config file: `/dev/zero`, or
+    a model's weights named by mistake, was read whole into memory) and parsed by `parse`."""
     try:
-        return parse(Path(path).read_text(), f"{variable}={path}")
+        with open(path, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ValueError(f"{variable}={path}: over {MAX_CONFIG_BYTES} bytes: no policy file")
+        return parse(data.decode(), f"{variable}={path}")
     except OSError as exc:
         raise ConfigError(f"{variable}={path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{variable}={path}: not UTF-8 text") from None
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
