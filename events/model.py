@@ -19,8 +19,10 @@ from msgspec import Meta, field
 from modelhooks.events.errors import BadRequest
 
 __all__ = [
+    "BUCKET_NAME",
     "END",
     "EVENT_TYPES",
+    "MAX_BUCKET",
     "ArtifactDeleted",
     "ArtifactPurged",
     "ArtifactPushed",
@@ -62,15 +64,19 @@ VersionName = Annotated[
 Namespace = Annotated[
     str, Meta(min_length=1, max_length=63, pattern=rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?{END}")
 ]
-# A bucket (GCS's and S3's names, legacy ones included, as modelhooks.core.stores reads a
-# gs:// or s3:// URI): never a path. A transfer's bucket `mine/../theirs` passed tenancy as
-# `mine` while the GCS client put it in the request path unquoted, resolved to `/b/theirs`.
+# A bucket (GCS's and S3's names, legacy ones included; modelhooks.core.stores reads a
+# gs:// or s3:// URI's so): never a path. A transfer's bucket `mine/../theirs` passed tenancy
+# as `mine` while the GCS client put it in the request path unquoted, resolved to
+# `/b/theirs`. At most 222 characters (GCS's longest, dotted): botocore refuses a longer one
+# itself, which was taken as the store failing (503, for ever).
+BUCKET_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
+MAX_BUCKET = 222
 Bucket = Annotated[
     str,
     Meta(
         min_length=1,
-        max_length=222,
-        pattern=rf"^[A-Za-z0-9_-][A-Za-z0-9._-]*{END}",
+        max_length=MAX_BUCKET,
+        pattern=rf"^{BUCKET_NAME}{END}",
         description="a bucket name",
     ),
 ]

@@ -18,6 +18,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from modelhooks.core.addresses import ALLOW_HINT, refusal
 from modelhooks.core.errors import BadRequest, Forbidden
+from modelhooks.events.model import BUCKET_NAME, MAX_BUCKET
 
 if TYPE_CHECKING:
     from modelhooks.core.ports import ObjectStore
@@ -45,7 +46,7 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     scheme = scheme.lower()
     if sep and scheme in ("gs", "s3"):
         bucket, _, key = rest.partition("/")
-        if bucket and not _BUCKET.fullmatch(bucket):
+        if bucket and (len(bucket) > MAX_BUCKET or not _BUCKET.fullmatch(bucket)):
             raise BadRequest(f"object URI {uri!r}: {bucket!r} is not a bucket name", uri=uri)
     elif (parts := _parts(uri)).scheme == "file":
         scheme, (bucket, _, key) = "file", parts.path.lstrip("/").partition("/")
@@ -56,9 +57,7 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     return scheme, bucket, key
 
 
-# GCS's and S3's (legacy ones included), at most 222 characters (GCS's longest, dotted): a
-# longer one botocore refuses itself, which was taken as the store failing (503, for ever)
-_BUCKET = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,221}")
+_BUCKET = re.compile(BUCKET_NAME)  # a transfer's bucket is the same name (events.model)
 
 
 class Stores:
