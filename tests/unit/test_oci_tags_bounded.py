@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
@@ -15,6 +14,7 @@ import pytest
 
 from modelhooks.adapters.oci.distribution import MAX_TAGS, DistributionRegistry
 from modelhooks.core.errors import BadRequest
+from tests.servers.loopback import serving
 
 
 class _Endless(http.server.BaseHTTPRequestHandler):
@@ -43,13 +43,8 @@ class _Endless(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(params=[False, True], ids=["new-pages", "same-page"])
 def endless(request: pytest.FixtureRequest) -> Iterator[str]:
     _Endless.same, _Endless.pages = request.param, []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Endless) as url:
+        yield url
 
 
 def test_a_tag_list_that_never_ends_is_refused_past_max_tags(endless: str) -> None:

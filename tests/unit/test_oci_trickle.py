@@ -5,17 +5,29 @@ the delivery's thread. An answer's body is read within ANSWER_SECONDS in all now
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from modelhooks.adapters.oci import auth, distribution
 from modelhooks.adapters.oci.distribution import DistributionRegistry
 from modelhooks.core.errors import Unavailable
+from tests.servers.loopback import serving
 
 BODY = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'
+
+
+def _trickle(out: Any, body: bytes) -> None:
+    """`body` a byte every 0.1 s, until the client gives up."""
+    for byte in body:
+        try:
+            out.write(bytes([byte]))
+            out.flush()
+        except OSError:
+            return
+        time.sleep(0.1)
 
 
 class _Trickle(http.server.BaseHTTPRequestHandler):
@@ -26,13 +38,7 @@ class _Trickle(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
         self.send_header("Content-Length", str(len(BODY)))
         self.end_headers()
-        for byte in BODY:
-            try:
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-            except OSError:
-                return  # the client gave up
-            time.sleep(0.1)
+        _trickle(self.wfile, BODY)
 
     def log_message(self, *_: object) -> None:
         pass
@@ -40,13 +46,8 @@ class _Trickle(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def trickle() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Trickle) as url:
+        yield url
 
 
 def test_a_trickled_answer_is_cut_off_at_the_deadline(
@@ -75,13 +76,7 @@ class _TrickledToken(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(token)))
         self.end_headers()
-        for byte in token:
-            try:
-                self.wfile.write(bytes([byte]))
-                self.wfile.flush()
-            except OSError:
-                return  # the client gave up
-            time.sleep(0.1)
+        _trickle(self.wfile, token)
 
     def log_message(self, *_: object) -> None:
         pass
@@ -91,13 +86,8 @@ def test_a_trickled_token_is_cut_off_at_the_deadline(monkeypatch: pytest.MonkeyP
     """The realm is named by the registry, anyone's as much as the registry is: its answer
     is bounded in time as the registry's are (read whole before: 9 s here)."""
     monkeypatch.setattr(auth, "_TOKEN_SECONDS", 1.0)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickledToken)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(_TrickledToken) as url:
         started = time.monotonic()
         with pytest.raises(Unavailable, match="no token within 1 s"):
-            DistributionRegistry(f"http://127.0.0.1:{server.server_address[1]}").manifest("m", "v1")
+            DistributionRegistry(url).manifest("m", "v1")
         assert time.monotonic() - started < 3
-    finally:
-        server.shutdown()
-        server.server_close()
