@@ -11,9 +11,9 @@ A deletion policy says what happens to a deleted model version's artifact:
 
 Whatever the policy says, nothing another live version uses goes: an object inside a
 location a live version names, a digest a live version names, or a manifest a protected
-tag names. `plan_*` only read; `apply` deletes exactly the plan — referrers, tags,
-manifests; objects in as few requests as the store allows — and deleting what is gone
-succeeds, so a second delivery deletes nothing.
+tag names or a tagged index lists (its own tags go). `plan_*` only read; `apply` deletes
+exactly the plan — referrers, tags, manifests; objects in as few requests as the store
+allows — and deleting what is gone succeeds, so a second delivery deletes nothing.
 
 >>> Policy.parse("Delete").name
 'Delete'
@@ -152,9 +152,11 @@ def plan_oci(
     *,
     tags: Sequence[str] = (),
     in_use: Iterable[str] = (),
+    listed_by: Sequence[str] = (),
 ) -> Purge:
     """The plan for an OCI version: `digest` in `repo`, named by `tags` (its tags, as the
-    registry lists them). A digest a live version names stays, with its tags."""
+    registry lists them). A digest a live version names stays, with its tags; one an index
+    that stays lists (`listed_by`: the tags of those indexes) stays too, its own tags go."""
     location = f"{repo}@{digest}"
     if policy.name == "Retain":
         return Purge(location, kept=((digest, "deletionPolicy Retain"),))
@@ -169,6 +171,9 @@ def plan_oci(
         return Purge(location, tuple(untag), tuple(kept))
     if protected:  # a protected tag still names the content: the manifest stays
         kept.append((digest, f"named by the protected tag {protected[0]}"))
+        return Purge(location, tuple(untag), tuple(kept))
+    if listed_by:  # deleted, it would leave that index naming a manifest that is gone
+        kept.append((digest, f"listed by the index {listed_by[0]}, which stays"))
         return Purge(location, tuple(untag), tuple(kept))
     referrers = [
         Deletion("referrer", str(r["digest"]), f"refers to {digest}")

@@ -185,8 +185,12 @@ def plan(
         )
         if digest is None:  # the tag is gone and nothing else names the digest: done
             return Purge(target.uri), lambda planned, _: planned
-        tags = [t.name for t in registry.history(repo)[0] if t.digest == digest]
-        planned = plan_oci(registry, repo, digest, policy, tags=tags, in_use=in_use)
+        history = registry.history(repo)[0]
+        tags = [t.name for t in history if t.digest == digest]
+        listed_by = sorted(t.name for t in history if t.digest != digest and digest in t.children)
+        planned = plan_oci(
+            registry, repo, digest, policy, tags=tags, in_use=in_use, listed_by=listed_by
+        )
         return planned, lambda p, progress: apply_oci(registry, repo, p, progress=progress)
     store, bucket, key = stores.resolve(target.uri)
     prefix = check_prefix(key, target.uri)
