@@ -1,6 +1,7 @@
 """Deciding the model references of one AdmissionReview: each distinct reference resolved
 to its immutable digest once, then checked against every policy covering it through the
-ModelVerifier port (cached verdicts first), all within the review's deadline. The
+ModelVerifier port, each policy once (its cached verdict first), all within the review's
+deadline. The
 `admission` handler (modelhooks.handlers.admission) turns the outcomes into its answer.
 
 >>> checks = [Check("oci://r.io/m@sha256:…", covering=[policy])]  # doctest: +SKIP
@@ -41,30 +42,34 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
     late: bool = False  # not done within admission.timeout
 
     def outcome(self) -> tuple[list[Policy], list[tuple[Policy, ModelhooksError]], bool]:
-        """(covering policies, failures, accepted) as the answer reads them: a covered
-        reference is accepted only by a policy that verified it, never for want of a
-        failure (a check that ended otherwise did not conclude, and says so)."""
+        """(covering policies, those not satisfied and why, whether any verified it) as the
+        answer reads them: EVERY covering policy must be satisfied, each by a verification of
+        its own, never for want of a failure (a check that ended otherwise did not conclude,
+        and says so)."""
         if self.late:
             timeout = Transient("verification did not complete within admission.timeout")
             covering = list(self.covering)
             return covering, [(p, timeout) for p in covering], False
-        if self.covering and not self.accepted and not self.failed:
-            unsure = VerificationFailed("its verification did not conclude; see admission's logs")
-            return self.covering, [(p, unsure) for p in self.covering], False
-        return self.covering, self.failed, bool(self.accepted)
+        accepted = {id(p) for p, _ in self.accepted}
+        failed = list(self.failed)
+        unsure = VerificationFailed("its verification did not conclude; see admission's logs")
+        done = accepted | {id(p) for p, _ in failed}
+        failed += [(p, unsure) for p in self.covering if id(p) not in done]
+        return self.covering, failed, bool(self.accepted)
 
     def answered_by(self, verdicts: Verdicts) -> bool:
-        """A digest reference with a cached verdict is answered here, with no thread and no
-        call (the steady state once the mutating webhook has pinned tags)."""
+        """A digest reference with a cached verdict for EVERY covering policy is answered
+        here, with no thread and no call (the steady state once the mutating webhook has
+        pinned tags); one policy without its verdict sends the check to `run`."""
         if not self.uri.startswith("oci://") or "@sha256:" not in self.uri:
             return False
         digest = self.uri.rpartition("@")[2]
-        for policy in self.covering:
-            if (signer := verdicts.get(digest, policy)) is not None:
-                self.target, self.digest = self.uri, digest
-                self.accepted.append((policy, signer))
-                return True
-        return False
+        signers = [verdicts.get(digest, policy) for policy in self.covering]
+        if not self.covering or any(signer is None for signer in signers):
+            return False
+        self.target, self.digest = self.uri, digest
+        self.accepted = [(p, s) for p, s in zip(self.covering, signers, strict=True) if s]
+        return True
 
     def run(
         self,
@@ -95,12 +100,11 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
             self.error = as_failure(e, self.uri)
             self.failed = [(p, self.error) for p in self.covering]
             return
-        for policy in self.covering:
+        for policy in self.covering:  # each one answers for itself: all must be satisfied
             cached = verdicts.get(self.digest, policy)
             if cached is not None:
                 self.accepted.append((policy, cached))
-                return
-        for policy in self.covering:
+                continue
             if policy.refusal:  # e.g. an MVO ModelValidation naming a key file path
                 self.failed.append((policy, VerificationFailed(policy.refusal)))
                 continue
@@ -111,7 +115,6 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
                 continue
             verdicts.put(self.digest, policy, signer)
             self.accepted.append((policy, signer))
-            return
 
 
 def as_failure(error: BaseException, uri: str) -> ModelhooksError:

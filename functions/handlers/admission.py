@@ -5,11 +5,14 @@ events. Validating: each distinct model reference of the object (modelhooks.core
 is resolved to its immutable digest once, and checked against every policy covering it
 (modelhooks.core.verification) by the `model_verifier` port, which decides from the
 signature and the digests the store already has, never by re-hashing the model. A
-reference is admitted when ANY covering policy verifies it; otherwise it is denied if one
-of them enforces (a `warn` policy only warns; a check that could not complete follows the
-policy's failurePolicy). No covering policy at all is a denial: the namespace opted in,
-and a model nothing vouches for is not admitted. Successes are cached per (digest, policy
-version); everything is answered within `review_timeout` seconds.
+reference is admitted when EVERY covering policy is satisfied (within one, any of its keys,
+chains or identities may have signed), as Sigstore's policy-controller requires of its
+ClusterImagePolicies: a workload's author chooses its labels and references, and could
+otherwise label it into a loose policy beside a strict one. Each policy not satisfied is
+named with why: an `enforce` one denies, a `warn` one adds a warning, and a check that could
+not complete follows that policy's failurePolicy. No covering policy at all is a denial: the
+namespace opted in, and a model nothing vouches for is not admitted. Successes are cached per
+(digest, policy version); everything is answered within `review_timeout` seconds.
 
 Mutating: each OCI tag (image volume, `oci://` storageUri) is pinned to the digest it names
 now, so what the validating webhook verifies is what runs.
@@ -122,20 +125,19 @@ def _decide(checks: list[Check], namespace: str, on_node: set[str], denials: lis
                 "(infra/examples), or take the namespace out of admission"
             )
             continue
-        if accepted and check.uri.startswith("oci://") and "@" not in check.uri:
-            line = _unpinned(check)
-            enforced = any(p.mode == "enforce" for p in covering)
-            (denials if enforced else warnings).append(line)
-            continue
-        if accepted:
-            continue
-        for policy, error in failed:
+        denied = False
+        for policy, error in failed:  # every covering policy must be satisfied
             line = _failure(check, policy, error)
             transient = isinstance(error, Transient)
             if policy.mode == "warn" or (transient and policy.failure_policy == "Ignore"):
                 warnings.append(line)
             else:
                 denials.append(line)
+                denied = True
+        if accepted and not denied and check.uri.startswith("oci://") and "@" not in check.uri:
+            line = _unpinned(check)
+            enforced = any(p.mode == "enforce" for p in covering)
+            (denials if enforced else warnings).append(line)
     if denials:
         return Decision.deny("; ".join(denials), warnings=tuple(warnings))
     return Decision.allow(warnings=tuple(warnings))

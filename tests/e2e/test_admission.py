@@ -20,6 +20,7 @@ import pytest
 
 from modelhooks.adapters.oci.distribution import OCI_MANIFEST, DistributionRegistry, digest_of
 from modelhooks.adapters.signing import CertificateSigner, KeySigner
+from modelhooks.adapters.signing.oci import sign_oci
 from tests.e2e.admission_helpers import (
     GROUP,
     K8S,
@@ -244,6 +245,28 @@ def test_warn_mode_admits_with_a_warning(
         "VerificationPolicy" in w and "[warn]" in w and "no signature" in w
         for w in created.warnings
     ), created.warnings
+
+
+def test_every_covering_policy_must_be_satisfied_a_loose_one_beside_a_strict_one_is_not_enough(
+    kube_apiserver: KubeApiServer, namespace: str, push: Push, repo: str, keys: Any
+) -> None:
+    """The workload's author labels it into a loose policy (another key) beside the strict
+    one covering every workload: the loose one's key alone admitted it (ANY policy sufficed)."""
+    create_policy(kube_apiserver, namespace, "strict", trusting(keys[0]))
+    loose = {"workloadSelector": {"matchLabels": {"tier": "loose"}}}
+    create_policy(kube_apiserver, namespace, "loose", trusting(keys[1], **loose))
+    client, reference, digest = push(KeySigner.from_file(keys[1].private))
+    body = create_pod_body(reference)
+    body["metadata"]["labels"] = {"tier": "loose"}
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    refused = post(kube_apiserver, pods, body)
+    assert refused.status == 403, refused.body
+    assert f"VerificationPolicy {namespace}/strict [enforce]" in refused.message, refused.message
+    assert f"{namespace}/loose" not in refused.message, refused.message
+    sign_oci(client, repo, "v1", KeySigner.from_file(keys[0].private))  # the strict key too
+    admitted = post(kube_apiserver, pods, body)
+    assert admitted.status == 201, admitted.body
+    assert admitted.body["spec"]["volumes"][0]["image"]["reference"].endswith(digest)
 
 
 def test_certificate_chains_accept_their_signers_and_refuse_others(

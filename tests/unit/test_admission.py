@@ -182,13 +182,80 @@ def test_the_cache_is_bounded_in_entries_and_bytes_and_expires() -> None:
     assert 0 < len(small) < 8
 
 
-def test_any_covering_policy_admits_warn_mode_only_warns() -> None:
-    verifier = Verifier(TAGS, {D1: {"b"}})
-    both = Policies(policy("a"), policy("b"))
-    assert run(review(pod(BERT)), both, verifier).allowed
+def test_every_covering_policy_must_be_satisfied_warn_mode_only_warns() -> None:
+    """A workload's author chooses its labels and references: labelled into a loose policy
+    beside a strict one, it was admitted by the loose one's key alone (ANY policy sufficed)."""
+    verifier = Verifier(TAGS, {D1: {"loose"}, D2: {"strict", "loose"}})
+    both = Policies(policy("strict"), policy("loose"))
+    denied = run(review(pod(BERT)), both, verifier)
+    assert not denied.allowed and denied.code == 403
+    assert "VerificationPolicy ns/strict [enforce] trusts key team" in denied.message
+    assert "no signature refers to" in denied.message and "ns/loose" not in denied.message
+    assert run(review(pod(f"r.io/models/gpt@{D2}")), both, verifier).allowed
+    assert sorted(verifier.verified) == [
+        (D1, "loose"),
+        (D1, "strict"),
+        (D2, "loose"),
+        (D2, "strict"),
+    ]
     warn = Policies(policy("w", mode="warn"))
     decision = run(review(pod("r.io/models/gpt:v1")), warn, verifier)
     assert decision.allowed and "VerificationPolicy ns/w [warn]" in decision.warnings[0]
+    beside = Policies(policy("loose"), policy("w", mode="warn"))  # enforce met, warn not
+    warned = run(review(pod(BERT)), beside, verifier)
+    assert warned.allowed and len(warned.warnings) == 1
+    assert "VerificationPolicy ns/w [warn]" in warned.warnings[0]
+
+
+def test_each_covering_policy_follows_its_own_failure_policy() -> None:
+    verifier = Verifier(TAGS, {D1: {"loose"}})
+
+    class Down(Verifier):  # the strict policy's signer cannot be reached
+        def verify(self, uri: str, digest: str, policy: Policy) -> str:
+            if policy.name == "strict":
+                raise Unavailable("its transparency log did not answer")
+            return super().verify(uri, digest, policy)
+
+    down = Down(TAGS, {D1: {"loose"}})
+    ignore = Policies(policy("strict", failurePolicy="Ignore"), policy("loose"))
+    opened = run(review(pod(BERT)), ignore, down)
+    assert opened.allowed and "ns/strict" in opened.warnings[0]
+    assert "failurePolicy Ignore" in opened.warnings[0]
+    closed = run(review(pod(BERT)), Policies(policy("strict"), policy("loose")), down)
+    assert not closed.allowed and "failurePolicy Fail" in closed.message
+    assert "ns/strict" in closed.message and "ns/loose" not in closed.message
+    assert run(review(pod(BERT)), Policies(policy("loose")), verifier).allowed
+
+
+def test_a_cached_verdict_answers_for_its_own_policy_alone() -> None:
+    """The cache answered a reference from the first covering policy it held a success of:
+    a loose policy's cached verdict admitted it past a strict one never checked."""
+    verifier, verdicts = Verifier(TAGS, {D1: {"loose"}}), Verdicts()
+    assert run(review(pod(BERT)), Policies(policy("loose")), verifier, verdicts=verdicts).allowed
+    both = Policies(policy("loose"), policy("strict"))
+    denied = run(review(pod(BERT)), both, verifier, verdicts=verdicts)
+    assert not denied.allowed and "ns/strict" in denied.message
+    assert verifier.verified == [(D1, "loose"), (D1, "strict")]  # loose's answered from cache
+    verifier.signed[D1].add("strict")
+    assert run(review(pod(BERT)), both, verifier, verdicts=verdicts).allowed
+    assert run(review(pod(BERT)), both, verifier, verdicts=verdicts).allowed
+    assert verifier.verified == [(D1, "loose"), (D1, "strict"), (D1, "strict")]
+
+
+def test_a_node_policy_and_an_admission_policy_covering_one_volume_are_both_required() -> None:
+    node = policy("n", verifyOn="node")
+    verifier = Verifier(TAGS, {D1: {"a"}})
+    both = Policies(node, policy("a"))
+    mutated = run(review(pod(BERT), mutate=True), both, verifier)
+    (added,) = [op for op in mutated.patch if op["path"] == "/spec/initContainers"]
+    with_init = pod(BERT)
+    with_init["spec"]["initContainers"] = added["value"]
+    assert run(review(with_init), both, verifier).allowed
+    without = run(review(pod(BERT)), both, verifier)
+    assert not without.allowed and "no init container" in without.message
+    unsigned = run(review(with_init), Policies(node, policy("b")), verifier)
+    assert not unsigned.allowed and "VerificationPolicy ns/b" in unsigned.message
+    assert verifier.verified.count((D1, "n")) == 0  # the node verifies it, not admission
 
 
 def test_no_covering_policy_is_a_denial_and_globs_and_selectors_choose() -> None:
