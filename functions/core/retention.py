@@ -51,6 +51,7 @@ __all__ = [
     "apply",
     "model_policy",
     "plan",
+    "referrers",
 ]
 
 # compiled when a plan first reads a tag (re's own cache), not at every start
@@ -207,6 +208,20 @@ class Applied(msgspec.Struct, frozen=True):
     manifests: tuple[str, ...] = ()
 
 
+def referrers(
+    registry: OciRegistry, repo: str, planned: Plan, *, workers: int = 8
+) -> tuple[str, ...]:
+    """The referrers `apply` deletes with the plan's manifests (signatures, SBOMs), not one
+    a kept tag names: found before anything is deleted, so a plan can be recorded whole."""
+    from concurrent.futures import ThreadPoolExecutor  # a plan applied, not every start
+
+    kept = {d.digest for d in planned.keep}
+    digests = [d.digest for d in planned.manifests]
+    with ThreadPoolExecutor(workers) as pool:
+        found = pool.map(lambda d: registry.referrers(repo, d), digests)
+        return tuple(sorted({str(r["digest"]) for rs in found for r in rs} - kept - set(digests)))
+
+
 def apply(
     registry: OciRegistry,
     repo: str,
@@ -214,26 +229,29 @@ def apply(
     *,
     workers: int = 8,
     progress: Callable[[int], Any] = lambda n: None,
+    found: Sequence[str] | None = None,
+    again: bool = False,
 ) -> Applied:
     """Delete exactly what `planned` says, `workers` requests at a time: the referrers of
-    its manifests (not one a kept tag names), then its tags (each only if it still names
+    its manifests (`found`, else `referrers`), then its tags (each only if it still names
     the planned digest: a tag moved since is skipped), then its manifests. Deleting what is
     gone succeeds, so a second run (or a redelivery) is harmless; a tag another run removed
-    meanwhile is skipped, not told deleted twice. `progress(n)` is told of every n items
-    done."""
+    meanwhile is skipped, not told deleted twice. `again`: the plan is one a run applied
+    before (a redelivery of the delivery that recorded it), so a planned tag found gone is
+    told deleted: that run removed it, and is answered so again. `progress(n)` is told of
+    every n items done."""
     from concurrent.futures import ThreadPoolExecutor  # a plan applied, not every start
 
-    kept = {d.digest for d in planned.keep}
     digests = [d.digest for d in planned.manifests]
+    gone = tuple(referrers(registry, repo, planned, workers=workers) if found is None else found)
     with ThreadPoolExecutor(workers) as pool:
-        found = pool.map(lambda d: registry.referrers(repo, d), digests)
-        referrers = sorted({str(r["digest"]) for rs in found for r in rs} - kept - set(digests))
-        registry.delete_manifests(repo, referrers)
+        registry.delete_manifests(repo, gone)
 
         def untag(d: Decision) -> bool:
             # told deleted only when this run removed it: two runs at once (two pushes,
             # a duplicate) both find it naming the digest, and one deletes it
-            done = registry.resolve(repo, d.tag) == d.digest and registry.delete_tag(repo, d.tag)
+            now = registry.resolve(repo, d.tag)
+            done = (now == d.digest and registry.delete_tag(repo, d.tag)) or (again and now is None)
             progress(1)
             return done
 
@@ -243,7 +261,7 @@ def apply(
     return Applied(
         deleted=tuple(d.tag for d, ok in zip(planned.delete, done, strict=True) if ok),
         skipped=tuple(d.tag for d, ok in zip(planned.delete, done, strict=True) if not ok),
-        referrers=tuple(referrers),
+        referrers=gone,
         manifests=tuple(digests),
     )
 

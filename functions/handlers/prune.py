@@ -9,17 +9,31 @@ List the repository's history, plan (modelhooks.core.retention: keep the newest 
 stream and what is protected, recent, in use by a live registered version or the Model, or
 named by a kept tag or index), delete exactly the plan — referrers, tags, manifests — and
 reply `tags.pruned` with it. A tag that names another digest than planned, since, is left
-alone; a second delivery finds nothing more to delete.
+alone; another event finds nothing more to delete.
+
+A plan that deletes anything is recorded before anything is deleted, in the model
+registry, keyed by the delivery (its tenant, source and id): a version of the archived
+registered model `modelhooks:prune` (`PLANS`). A redelivery (a run killed after its
+deletions, before its answer was kept; Pub/Sub's ack deadline passed) applies the recorded
+plan again, what is gone being done, and answers it as the first time: the same tags
+deleted (a planned tag found gone counts as the recorded run's doing), kept and manifests.
+Listing again, it found them gone and answered nothing deleted: the reply (notify's Event
+on the Model) was lost, or, where the first answer had reached the broker, refused as the
+same id with other content. An id reused for another repository is a Conflict. (Two
+events planning one tag still tell it once; a redelivery cannot tell whether another
+event's run, racing the recorded one, removed a planned tag, and tells it too.)
 
 A run stopped between its tag deletes and its manifest deletes (a killed process) leaves
-those manifests untagged, and the distribution API lists no untagged manifest, so its
-redelivery cannot find them: the registry's own garbage collection reclaims them
-(`registry garbage-collect --delete-untagged`). Finding them here would cost a manifest
-read per version ever archived in the repository, on every delivery.
+those manifests untagged, and the distribution API lists no untagged manifest: its
+redelivery deletes them, by the recorded plan; never redelivered (dead-lettered), the
+registry's own garbage collection reclaims them (`registry garbage-collect
+--delete-untagged`). Finding them by listing would cost a manifest read per version ever
+archived in the repository, on every delivery.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -27,10 +41,18 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.core.errors import BadRequest, Forbidden, NotFound
+from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import ModelState, Tag
-from modelhooks.core.retention import Policies, Policy, apply, model_policy, plan
+from modelhooks.core.retention import (
+    Plan,
+    Policies,
+    Policy,
+    apply,
+    model_policy,
+    plan,
+    referrers,
+)
 from modelhooks.core.sources import model_source
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import (
@@ -45,7 +67,14 @@ from modelhooks.events.model import (
 if TYPE_CHECKING:
     from modelhooks.core.ports import ModelRegistry, OciRegistry
 
-__all__ = ["FUNCTION", "in_use"]
+__all__ = ["EVENT", "FUNCTION", "PLAN", "PLANS", "Recorded", "in_use"]
+
+# prune's plans, by delivery: versions of a registered model no event can name (':' is in no
+# model name an event carries), archived (no live version uses it: prune's and cleanup's
+# listings of live models pass it by); each version's PLAN is a `Recorded`, EVENT the delivery
+PLANS = "modelhooks:prune"
+PLAN = "modelhooks.prune_plan"
+EVENT = "modelhooks.prune_event"
 
 
 def handle(
@@ -75,17 +104,25 @@ def handle(
     else:
         return []
     client, repo, _ = oci.registry_for(uri)
-    tags, untagged = client.history(repo)
-    if isinstance(data, ArtifactPushed):
-        tags = _with_pushed(client, repo, tags, data, event.time)
-    planned = plan(
-        tags,
-        policy,
-        untagged=untagged,
-        in_use=in_use(registry) | pinned,
-        now=datetime.now(UTC),
-    )
-    done = apply(client, repo, planned)
+    delivery = _delivery(event)
+    recorded = _recorded(registry, delivery, uri)  # by a delivery of this event before
+    mine = None
+    if recorded is None:
+        tags, untagged = client.history(repo)
+        if isinstance(data, ArtifactPushed):
+            tags = _with_pushed(client, repo, tags, data, event.time)
+        planned = plan(
+            tags,
+            policy,
+            untagged=untagged,
+            in_use=in_use(registry) | pinned,
+            now=datetime.now(UTC),
+        )
+        recorded = mine = Recorded(uri, planned, referrers(client, repo, planned))
+        if planned.delete or planned.manifests:
+            recorded = _record(registry, delivery, mine)
+    planned = recorded.plan
+    done = apply(client, repo, planned, found=recorded.referrers, again=recorded is not mine)
     reply = TagsPruned(
         repository=uri.removeprefix("oci://"),
         deleted=list(done.deleted),
@@ -93,6 +130,67 @@ def handle(
         manifests=list(done.referrers + done.manifests),
     )
     return [event.reply(reply, source="modelhooks/prune", name="pruned")]
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """A delivery's plan as the registry keeps it (`PLAN`): what it deletes and keeps."""
+
+    repository: str
+    plan: Plan
+    referrers: tuple[str, ...] = ()
+
+
+def _delivery(event: CanonicalEvent) -> tuple[str, str]:
+    """(version name, what it names): the delivery as the delivery layer's dedupe names it,
+    its tenant with it (a route bound to one may claim any source and id)."""
+    named = f"{getattr(event.data, 'namespace', None) or ''} {event.source} {event.id}"
+    return hashlib.sha256(named.encode()).hexdigest()[:40], named
+
+
+def _recorded(registry: ModelRegistry, delivery: tuple[str, str], uri: str) -> Recorded | None:
+    """The plan recorded for this delivery, if any; Conflict if for another repository."""
+    model = registry.get_model(PLANS)
+    version = model and registry.get_version(model.id, delivery[0])
+    if not version:
+        return None
+    try:
+        recorded = msgspec.json.decode(version.custom_properties.get(PLAN, ""), type=Recorded)
+    except msgspec.DecodeError as exc:
+        raise Conflict(
+            f"the plan recorded for event {delivery[1]!r} ({PLANS!r}, version {version.name!r}"
+            f" in the model registry) cannot be read: {exc}"
+        ) from None
+    if recorded.repository != uri:
+        raise Conflict(
+            f"event {delivery[1]!r} was delivered before for {recorded.repository}",
+            location=uri,
+        )
+    return recorded
+
+
+def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Recorded) -> Recorded:
+    """`recorded` kept for this delivery before anything is deleted: a version of the
+    archived model `PLANS` (found or created). A delivery of it at the same time recorded
+    first: its plan, which this run applies too."""
+    model = registry.get_model(PLANS)
+    if model is None:
+        try:
+            model = registry.create_model(PLANS, properties={})
+        except Conflict:
+            model = registry.get_model(PLANS)
+            if model is None:
+                raise
+    if model.state != ModelState.ARCHIVED:  # no live version uses it: none is one
+        model = registry.update_model(msgspec.structs.replace(model, state=ModelState.ARCHIVED))
+    props = {PLAN: msgspec.json.encode(recorded).decode(), EVENT: delivery[1]}
+    try:
+        registry.create_version(model.id, delivery[0], properties=props)
+    except Conflict:
+        found = _recorded(registry, delivery, recorded.repository)
+        if found is None:
+            raise
+        return found
+    return recorded
 
 
 def _with_pushed(

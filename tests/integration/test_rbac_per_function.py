@@ -88,13 +88,13 @@ BEYOND: dict[str, tuple[Step, ...]] = {
         Step("get", "secrets", "", FRESH, "modelhooks-signing-key"),
         Step("delete", "modelversions", "modelhooks.dev", HOME),
     ),
-    "modelhooks-prune": (  # deletes in the registry, never in the cluster
+    "modelhooks-prune": (  # deletes in the registry, never in the cluster; records its plans
         Step("delete", "models", "modelhooks.dev"),
         Step("patch", "models", "modelhooks.dev"),
         Step("get", "secrets", "", HOME, "modelhooks-registry"),
         Step("list", "secrets", "", EVERYWHERE),
-        Step("create", "registeredmodels", "modelhooks.dev", HOME),
-        Step("update", "modelversions", "modelhooks.dev", HOME),
+        Step("create", "modelversions", "modelhooks.dev"),  # only in the registry's namespace
+        Step("delete", "modelversions", "modelhooks.dev", HOME),
     ),
     "modelhooks-cleanup": (  # the finalizer, yes; Secrets only where a namespace opts in
         Step("delete", "models", "modelhooks.dev"),
