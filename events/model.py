@@ -8,6 +8,7 @@ S3 versionId/ETag): floating references are resolved once, at ingress.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from datetime import UTC, datetime
@@ -485,13 +486,29 @@ class CanonicalEvent(msgspec.Struct, frozen=True, kw_only=True):
             extensions=extensions or {},
         )
 
+    def derived_id(self, name: str) -> str:
+        """The id of what this event leads to under `name` (a reply, the deletion register
+        says again): `<id>/<name>/<digest>`, the digest (24 hex) over this event's source, id
+        and `name`. CloudEvents ids are unique within their source alone: two upstream
+        events of one id (two buckets' notifications, a GCS and a MinIO one) named their
+        replies alike under the function's one source, and the next function took the
+        second for the first delivered again with other content (409, never retried).
+        Deterministic: a redelivery derives the same id.
+
+        >>> a = CanonicalEvent.new(ModelDeleted(name="m"), source="/a", id="7")
+        >>> a.derived_id("registered") == a.replace(source="/b").derived_id("registered")
+        False
+        """
+        key = msgspec.json.encode([self.source, self.id, name])
+        return f"{self.id}/{name}/{hashlib.sha256(key).hexdigest()[:24]}"
+
     def reply(self, data: EventData, *, source: str, name: str) -> CanonicalEvent:
-        """The event a function answers this one with: named after it (`<id>/<name>`), of
+        """The event a function answers this one with: named after it (`derived_id`), of
         its subject and its time. A function of the event and the state it leaves, so a
         redelivery the delivery log does not remember (a crash before its record was
         written, another instance) answers what the first delivery was answered."""
         return CanonicalEvent(
-            id=f"{self.id}/{name}",
+            id=self.derived_id(name),
             source=source,
             type=data.TYPE,
             data=data,

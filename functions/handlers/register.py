@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_model"]
 
 T = TypeVar("T")
+REGISTERED = "registered"  # the name of the reply, model.registered
 
 
 def handle(
@@ -159,13 +160,17 @@ def _register(
                 uri=pushed.uri,
                 digest=pushed.digest,
                 state=ArtifactState.LIVE,
-                custom_properties={"source_event": event.id},
+                # the push that registered it, as its source and id name it: the id of the
+                # reply it is answered with (an upstream id is unique within its source alone)
+                custom_properties={"source_event": event.derived_id(REGISTERED)},
             )
         )
         created = True
     # the event that registered it, delivered again after its answer was forgotten (a crash
     # before the delivery log's record, another instance), answers as the first time
-    created = created or artifact.custom_properties.get("source_event") == event.id
+    created = created or artifact.custom_properties.get("source_event") == event.derived_id(
+        REGISTERED
+    )
     if not live:  # a push older than the model's deletion: recorded, archived, and …
         return [_deleted_before(event, pushed, namespace, model.custom_properties)]
     reply = ModelRegistered(
@@ -180,7 +185,7 @@ def _register(
         namespace=namespace,
         created=created,
     )
-    return [event.reply(reply, source="modelhooks/register", name="registered")]
+    return [event.reply(reply, source="modelhooks/register", name=REGISTERED)]
 
 
 def pushed_of(
@@ -311,7 +316,7 @@ def _deleted_before(
     )
     at = facts.get(DELETED_AT, "")
     return CanonicalEvent(
-        id=f"{event.id}/deleted-before",
+        id=event.derived_id("deleted-before"),
         source="modelhooks/register",
         type=deleted.TYPE,
         data=deleted,

@@ -70,7 +70,7 @@ def test_signs_records_and_replies_once(
     register_model(event, event.data, registry=registry)
 
     (reply,) = run(event, registry, keys)
-    assert reply.type == "dev.modelhooks.model.signed" and reply.id == "e1/signed"
+    assert reply.type == "dev.modelhooks.model.signed" and reply.id == event.derived_id("signed")
     data = reply.data
     assert isinstance(data, ModelSigned)
     assert data.signature_uri == f"file://{tmp_path}/store/models/bert/1/model.sig"

@@ -75,9 +75,10 @@ def local(tmp_path: Path, model_dir: Path) -> Transfers:
 
 def test_the_sample_copies_registers_and_replies_model_registered(local: Transfers) -> None:
     registry = InMemoryModelRegistry()
-    (reply,) = handle(event_of(request()), registry=registry, tenancy=Tenancy(), transfers=local)
+    event = event_of(request())
+    (reply,) = handle(event, registry=registry, tenancy=Tenancy(), transfers=local)
     data = reply.data
-    assert isinstance(data, ModelRegistered) and reply.id == "t-1/registered"
+    assert isinstance(data, ModelRegistered) and reply.id == event.derived_id("registered")
     assert (data.model, data.version, data.namespace, data.created) == (
         "sentiment",
         "1",
