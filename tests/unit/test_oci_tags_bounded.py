@@ -50,7 +50,8 @@ def endless(request: pytest.FixtureRequest) -> Iterator[str]:
 def test_a_tag_list_that_never_ends_is_refused_past_max_tags(endless: str) -> None:
     registry = DistributionRegistry(endless)
     seen = 0
-    with pytest.raises(BadRequest, match=f"more than {MAX_TAGS} tags"):
+    refusal = "adds no tag" if _Endless.same else f"more than {MAX_TAGS} tags"
+    with pytest.raises(BadRequest, match=refusal):  # the same page: at its second reading
         for _ in registry.tags("m"):
             seen += 1
             assert seen <= 2 * MAX_TAGS, "the listing went on past any bound"

@@ -294,17 +294,20 @@ class DistributionRegistry:
 
     def tags(self, repo: str, page: int = 1000) -> Iterator[str]:
         """Every tag of `repo`, page by page (the `Link: …; rel="next"` chain); BadRequest
-        past MAX_TAGS."""
+        past MAX_TAGS, for a next page that is not this list's on this registry (it is not
+        followed: it would get this registry's credentials), and for a page that adds no
+        tag yet links on (empty, or seen already: a loop, which went on for ever). A list
+        cut short is never taken for the whole: cleanup would miss a protected tag."""
         path: str | None = f"/v2/{repo}/tags/list?n={page}"
-        count = 0
+        seen: set[str] = set()
         while path:
             status, headers, body = self.request("GET", path)
             if status == 404:
                 return  # no such repository: no tags
             self._check(status, body, f"tags of {repo}")
-            tags = json.loads(body).get("tags") or []
-            count += len(tags)
-            if count > MAX_TAGS:
+            tags = [t for t in json.loads(body).get("tags") or [] if t not in seen]
+            seen.update(tags)
+            if len(seen) > MAX_TAGS:
                 raise BadRequest(
                     f"{self.base_url}/{repo} lists more than {MAX_TAGS} tags",
                     repository=repo,
@@ -312,6 +315,28 @@ class DistributionRegistry:
                 )
             yield from tags
             path = _next_link(headers)
+            if path is not None:
+                path = self._next_page(repo, path, added=len(tags))
+
+    def _next_page(self, repo: str, link: str, *, added: int) -> str:
+        """The path of the tag list's next page `link` names, or BadRequest saying why it is
+        not followed."""
+        from urllib.parse import urlsplit
+
+        base, parts = urlsplit(self.base_url), urlsplit(link)
+        elsewhere = parts.scheme or parts.netloc
+        if elsewhere and (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
+            why = "is on another host"
+        elif parts.path != f"{base.path}/v2/{repo}/tags/list":
+            why = "is not this repository's tag list"
+        elif not added:
+            why = "comes after a page that adds no tag"
+        else:
+            return f"/v2/{repo}/tags/list" + (f"?{parts.query}" if parts.query else "")
+        raise BadRequest(
+            f"{self.base_url}/{repo}: the next page of its tags, {link[:200]!r}, {why}",
+            repository=repo,
+        )
 
     def resolve(self, repo: str, tag: str) -> str | None:
         """The digest `tag` names now, or None when there is no such tag."""

@@ -1,0 +1,76 @@
+"""A registry's tag list links its next page (`Link: <…>; rel="next"`), and the registry
+may be anyone's: pages that add nothing (empty, or a link back to a page seen) went on
+for ever — MAX_TAGS bounds only the tags — and a link to another host was followed with
+this registry's credentials (basic ones in the clear). Such a list is refused now: an
+incomplete one would let cleanup miss a protected tag."""
+
+from __future__ import annotations
+
+import http.server
+import json
+from collections.abc import Iterator
+from typing import ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from modelhooks.adapters.oci.distribution import DistributionRegistry
+from modelhooks.core.errors import BadRequest
+from tests.servers.loopback import serving
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """`/v2/m/tags/list`: page 0 lists t0, then `mode` says what the next pages are."""
+
+    mode: ClassVar[str] = "empty"
+    elsewhere: ClassVar[str] = ""  # the other host's base URL
+    seen: ClassVar[list[tuple[str, str | None]]] = []  # (path, Authorization)
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        page = int((parse_qs(urlsplit(self.path).query).get("page") or ["0"])[0])
+        tags = [f"t{page}"] if page == 0 or self.mode == "cycle" else []
+        link = {
+            "empty": f"/v2/m/tags/list?page={page + 1}",  # empty pages without end
+            "cycle": f"/v2/m/tags/list?page={(page + 1) % 2}",  # page 0, 1, 0, 1, …
+            "elsewhere": f"{self.elsewhere}/v2/m/tags/list?page=1",
+            "other-repo": "/v2/private/tags/list?page=1",
+        }[self.mode]
+        if (self.mode in ("elsewhere", "other-repo") and page == 1) or len(self.seen) > 50:
+            link = ""  # the end (past 50 pages: a client that would go on for ever)
+        body = json.dumps({"name": "m", "tags": tags}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if link:
+            self.send_header("Link", f'<{link}>; rel="next"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile() -> Iterator[str]:
+    _Hostile.seen = []
+    with serving(_Hostile) as url:
+        yield url
+
+
+@pytest.mark.parametrize("mode", ["empty", "cycle"])
+def test_pages_that_add_no_tag_end_the_listing_refused(hostile: str, mode: str) -> None:
+    _Hostile.mode = mode
+    with pytest.raises(BadRequest, match="adds no tag"):
+        list(DistributionRegistry(hostile).tags("m"))
+    assert len(_Hostile.seen) <= 3
+
+
+@pytest.mark.parametrize("mode", ["elsewhere", "other-repo"])
+def test_a_link_off_the_repositorys_list_is_refused_unfollowed(hostile: str, mode: str) -> None:
+    with serving(_Hostile) as other:  # the same server, reached under another name
+        _Hostile.mode, _Hostile.elsewhere = mode, other.replace("127.0.0.1", "localhost")
+        registry = DistributionRegistry(hostile, auth=("user", "hunter2"))
+        with pytest.raises(BadRequest, match="next page"):
+            list(registry.tags("m"))
+    assert [path for path, _ in _Hostile.seen] == ["/v2/m/tags/list?n=1000"]
