@@ -8,8 +8,9 @@
 delete (with `--untagged-hours`: those its deletes leave untagged, or untagged already
 where the registry lists them, pushed longer ago); nothing is changed. `apply` deletes
 exactly what the plan file says, in the order that leaves nothing dangling — the
-manifests' referrers, the tags (a tag moved since planning is skipped), the manifests —
-with a progress bar; what is gone already is fine.
+manifests' referrers, the tags (a tag moved since planning is skipped), the manifests (one
+a tag names since planning stays, with its referrers) — with a progress bar; what is gone
+already is fine.
 Exit status: 0 done, 2 a bad argument or plan, 3 the registry did not answer, 130 interrupted
 (the line before says how many deletes were done: apply the same plan again).
 """
@@ -134,6 +135,8 @@ def run_apply(args: argparse.Namespace) -> int:
         print(
             f"skip    {tag}: it is gone or names another digest now (plan again)", file=sys.stderr
         )
+    for digest in done.held:
+        print(f"skip    {digest}: a tag names it now (plan again)", file=sys.stderr)
     for tag in done.deleted:
         print(f"deleted {tag}")
     for digest in done.referrers + done.manifests:

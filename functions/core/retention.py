@@ -200,12 +200,13 @@ def _manifests(
 
 class Applied(msgspec.Struct, frozen=True):
     """What `apply` did: tags deleted, tags skipped (moved or gone since planning),
-    referrers and manifests deleted."""
+    referrers and manifests deleted, manifests held (a tag names them now)."""
 
     deleted: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     referrers: tuple[str, ...] = ()
     manifests: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
 
 
 def referrers(
@@ -234,7 +235,11 @@ def apply(
 ) -> Applied:
     """Delete exactly what `planned` says, `workers` requests at a time: the referrers of
     its manifests (`found`, else `referrers`), then its tags (each only if it still names
-    the planned digest: a tag moved since is skipped), then its manifests. Deleting what is
+    the planned digest: a tag moved since is skipped), then its manifests — but not one a
+    tag names now that the plan does not delete (pushed there since: a rollback, a plan
+    file applied later, a redelivery; a manifest DELETE takes or strands every tag naming
+    it), nor what such a tag's index lists, nor their referrers and referrers index: when
+    the plan deletes manifests, the repository is listed again first. Deleting what is
     gone succeeds, so a second run (or a redelivery) is harmless; a tag another run removed
     meanwhile is skipped, not told deleted twice. `again`: the plan is one a run applied
     before (a redelivery of the delivery that recorded it), so a planned tag found gone is
@@ -242,6 +247,17 @@ def apply(
     every n items done."""
     from concurrent.futures import ThreadPoolExecutor  # a plan applied, not every start
 
+    held = _named_now(registry, repo, planned) if planned.manifests else set()
+    if held:
+        indexes = {h.replace(":", "-") for h in held}  # their referrers indexes stay too
+        planned = Plan(
+            planned.keep,
+            tuple(d for d in planned.delete if d.tag not in indexes),
+            tuple(d for d in planned.manifests if d.digest not in held),
+        )
+        if found is not None:
+            theirs = {str(r["digest"]) for h in held for r in registry.referrers(repo, h)}
+            found = [r for r in found if r not in theirs]
     digests = [d.digest for d in planned.manifests]
     gone = tuple(referrers(registry, repo, planned, workers=workers) if found is None else found)
     with ThreadPoolExecutor(workers) as pool:
@@ -263,7 +279,27 @@ def apply(
         skipped=tuple(d.tag for d, ok in zip(planned.delete, done, strict=True) if not ok),
         referrers=gone,
         manifests=tuple(digests),
+        held=tuple(sorted(held)),
     )
+
+
+def _named_now(registry: OciRegistry, repo: str, planned: Plan) -> set[str]:
+    """The planned manifests a tag names now (or an index it names lists), other than the
+    plan's own tags still naming what the plan says, with the referrers indexes
+    (`sha256-<hex>`) the plan deletes with them."""
+    tags, untagged = registry.history(repo)
+    going = {(d.tag, d.digest) for d in planned.delete}
+    doomed = {d.digest for d in planned.manifests}
+    named: set[str] = set()
+    for tag in tags:
+        if (tag.name, tag.digest) not in going:
+            named |= {tag.digest, *tag.children}
+    for manifest in untagged:  # an index the plan leaves (Artifact Registry lists them)
+        if manifest.digest not in doomed:
+            named |= set(manifest.children)
+    held = named & doomed
+    indexes = {h.replace(":", "-") for h in held}
+    return held | {d.digest for d in planned.delete if d.tag in indexes and d.digest in doomed}
 
 
 class Policies(msgspec.Struct, frozen=True):

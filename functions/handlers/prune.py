@@ -9,7 +9,8 @@ List the repository's history, plan (modelhooks.core.retention: keep the newest 
 stream and what is protected, recent, in use by a live registered version or the Model, or
 named by a kept tag or index), delete exactly the plan — referrers, tags, manifests — and
 reply `tags.pruned` with it. A tag that names another digest than planned, since, is left
-alone; another event finds nothing more to delete.
+alone, and a manifest a tag names since (pushed meanwhile) stays; another event finds
+nothing more to delete.
 
 A plan that deletes anything is recorded before anything is deleted, in the model
 registry, keyed by the delivery (its tenant, source and id): a version of the archived

@@ -1,9 +1,12 @@
 """What a deletion must leave, on the harness's real registries: a manifest an index that
-stays lists (a multi-platform model's index, tagged)."""
+stays lists (a multi-platform model's index, tagged), and a manifest a tag names when the
+deletes run (pushed there since the plan)."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +14,10 @@ import pytest
 
 from modelhooks.adapters.oci.distribution import OCI_INDEX, OCI_MANIFEST, DistributionRegistry
 from modelhooks.core.errors import NotFound
+from modelhooks.core.retention import Policy, apply, plan, referrers
 from tests.integration.test_cleanup_stores import T0, World
 from tests.integration.test_oci_registry import sign
-from tests.integration.test_prune_cli import push
+from tests.integration.test_prune_cli import prune, push
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +77,58 @@ def test_cleanup_deletes_a_manifest_once_no_index_lists_it(tmp_path: Path, oci: 
     assert sorted(reply.deleted) == sorted(["v1", digest]) and not reply.failed
     with pytest.raises(NotFound):
         client.manifest(repo, digest)
+
+
+def test_prune_apply_keeps_a_manifest_a_tag_names_since_the_plan(
+    oci: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan applied later (`prune apply --plan`, or a prune racing a push): the manifest of
+    v1.0.0 is to go, untagged; meanwhile `prod` was pushed naming it (a rollback). The
+    manifest, its signature and its referrers index stay, and `prod` with them; a manifest
+    DELETE took `prod` too (distribution) or left it naming nothing (cue-labs)."""
+    client, repo = DistributionRegistry(oci.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    rolled_back = push(client, repo, "v1.0.0", created=old)
+    push(client, repo, "v2.0.0", created=old)
+    signature = sign(client, repo, rolled_back)
+    uri = f"oci://{oci.host}/{repo}"
+    args = ("--stream", "v*", "--keep", "1", "--untagged-hours", "1", "--json")
+    assert prune("plan", uri, *args) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["manifests"][0]["digest"] == rolled_back
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(planned))
+    tags_before = set(client.tags(repo))
+
+    assert push(client, repo, "prod", created=old, content="v1.0.0") == rolled_back
+    assert prune("apply", uri, "--plan", str(plan_file), "--quiet") == 0
+    out, err = capsys.readouterr()
+    assert client.resolve(repo, "prod") == rolled_back
+    assert client.manifest(repo, rolled_back)[1] == rolled_back
+    assert [r["digest"] for r in client.referrers(repo, rolled_back)] == [signature]
+    assert client.manifest(repo, signature)[1] == signature
+    assert client.resolve(repo, "v1.0.0") is None  # the planned tag went
+    assert set(client.tags(repo)) == tags_before - {"v1.0.0"} | {"prod"}
+    assert f"deleted {rolled_back}" not in out and f"skip    {rolled_back}" in err
+
+
+def test_a_recorded_plan_applied_again_keeps_a_manifest_a_tag_names_since(oci: Any) -> None:
+    """The prune function's redelivery applies the plan it recorded, with the referrers
+    found then (`found`): the same rule holds, the signature of what `prod` names stays."""
+    client, repo = DistributionRegistry(oci.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    rolled_back = push(client, repo, "v1.0.0", created=old)
+    push(client, repo, "v2.0.0", created=old)
+    signature = sign(client, repo, rolled_back)
+    policy = Policy(streams=("v*",), keep=1, untagged=timedelta(hours=1))
+    planned = plan(client.history(repo)[0], policy, now=datetime.now(UTC))
+    found = referrers(client, repo, planned)
+    assert signature in found and rolled_back in {d.digest for d in planned.manifests}
+
+    push(client, repo, "prod", created=old, content="v1.0.0")
+    done = apply(client, repo, planned, found=found, again=True)
+    assert rolled_back in done.held and rolled_back not in done.manifests
+    assert signature not in done.referrers
+    assert client.resolve(repo, "prod") == rolled_back
+    assert [r["digest"] for r in client.referrers(repo, rolled_back)] == [signature]
+    assert client.manifest(repo, signature)[1] == signature
