@@ -119,7 +119,7 @@ def test_a_deleted_model_takes_its_objects_from_minio(
         # refused as the deletion is admitted (tenancy reads the Model's spec.source), naming
         # the bucket the namespace may not act on
         assert cleanup(refused)["status"] == 200
-        assert [r.split("/")[-2] for r in cleanup(refused)["replies"]] == ["refused"]
+        assert [r.split("/")[-3] for r in cleanup(refused)["replies"]] == ["refused"]
         assert cleanup(refused)["error"]["details"]["location"] == f"s3://{outside}"
         assert f"s3://{outside}" in cleanup(refused)["error"]["message"]
         assert keys(outside) == ["models/intruder/1/weights.bin"]
