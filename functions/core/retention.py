@@ -8,7 +8,10 @@ whatever the rest says:
 - tags matching a `protect` regex (`latest`, release tags, a 40-hex git SHA, …);
 - tags pushed within `grace` (and tags whose push time is unknown);
 - tags naming a digest in use (a live Model or registry version references it) or a
-  digest that a kept tag names too.
+  digest that a kept tag names too;
+- a manifest's referrers tag (`sha256-<hex>`, the fallback index of a registry without
+  the referrers API; cosign's `.sig`, `.att`, `.sbom`): no version, in no stream, it goes
+  only with its manifest.
 With `untagged` set, manifests left without a tag — by this plan, or already (where the
 registry can list them) — that were pushed longer ago than that are deleted too, except a
 digest in use, named by a kept tag, or listed by a kept index.
@@ -55,6 +58,9 @@ __all__ = [
 ]
 
 # compiled when a plan first reads a tag (re's own cache), not at every start
+# The tag of a manifest's referrers where the registry has no referrers API: the OCI
+# fallback index (`sha256-<hex>`), cosign's signatures, attestations and SBOMs
+_REFERRERS = r"sha256-[0-9a-f]{64}(?:\.sig|\.att|\.sbom)?"
 _SEMVER = r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
 
 
@@ -107,7 +113,10 @@ def _newest_first(tags: Sequence[Tag]) -> list[Tag]:
 
 
 def _stream(name: str, policy: Policy) -> str | None:
-    """The first stream whose pattern the tag matches (a tag belongs to one stream)."""
+    """The first stream whose pattern the tag matches (a tag belongs to one stream); none
+    for a referrers tag (`_REFERRERS`): it is no version."""
+    if re.fullmatch(_REFERRERS, name):
+        return None
     return next((s for s in policy.streams if fnmatchcase(name, s)), None)
 
 
@@ -128,6 +137,8 @@ def plan(
             reasons[tag.name] = "protected"
         elif tag.digest in in_use:
             reasons[tag.name] = "in use"
+        elif re.fullmatch(_REFERRERS, tag.name):  # it goes with its manifest, if that goes
+            reasons[tag.name] = "the referrers of sha256:" + tag.name[7:71]
         elif tag.pushed_at is None:
             reasons[tag.name] = "push time unknown"
         elif now is not None and now - tag.pushed_at < policy.grace:

@@ -1,6 +1,7 @@
 """What a deletion must leave, on the harness's real registries: a manifest an index that
-stays lists (a multi-platform model's index, tagged), and a manifest a tag names when the
-deletes run (pushed there since the plan)."""
+stays lists (a multi-platform model's index, tagged), a manifest a tag names when the
+deletes run (pushed there since the plan), and the newest N versions when each has a
+referrers tag."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from modelhooks.adapters.oci.distribution import OCI_INDEX, OCI_MANIFEST, DistributionRegistry
 from modelhooks.core.errors import NotFound
-from modelhooks.core.retention import Policy, apply, plan, referrers
+from modelhooks.core.retention import Policy, apply, model_policy, plan, referrers
 from tests.integration.test_cleanup_stores import T0, World
 from tests.integration.test_oci_registry import sign
 from tests.integration.test_prune_cli import prune, push
@@ -132,3 +133,26 @@ def test_a_recorded_plan_applied_again_keeps_a_manifest_a_tag_names_since(oci: A
     assert client.resolve(repo, "prod") == rolled_back
     assert [r["digest"] for r in client.referrers(repo, rolled_back)] == [signature]
     assert client.manifest(repo, signature)[1] == signature
+
+
+def test_keep_n_counts_versions_not_their_referrers_indexes(oci: Any) -> None:
+    """A Model's retention (keepVersions: 2, every tag one stream) on a registry without
+    the referrers API, each version signed: the `sha256-<hex>` tags of the signatures'
+    indexes (no push time: ranked newest) took the two places, and every version tag went;
+    the two newest versions stay now, each with its signature, the older ones' tags go."""
+    client, repo = DistributionRegistry(oci.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    digests = {}
+    for n, tag in enumerate(("v1", "v2", "v3", "v4")):
+        digests[tag] = push(client, repo, tag, created=old + timedelta(hours=n))
+        sign(client, repo, digests[tag])
+    policy = model_policy({"retention": {"keepVersions": 2}})
+    assert policy is not None
+    planned = plan(client.history(repo)[0], policy, now=datetime.now(UTC))
+    assert sorted(d.tag for d in planned.delete) == ["v1", "v2"]
+
+    apply(client, repo, planned)
+    left = set(client.tags(repo))
+    assert {"v3", "v4"} <= left and not {"v1", "v2"} & left
+    for tag in ("v3", "v4"):
+        assert len(client.referrers(repo, digests[tag])) == 1  # its signature stays
