@@ -15,8 +15,11 @@ same model, version, artifact and copy: the reply says `created: false`. A deliv
 took effect before (its answer lost: a crash before the delivery log's record, Pub/Sub's ack
 deadline passed during the copy) is answered as the first time from the registry, nothing
 copied again (the artifact records the delivery that made it LIVE): its source may be gone.
-A request older than the one that made the artifact LIVE, delivered late, is moot (204):
-copied, it took the artifact back to an older source's content, by delivery order. A store that does not answer, or the
+A request older than one that began on the artifact or made it LIVE is moot (204): copied,
+it took the artifact back to an older source's content, by delivery order; running at the
+same time as the newer, its copy ending last, it did too (`finish` read nothing again).
+Now begin, finish and fail each read the artifact again in their write's transaction
+(adapters.transfer.register). A store that does not answer, or the
 copy running past `transfer.timeout`, answers 503 (redelivered: it resumes); bad input 4xx.
 
 Reply: `model.registered` with the ids, the destination URI and the content's digest.

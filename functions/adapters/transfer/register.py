@@ -5,6 +5,14 @@ name (model, version) or by the version's own artifact, so a re-run of a half-fi
 create resumes the same model and version instead of failing on "already exists", and two
 concurrent runs end with one of each.
 
+Requests for one artifact, each with its time (`at`), end as the newest says, whatever
+their order and overlap: `begin` records the newest request time that began on the
+artifact (`TRANSFER_CLAIM`), and `begin`, `finish` and `fail` each read the artifact again
+and write it in one registry transaction (a conditional write: StaleWrite, redelivered,
+when it changed in between), doing nothing for a request older than one begun or made LIVE
+since (Skip: moot). So an older copy that ends after a newer one never becomes LIVE over
+it, nor marks it ABANDONED. A request without a time neither is moot nor makes one.
+
 >>> target = begin(registry, config, uri)  # doctest: +SKIP
 >>> finish(registry, target, uri, digest)  # doctest: +SKIP
 """
@@ -19,6 +27,7 @@ from msgspec.structs import replace
 
 from modelhooks.adapters.transfer.config import TransferConfig
 from modelhooks.core.errors import BadRequest, Conflict, NotFound
+from modelhooks.core.function import Skip
 from modelhooks.core.records import (
     ArtifactState,
     ModelArtifact,
@@ -30,6 +39,7 @@ from modelhooks.core.records import (
 __all__ = [
     "FAILURE_REASON",
     "TRANSFER_AT",
+    "TRANSFER_CLAIM",
     "TRANSFER_CREATED",
     "TRANSFER_EVENT",
     "Target",
@@ -47,6 +57,8 @@ FAILURE_REASON = "modelhooks.failure_reason"
 TRANSFER_EVENT = "modelhooks.transfer_event"
 TRANSFER_CREATED = "modelhooks.transfer_created"
 TRANSFER_AT = "modelhooks.transfer_at"
+# the newest request time that began on the artifact (begin): an older one is moot
+TRANSFER_CLAIM = "modelhooks.transfer_claim"
 ARTIFACT = "model"
 
 
@@ -81,15 +93,40 @@ def _props(custom: Mapping[str, Any], **fields: str) -> dict[str, str]:
     return props
 
 
-def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
-    """The model, version and artifact of the intent, found or created; the artifact PENDING."""
+def newer(artifact: ModelArtifact, at: str) -> str:
+    """The time of a request newer than `at` that began on `artifact` or made it LIVE, else
+    "" (also for a request without a time, `at` "")."""
+    props = artifact.custom_properties
+    newest = max(props.get(TRANSFER_CLAIM, ""), props.get(TRANSFER_AT, ""))
+    return newest if at and newest > at else ""
+
+
+def _moot(artifact: ModelArtifact, at: str, what: str) -> Skip:
+    return Skip(
+        f"a newer request (sent {newer(artifact, at)}) began on the artifact since this one"
+        f" (sent {at}) was: it is moot, {what}"
+    )
+
+
+def _claimed(props: Mapping[str, str], at: str) -> dict[str, str]:
+    claim = max(props.get(TRANSFER_CLAIM, ""), at)
+    return {**props, TRANSFER_CLAIM: claim} if claim else dict(props)
+
+
+def begin(registry: Any, config: TransferConfig, uri: str, *, at: str = "") -> Target:
+    """The model, version and artifact of the intent, found or created; the artifact PENDING
+    and claimed by a request sent at `at` (Skip when a newer one claimed it: moot)."""
     meta = config.metadata
     if config.intent == "update_artifact":
-        artifact = registry.get_artifact(config.model.artifact_id)
-        if artifact is None:
-            raise NotFound(f"model registry: no ModelArtifact {config.model.artifact_id!r}")
-        pending = replace(artifact, state=ArtifactState.PENDING)
-        pending = registry.upsert_artifact(pending)
+        with registry.transaction():
+            artifact = registry.get_artifact(config.model.artifact_id)
+            if artifact is None:
+                raise NotFound(f"model registry: no ModelArtifact {config.model.artifact_id!r}")
+            if newer(artifact, at):
+                raise _moot(artifact, at, "nothing is copied")
+            props = _claimed(artifact.custom_properties, at)
+            pending = replace(artifact, state=ArtifactState.PENDING, custom_properties=props)
+            pending = registry.upsert_artifact(pending)
         return Target(config.model.model_id, config.model.version_id, pending)
     with registry.transaction():
         if config.intent == "create_model":
@@ -124,6 +161,8 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
         )
         name = _artifact_name(config)
         existing = next((x for x in registry.list_artifacts(version.id) if x.name == name), None)
+        if existing is not None and newer(existing, at):
+            raise _moot(existing, at, "nothing is copied")
         artifact = ModelArtifact(
             id=existing.id if existing else "",
             version_id=version.id,
@@ -131,13 +170,18 @@ def begin(registry: Any, config: TransferConfig, uri: str) -> Target:
             uri=uri,
             digest=existing.digest if existing else "",
             state=ArtifactState.PENDING,
-            custom_properties={**(existing.custom_properties if existing else {}), **props},
+            custom_properties=_claimed(
+                {**(existing.custom_properties if existing else {}), **props}, at
+            ),
         )
         try:
             artifact = registry.upsert_artifact(artifact)
-        except Conflict:  # a concurrent run created it first: the same artifact
+        except Conflict:  # a concurrent run created it first: the same artifact, claimed
             found = next(x for x in registry.list_artifacts(version.id) if x.name == name)
-            artifact = found
+            if newer(found, at):
+                raise _moot(found, at, "nothing is copied") from None
+            claimed = replace(found, custom_properties=_claimed(found.custom_properties, at))
+            artifact = registry.upsert_artifact(claimed) if claimed != found else found
     return Target(model_id, version.id, artifact, version.name)
 
 
@@ -209,19 +253,31 @@ def finish(
     at: str = "",
 ) -> ModelArtifact:
     """The artifact LIVE at `uri` with `digest`; `event`: the delivery that made it so (and
-    whether it changed the digest), `at` its request's time, for `live_artifact`'s readers."""
-    props = {k: v for k, v in target.artifact.custom_properties.items() if k != FAILURE_REASON}
-    if event:
-        created = "true" if target.artifact.digest != digest else "false"
-        props |= {TRANSFER_EVENT: event, TRANSFER_CREATED: created, TRANSFER_AT: at}
-    done = replace(
-        target.artifact,
-        uri=uri,
-        digest=digest,
-        state=ArtifactState.LIVE,
-        custom_properties={**props, **extra},
-    )
-    return registry.upsert_artifact(done)  # type: ignore[no-any-return]
+    whether it changed the digest), `at` its request's time, for `live_artifact`'s readers.
+    Read again first, in the write's transaction: Skip (moot) when a newer request began on
+    it or made it LIVE since this one began."""
+    with registry.transaction():
+        now = _again(registry, target)
+        if newer(now, at):
+            raise _moot(now, at, "its copy is not made LIVE")
+        props = {k: v for k, v in now.custom_properties.items() if k != FAILURE_REASON}
+        if event:
+            created = "true" if target.artifact.digest != digest else "false"
+            props |= {TRANSFER_EVENT: event, TRANSFER_CREATED: created, TRANSFER_AT: at}
+        done = replace(
+            target.artifact,
+            uri=uri,
+            digest=digest,
+            state=ArtifactState.LIVE,
+            custom_properties={**props, **extra},
+        )
+        return registry.upsert_artifact(done)  # type: ignore[no-any-return]
+
+
+def _again(registry: Any, target: Target) -> ModelArtifact:
+    """The target's artifact as the registry holds it now (by id; else as begun)."""
+    now = registry.get_artifact(target.artifact.id)
+    return target.artifact if now is None else now
 
 
 def record_signature(registry: Any, target: Target, signature: Mapping[str, str]) -> bool:
@@ -243,7 +299,16 @@ def record_signature(registry: Any, target: Target, signature: Mapping[str, str]
     return True
 
 
-def fail(registry: Any, target: Target, reason: str) -> ModelArtifact:
-    props = {**target.artifact.custom_properties, FAILURE_REASON: reason[:1000]}
-    failed = replace(target.artifact, state=ArtifactState.ABANDONED, custom_properties=props)
-    return registry.upsert_artifact(failed)  # type: ignore[no-any-return]
+def fail(registry: Any, target: Target, reason: str, *, at: str = "") -> ModelArtifact | None:
+    """The artifact ABANDONED with `reason`, unless a newer request than `at` began on it
+    since (its outcome is the artifact's), or one as new made it LIVE (a delivery of this
+    request at the same time): None, nothing written."""
+    with registry.transaction():
+        now = _again(registry, target)
+        props = now.custom_properties
+        done = now.state == ArtifactState.LIVE and props.get(TRANSFER_AT, "") >= at
+        if newer(now, at) or (at and done):
+            return None
+        props = {**now.custom_properties, FAILURE_REASON: reason[:1000]}
+        failed = replace(target.artifact, state=ArtifactState.ABANDONED, custom_properties=props)
+        return registry.upsert_artifact(failed)  # type: ignore[no-any-return]

@@ -319,7 +319,7 @@ def transfer(
     source, destination = ends or (build_source(cfg), build_destination(cfg))
     if cfg.sign and signer is None:
         signer = build_signer(cfg)  # before anything moves: a missing signer is an error now
-    target = register.begin(registry, cfg, destination.uri) if registry is not None else None
+    target = register.begin(registry, cfg, destination.uri, at=at) if registry is not None else None
     if after_begin is not None:
         after_begin(target)
     try:
@@ -338,7 +338,7 @@ def transfer(
             else:
                 reason = f"{type(exc).__name__}: {exc}"
             try:
-                register.fail(registry, target, reason)
+                register.fail(registry, target, reason, at=at)
             except ModelhooksError as again:
                 _log.error("could not record the failure in the registry: %s", again.message)
         raise
