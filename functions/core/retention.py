@@ -2,8 +2,9 @@
 delete, and why; then deleting exactly that, in the safe order.
 
 A policy groups tags into streams (glob patterns, e.g. `v*`, `nightly-*`; a tag in no stream
-is kept), keeps the `keep` newest of each stream — by semantic version when every tag of
-the stream is one, else by push time; protected tags count among them — and protects,
+is kept), keeps the `keep` newest versions of each stream — by semantic version when every
+tag of the stream is one, else by push time; the tags naming one digest are one version,
+protected tags count among them — and protects,
 whatever the rest says:
 - tags matching a `protect` regex (`latest`, release tags, a 40-hex git SHA, …);
 - tags pushed within `grace` (and tags whose push time is unknown);
@@ -147,7 +148,12 @@ def plan(
             reasons[tag.name] = "in no stream"
     for stream in policy.streams:  # the newest N count every tag of the stream, kept or not
         members = [t for t in tags if _stream(t.name, policy) == stream]
-        for tag in _newest_first(members)[: policy.keep]:
+        versions: set[str] = set()  # N versions: tags naming one digest (v3, sha-3) are one
+        for tag in _newest_first(members):
+            if tag.digest not in versions:
+                if len(versions) == policy.keep:
+                    continue
+                versions.add(tag.digest)
             reasons.setdefault(tag.name, f"among the {policy.keep} newest of stream {stream}")
     kept_digests = {t.digest for t in tags if t.name in reasons}
     keep, delete = [], []

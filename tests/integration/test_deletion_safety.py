@@ -156,3 +156,22 @@ def test_keep_n_counts_versions_not_their_referrers_indexes(oci: Any) -> None:
     assert {"v3", "v4"} <= left and not {"v1", "v2"} & left
     for tag in ("v3", "v4"):
         assert len(client.referrers(repo, digests[tag])) == 1  # its signature stays
+
+
+def test_keep_n_counts_versions_not_the_tags_naming_one(oci: Any) -> None:
+    """keepVersions: 2 where each version is pushed as `vN` and as its commit (`sha-N`):
+    the two tags of the newest version took both places, and the second newest version
+    went; two versions stay now, every tag naming them with them."""
+    client, repo = DistributionRegistry(oci.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    for n in (1, 2, 3):
+        at = old + timedelta(hours=n)
+        for tag in (f"v{n}", f"sha-{n}"):
+            push(client, repo, tag, created=at, content=f"weights {n}")
+    policy = model_policy({"retention": {"keepVersions": 2}})
+    assert policy is not None
+    planned = plan(client.history(repo)[0], policy, now=datetime.now(UTC))
+    assert sorted(d.tag for d in planned.delete) == ["sha-1", "v1"]
+
+    apply(client, repo, planned)
+    assert sorted(client.tags(repo)) == ["sha-2", "sha-3", "v2", "v3"]
