@@ -7,8 +7,10 @@
 
 --trust-json (or MODELHOOKS_VERIFY_TRUST) is what a VerificationPolicy trusts, as its spec
 says it (keys, certificateChains, identities): the model is accepted when ANY of them signed
-it; a `trustedRoot` beside them (a trusted_root.json) is the Sigstore root the identities
-verify against. The init containers of `verifyOn: node` policies run it so.
+it; or `{"allOf": [spec, …]}` (each named by a `name`), what several policies trust: accepted
+when EVERY one of them accepts the signature; a `trustedRoot` beside them (a
+trusted_root.json) is the Sigstore root the identities verify against. The init containers
+of `verifyOn: node` policies run it so.
 
 Exit status: 0 verified, 1 verification failed, 2 a bad argument or model, 3 the store did
 not answer, 130 interrupted.
@@ -49,7 +51,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="what a VerificationPolicy trusts ({keys, certificateChains, identities} as its "
         "spec says, and an optional trustedRoot for the identities): accepted when ANY of them "
-        f"verifies (env {TRUST_ENV})",
+        'verifies; {"allOf": [spec, ...]}: when EVERY spec accepts it (several policies) '
+        f"(env {TRUST_ENV})",
     )
     verify.add_argument(
         "--expected-digest", metavar="SHA256", help="reject a signature over another root digest"

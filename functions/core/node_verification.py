@@ -6,8 +6,9 @@ The mutating webhook adds ONE init container per image volume a `verifyOn: node`
 `modelhooks-verify-<volume>` (replacing one of that name that is not the one it needs): the
 verifier image (admission.verifier_image) running `modelhooks verify` on the volume mounted
 read-only, with what the covering policies trust inline (MODELHOOKS_VERIFY_TRUST: their
-keys, certificate chains and keyless identities; the model is accepted when ANY of them
-verifies; with identities, the admission function's Sigstore trusted root when it is a
+keys, certificate chains and keyless identities, one group per policy; the model is accepted
+when EVERY covering policy's group verifies it, within a group any of its keys, chains or
+identities; with identities, the admission function's Sigstore trusted root when it is a
 private instance's, so the node verifies against the same one without reaching it). The volume's root is the model, signed as a directory (`modelhooks sign DIR`: `model.sig` inside it). A model that does not verify keeps
 the Pod in Init, the reason in its status (FallbackToLogsOnError). The validating webhook does
 not check such a reference's signature at admission, but requires exactly that container: the
@@ -75,26 +76,47 @@ def container_name(volume: str) -> str:
 
 
 def trust(policies: Sequence[Policy], root: Root = _public) -> dict[str, Any]:
-    """What `policies` trust, as a VerificationPolicy spec says it (keys, certificateChains,
-    identities), each named after its policy; with identities, `trustedRoot` when `root()`
-    names a private instance's."""
-    keys: list[dict[str, str]] = []
-    chains: list[dict[str, str]] = []
-    identities: list[dict[str, str]] = []
-    for policy in sorted(policies, key=lambda p: (p.namespace, p.name)):
-        keys += [{"name": f"{policy.name}/{n}", "pem": pem} for n, pem in policy.keys]
-        chains += [{"name": f"{policy.name}/{n}", "pem": pem} for n, pem in policy.chains]
-        for i in policy.identities:
-            fields = {
+    """What `policies` trust, as `modelhooks verify --trust-json` reads it. One policy: its
+    spec's trust (keys, certificateChains, identities, each key and chain named after it),
+    any of which may have signed the model. Several: `{"allOf": [each one's, named]}`, EVERY
+    one of which must accept the signature (a workload's author chooses the labels that make
+    a loose policy cover it beside a strict one). One policy's is written as it always was,
+    so an init container already there stays the one needed and a verifier image from before
+    `allOf` still runs it. With identities, `trustedRoot` beside them when `root()` names a
+    private instance's."""
+    ordered = sorted(policies, key=lambda p: (p.namespace, p.name))
+    groups = [_trust(policy) for policy in ordered]
+    found: dict[str, Any] = (
+        groups[0]
+        if len(groups) == 1
+        else {"allOf": [{"name": p.shown, **g} for p, g in zip(ordered, groups, strict=True)]}
+    )
+    if any(p.identities for p in ordered) and (text := root()):
+        found["trustedRoot"] = json.loads(text)
+    return found
+
+
+def _trust(policy: Policy) -> dict[str, Any]:
+    """One policy's trust, as its spec says it (what it lacks left out)."""
+    identities = [
+        {k: v for k, v in fields.items() if v}
+        for fields in (
+            {
                 "issuer": i.issuer,
                 "issuerRegExp": i.issuer_regexp,
                 "subject": i.subject,
                 "subjectRegExp": i.subject_regexp,
             }
-            identities.append({k: v for k, v in fields.items() if v})
-    found: dict[str, Any] = {"keys": keys, "certificateChains": chains, "identities": identities}
-    if identities and (text := root()):
-        found["trustedRoot"] = json.loads(text)
+            for i in policy.identities
+        )
+    ]
+    found = {
+        "keys": [{"name": f"{policy.name}/{n}", "pem": pem} for n, pem in policy.keys],
+        "certificateChains": [
+            {"name": f"{policy.name}/{n}", "pem": pem} for n, pem in policy.chains
+        ],
+        "identities": identities,
+    }
     return {k: v for k, v in found.items() if v}
 
 

@@ -296,7 +296,47 @@ def test_verify_on_node_a_changed_file_keeps_the_pod_in_init_with_the_reason(
 
     created = post(node.kube, f"/api/v1/namespaces/{namespace}/pods", body)
     assert created.status == 201, created.body
-    name = created.body["metadata"]["name"]
+    pod, terminated = init_failure(node, namespace, created.body["metadata"]["name"])
+    assert pod.status.phase == "Pending"  # in Init: the model is never read
+    assert (pod.status.container_statuses[0].state.waiting.reason) == "PodInitializing"
+    assert terminated.exit_code == 1
+    assert "verdict: FAILED" in terminated.message
+    assert "the model does not match its signature: weights.bin" in terminated.message
+
+
+def test_verify_on_node_every_covering_policy_must_accept_the_signature(
+    node: Node, namespace: str, key: KeyPair, verifier: str, tmp_path: Path
+) -> None:
+    """A loose node policy (another key) the Pod's author labels it into beside the strict
+    one: the init container refuses the model signed by the loose key alone, naming the
+    strict policy (the union of both policies' keys it was given accepted it)."""
+    loose_key = make_key(tmp_path, "loose")
+    files = {"config.json": b'{"layers": 2}', "weights.bin": secrets.token_hex(16).encode()}
+    reference = node.push_artifact(
+        f"models/{namespace}", directory_signed(tmp_path, loose_key, files)
+    )
+    body = pod_body(reference, node.probe_image, restartPolicy="Always")
+    body["metadata"]["labels"] = {"tier": "loose"}
+    node_policy(node, namespace, key, body)  # the strict one, "on-node"
+    loose = {"verifyOn": "node", "workloadSelector": {"matchLabels": {"tier": "loose"}}}
+    create_policy(node.kube, namespace, "loose", trusting(loose_key, **loose))
+    path = f"/api/v1/namespaces/{namespace}/pods?dryRun=All"
+
+    def both() -> bool:  # the webhook's watch has the loose one too
+        (init,) = post(node.kube, path, body).body["spec"]["initContainers"]
+        return "loose/team" in init["env"][0]["value"]
+
+    until("the init container to carry both policies", both, 30)
+    created = post(node.kube, f"/api/v1/namespaces/{namespace}/pods", body)
+    assert created.status == 201, created.body
+    pod, terminated = init_failure(node, namespace, created.body["metadata"]["name"])
+    assert pod.status.phase == "Pending" and terminated.exit_code == 1
+    assert "verdict: FAILED" in terminated.message
+    assert f"VerificationPolicy {namespace}/on-node is not satisfied" in terminated.message
+
+
+def init_failure(node: Node, namespace: str, name: str) -> tuple[Any, Any]:
+    """(the Pod, its init container's terminated state) once an init container failed."""
     from kubernetes import client
 
     with node.kube.api_client() as api:
@@ -310,9 +350,5 @@ def test_verify_on_node_a_changed_file_keeps_the_pod_in_init_with_the_reason(
                         return pod, state.terminated
             return None
 
-        pod, terminated = until(f"Pod {name}'s init container to fail", refused, 120)
-    assert pod.status.phase == "Pending"  # in Init: the model is never read
-    assert (pod.status.container_statuses[0].state.waiting.reason) == "PodInitializing"
-    assert terminated.exit_code == 1
-    assert "verdict: FAILED" in terminated.message
-    assert "the model does not match its signature: weights.bin" in terminated.message
+        found: tuple[Any, Any] = until(f"Pod {name}'s init container to fail", refused, 120)
+    return found

@@ -82,7 +82,10 @@ def test_a_covered_image_volume_gets_one_init_container_verifying_it_with_the_tr
     assert json.loads(init["env"][0]["value"]) == {"keys": [{"name": "n/team", "pem": "PEM"}]}
 
 
-def test_the_trust_of_every_covering_node_policy_is_passed_and_any_may_verify() -> None:
+def test_the_trust_of_every_covering_node_policy_is_passed_each_one_required() -> None:
+    """Several node policies covering a volume were passed as one union (any key of any of
+    them verified it): a loose policy the workload's author labelled it into beside a strict
+    one bypassed the strict one on the node too. Each is now a group of its own."""
     chain = {"certificateChains": [{"name": "ca", "pem": "CA"}]}
     identity = {"identities": [{"issuer": "https://i", "subjectRegExp": ".*@team"}]}
     obj = mutated(
@@ -90,9 +93,18 @@ def test_the_trust_of_every_covering_node_policy_is_passed_and_any_may_verify() 
     )
     (init,) = obj["spec"]["initContainers"]
     assert json.loads(init["env"][0]["value"]) == {
-        "keys": [{"name": "a/team", "pem": "PEM"}, {"name": "b/team", "pem": "PEM"}],
-        "certificateChains": [{"name": "a/ca", "pem": "CA"}],
-        "identities": [{"issuer": "https://i", "subjectRegExp": ".*@team"}],
+        "allOf": [
+            {
+                "name": "VerificationPolicy ns/a",
+                "keys": [{"name": "a/team", "pem": "PEM"}],
+                "certificateChains": [{"name": "a/ca", "pem": "CA"}],
+            },
+            {
+                "name": "VerificationPolicy ns/b",
+                "keys": [{"name": "b/team", "pem": "PEM"}],
+                "identities": [{"issuer": "https://i", "subjectRegExp": ".*@team"}],
+            },
+        ]
     }
 
 
@@ -303,11 +315,13 @@ def test_long_volume_names_give_dns_label_container_names() -> None:
     assert container_name(long) == name != container_name("v" * 62 + "w")
 
 
-def test_verify_trusts_what_a_policy_trusts_any_of_it(
+def test_verify_trusts_what_a_policy_trusts_any_of_it_and_every_policy_of_several(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The init container's command: `modelhooks verify DIR` with MODELHOOKS_VERIFY_TRUST
-    (or --trust-json) holding a policy's trust, as the mutating webhook writes it."""
+    (or --trust-json) holding the policies' trust, as the mutating webhook writes it: any of
+    one policy's keys, chains or identities; every one of several policies (the model signed
+    by the key of one policy alone was accepted by the union of all three)."""
     model, signer, other = (
         write_model(tmp_path / "bert"),
         make_key(tmp_path),
@@ -315,23 +329,43 @@ def test_verify_trusts_what_a_policy_trusts_any_of_it(
     )
     chain = make_chain(tmp_path)
     assert main(["sign", str(model), "--key", str(signer.private), "--quiet"]) == 0
+    ours = {"name": "k", "pem": signer.public.read_text()}
+    theirs = {"name": "k", "pem": other.public.read_text()}
     policies = [
-        on_node("a", keys=[{"name": "k", "pem": other.public.read_text()}]),
-        on_node("b", keys=[{"name": "k", "pem": signer.public.read_text()}]),
+        on_node("a", keys=[theirs]),
+        on_node("b", keys=[ours]),
         on_node("c", keys=[], certificateChains=[{"name": "ca", "pem": chain.root.read_text()}]),
     ]
     monkeypatch.setenv(TRUST_ENV, json.dumps(trust(policies)))
+    assert main(["verify", str(model), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "VerificationPolicy ns/a is not satisfied: no signer it trusts (key a/k)" in out
+    both = [on_node("a", keys=[theirs, ours]), on_node("b", keys=[ours])]
+    monkeypatch.setenv(TRUST_ENV, json.dumps(trust(both)))
     assert main(["verify", str(model), "--quiet"]) == 0
     assert "verdict: OK" in capsys.readouterr().out
+    only_other = json.dumps(trust(policies[:1]))
+    assert main(["verify", str(model), "--quiet", "--trust-json", only_other]) == 1
+    assert "no signer it trusts (key a/k) signed it" in capsys.readouterr().out
+    # the single group an init container written before allOf holds: any of it
+    union = json.dumps({"keys": [{"name": "a/k", **theirs}, {"name": "b/k", **ours}]})
+    assert main(["verify", str(model), "--quiet", "--trust-json", union]) == 0
+    capsys.readouterr()
+    for bad in (
+        "not json",
+        "{}",
+        "[]",
+        '{"allOf": []}',
+        '{"allOf": {}}',
+        '{"allOf": [5]}',
+        '{"allOf": [{}]}',
+        json.dumps({"allOf": [{"keys": [ours]}], "keys": [theirs]}),
+    ):
+        assert main(["verify", str(model), "--quiet", "--trust-json", bad]) == 2, bad
     (model / "config.json").write_text("{}")
     assert main(["verify", str(model), "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "config.json" in out
-    only_other = json.dumps(trust(policies[:1]))
-    assert main(["verify", str(model), "--quiet", "--trust-json", only_other]) == 1
-    assert "no signer it trusts (key a/k) signed it" in capsys.readouterr().out
-    for bad in ("not json", "{}", "[]"):
-        assert main(["verify", str(model), "--quiet", "--trust-json", bad]) == 2
 
 
 def test_a_pod_update_is_not_patched_nor_asked_for_an_init_container_it_cannot_add() -> None:

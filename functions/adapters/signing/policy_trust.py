@@ -2,8 +2,9 @@
 (model-signing's verifiers, loaded from the PEM), its keyless identities (a Sigstore bundle
 whose verified Fulcio certificate names an accepted identity, exact or by regular
 expression). Built by admission once per policy version, and by `modelhooks verify
---trust-json` (the init containers of `verifyOn: node` policies) as one verifier accepting a
-signature ANY of them verifies.
+--trust-json` (the init containers of `verifyOn: node` policies) as one verifier per policy
+accepting a signature ANY of its keys, chains or identities verifies, and, for a volume
+several policies cover, one accepting it when EVERY one of those does.
 
 >>> verifiers_for(policy, trust_config="")  # doctest: +SKIP
 [<KeyVerifier …>, <SigstoreVerifier …>]
@@ -22,7 +23,7 @@ from modelhooks.core.errors import ConfigError, VerificationFailed
 from modelhooks.core.ports import Verifier
 from modelhooks.core.verification import Identity, Policy
 
-__all__ = ["AnyOf", "trusted", "verifiers_for"]
+__all__ = ["AllOf", "AnyOf", "trusted", "verifiers_for"]
 
 
 def verifiers_for(
@@ -51,23 +52,49 @@ def verifiers_for(
     return made
 
 
-def trusted(spec: Any, trust_config: str) -> AnyOf:
+def trusted(spec: Any, trust_config: str) -> Verifier:
     """One verifier of what a VerificationPolicy spec trusts (its keys, certificateChains and
-    identities; ConfigError when it is not such a spec or trusts nothing). A `trustedRoot`
-    beside them (the admission function's private Sigstore root, as the mutating webhook
-    passes it) is what the identities verify against, before `trust_config`."""
+    identities: ANY of them may have signed), or of `{"allOf": [spec, …]}` (each spec named
+    by its `name`: the init container of a volume several `verifyOn: node` policies cover),
+    which EVERY one of those specs must accept; ConfigError when it is neither, or a spec
+    trusts nothing. A `trustedRoot` beside them (the admission function's private Sigstore
+    root, as the mutating webhook passes it) is what the identities verify against, before
+    `trust_config`."""
     if not isinstance(spec, dict):
         raise ConfigError("the trust is not a JSON object of keys, certificateChains, identities")
     spec = dict(spec)
+    groups = spec.pop("allOf", None)
+    if groups is None:
+        root = _root_file(spec.pop("trustedRoot", None))
+        return _any_of(spec, "", trust_config, root)
+    if set(spec) - {"trustedRoot"}:
+        raise ConfigError(
+            "the trust's allOf has no keys, certificateChains or identities beside it, "
+            f"only trustedRoot: found {', '.join(sorted(set(spec) - {'trustedRoot'}))}"
+        )
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        raise ConfigError(
+            "the trust's allOf is not a non-empty list of JSON objects (one per policy)"
+        )
     root = _root_file(spec.pop("trustedRoot", None))
+    made = []
+    for i, group in enumerate(groups):
+        group = dict(group)
+        name = group.pop("name", None)
+        made.append(_any_of(group, str(name) if name else f"allOf[{i}]", trust_config, root))
+    return AllOf(made)
+
+
+def _any_of(spec: dict[str, Any], name: str, trust_config: str, root: Path | None) -> AnyOf:
+    which = f"the trust's {name}" if name else "the trust"
     try:
         policy = Policy.from_resource({"metadata": {"name": "trust"}, "spec": spec})
     except ConfigError:
-        raise ConfigError("the trust names no keys, certificateChains or identities") from None
+        raise ConfigError(f"{which} names no keys, certificateChains or identities") from None
     except (KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"the trust is not a VerificationPolicy spec: {e!r}") from None
+        raise ConfigError(f"{which} is not a VerificationPolicy spec: {e!r}") from None
     try:
-        return AnyOf(policy.trusts(), verifiers_for(policy, trust_config, root))
+        return AnyOf(policy.trusts(), verifiers_for(policy, trust_config, root), name)
     except VerificationFailed as e:
         raise ConfigError(e.message) from None
 
@@ -92,8 +119,8 @@ def _root_file(root: Any) -> Path | None:
 class AnyOf:
     """A bundle is accepted when any of `verifiers` verifies it (a policy's trust)."""
 
-    def __init__(self, shown: str, verifiers: list[Verifier]) -> None:
-        self._shown, self._verifiers = shown, verifiers
+    def __init__(self, shown: str, verifiers: list[Verifier], name: str = "") -> None:
+        self._shown, self._verifiers, self.name = shown, verifiers, name
 
     def identity(self) -> str:
         return self._shown
@@ -108,6 +135,30 @@ class AnyOf:
         raise VerificationFailed(
             f"no signer it trusts ({self._shown}) signed it", reasons="; ".join(reasons)
         )
+
+
+class AllOf:
+    """A bundle is accepted when EACH of `groups` accepts it (a volume several policies
+    cover: every one must be satisfied; sigstore-python's AllOf of policies)."""
+
+    def __init__(self, groups: list[AnyOf]) -> None:
+        if not groups:  # as sigstore's AllOf([]): likely misuse, never "accept all"
+            raise ConfigError("the trust's allOf names no policy")
+        self._groups = groups
+
+    def identity(self) -> str:
+        return "; ".join(f"{g.name}: {g.identity()}" for g in self._groups)
+
+    def verify(self, bundle: bytes) -> bytes:
+        statement = b""
+        for group in self._groups:
+            try:
+                statement = group.verify(bundle)
+            except VerificationFailed as e:
+                raise VerificationFailed(
+                    f"{group.name} is not satisfied: {e.message}", **e.details
+                ) from None
+        return statement
 
 
 def _identities(policy: Policy, trust_config: str, trusted_root: Path | None) -> list[Verifier]:
