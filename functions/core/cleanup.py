@@ -79,6 +79,7 @@ class Deletion(msgspec.Struct, frozen=True):
     name: str  # the key, the tag or the digest
     reason: str
     generation: str = ""  # objects: the revision listed (deleted only while it is current)
+    first: bool = False  # deleted before the rest, alone: the ready marker
 
 
 class Purge(msgspec.Struct, frozen=True):
@@ -140,7 +141,10 @@ def plan_objects(
         # with old_versions a current object goes as its listed revision too: deleted by
         # key, a versioned bucket would keep its data as one more old revision
         kind = "object" if info.current and not policy.old_versions else "revision"
-        deletions.append(Deletion(kind, info.key, "Delete: the version's objects", info.generation))
+        first = info.key == prefix + marker  # a delete stopped halfway leaves it not ready
+        why = "Delete: the ready marker, first" if first else "Delete: the version's objects"
+        deletions.append(Deletion(kind, info.key, why, info.generation, first))
+    deletions.sort(key=lambda d: not d.first)  # stable: the listing's order otherwise
     return Purge(location, tuple(deletions), tuple(kept))
 
 
@@ -199,25 +203,32 @@ def apply_objects(
     store: ObjectStore, bucket: str, purge: Purge, *, progress: Progress = lambda n: None
 ) -> Purge:
     """Delete the plan's objects (current ones while still the listed revision; old
-    revisions themselves), `CHUNK` at a time (S3's DeleteObjects limit; `progress(n)` after
-    each); the plan with what failed, by key. A transient failure raises after the rest of
-    its chunk was attempted."""
+    revisions themselves), the ready marker first and alone (a delete stopped halfway — a
+    crash, a store failing — leaves the version not ready, never ready with files gone;
+    kept, it stops the rest), then `CHUNK` at a time (S3's DeleteObjects limit;
+    `progress(n)` after each); the plan with what failed, by key. A transient failure
+    raises after the rest of its chunk was attempted."""
 
-    def infos(kind: str) -> list[ObjectInfo]:
+    def infos(kind: str, first: bool) -> list[ObjectInfo]:
         current = kind == "object"
         return [
             ObjectInfo(bucket, d.name, 0, d.generation, current=current)
             for d in purge.deletions
-            if d.kind == kind
+            if d.kind == kind and d.first == first
         ]
 
     failed: dict[str, str] = {}
-    for kind in ("object", "revision"):
-        objects = infos(kind)
-        for start in range(0, len(objects), CHUNK):
-            chunk = objects[start : start + CHUNK]
-            failed |= store.delete_many(bucket, chunk, versions=kind == "revision")
-            progress(len(chunk))
+    for first in (True, False):
+        for kind in ("object", "revision"):
+            objects = infos(kind, first)
+            for start in range(0, len(objects), CHUNK):
+                chunk = objects[start : start + CHUNK]
+                failed |= store.delete_many(bucket, chunk, versions=kind == "revision")
+                progress(len(chunk))
+        if first and failed:  # the marker stays (refused): the version is left whole
+            kept = {d.name for d in purge.deletions if not d.first}
+            failed |= {k: "not attempted: the ready marker could not be deleted" for k in kept}
+            break
     return Purge(purge.location, purge.deletions, purge.kept, failed)
 
 
