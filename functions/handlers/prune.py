@@ -35,6 +35,7 @@ archived in the repository, on every delivery.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -46,6 +47,7 @@ from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import ModelState, Tag
 from modelhooks.core.retention import (
+    Decision,
     Plan,
     Policies,
     Policy,
@@ -68,12 +70,15 @@ from modelhooks.events.model import (
 if TYPE_CHECKING:
     from modelhooks.core.ports import ModelRegistry, OciRegistry
 
-__all__ = ["EVENT", "FUNCTION", "PLAN", "PLANS", "Recorded", "in_use"]
+__all__ = ["EVENT", "FUNCTION", "MAX_RECORD", "PLAN", "PLANS", "Recorded", "in_use"]
+
+_log = logging.getLogger("modelhooks.prune")
 
 # prune's plans, by delivery: versions of a registered model no event can name (':' is in no
 # model name an event carries), archived (no live version uses it: prune's and cleanup's
 # listings of live models pass it by); each version's PLAN is a `Recorded`, EVENT the delivery
 PLANS = "modelhooks:prune"
+MAX_RECORD = 768 * 1024  # bytes of a plan's JSON: ~7,000 tags deleted at once
 PLAN = "modelhooks.prune_plan"
 EVENT = "modelhooks.prune_event"
 
@@ -119,10 +124,11 @@ def handle(
             in_use=in_use(registry) | pinned,
             now=datetime.now(UTC),
         )
-        recorded = mine = Recorded(uri, planned, referrers(client, repo, planned))
+        recorded = mine = Recorded.of(uri, planned, referrers(client, repo, planned))
         if planned.delete or planned.manifests:
             recorded = _record(registry, delivery, mine)
-    planned = recorded.plan
+    else:
+        planned = recorded.plan
     done = apply(client, repo, planned, found=recorded.referrers, again=recorded is not mine)
     reply = TagsPruned(
         repository=uri.removeprefix("oci://"),
@@ -134,11 +140,29 @@ def handle(
 
 
 class Recorded(msgspec.Struct, frozen=True):
-    """A delivery's plan as the registry keeps it (`PLAN`): what it deletes and keeps."""
+    """A delivery's plan as the registry keeps it (`PLAN`, JSON): the tags it deletes and
+    keeps with their digests, the manifests and referrers it deletes; not the reasons
+    (~90 bytes a tag without them, ~150 with: a Kubernetes object holds 1.5 MB)."""
 
     repository: str
-    plan: Plan
+    delete: tuple[tuple[str, str], ...] = ()
+    keep: tuple[tuple[str, str], ...] = ()
+    manifests: tuple[str, ...] = ()
     referrers: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, uri: str, planned: Plan, referrers: tuple[str, ...]) -> Recorded:
+        delete = tuple((d.tag, d.digest) for d in planned.delete)
+        keep = tuple((d.tag, d.digest) for d in planned.keep)
+        return cls(uri, delete, keep, tuple(d.digest for d in planned.manifests), referrers)
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(
+            keep=tuple(Decision(t, d, "kept, as recorded") for t, d in self.keep),
+            delete=tuple(Decision(t, d, "deleted, as recorded") for t, d in self.delete),
+            manifests=tuple(Decision("", d, "deleted, as recorded") for d in self.manifests),
+        )
 
 
 def _delivery(event: CanonicalEvent) -> tuple[str, str]:
@@ -172,7 +196,19 @@ def _recorded(registry: ModelRegistry, delivery: tuple[str, str], uri: str) -> R
 def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Recorded) -> Recorded:
     """`recorded` kept for this delivery before anything is deleted: a version of the
     archived model `PLANS` (found or created). A delivery of it at the same time recorded
-    first: its plan, which this run applies too."""
+    first: its plan, which this run applies too. A plan past MAX_RECORD bytes of JSON is
+    not kept (a Kubernetes object holds 1.5 MB): its redelivery plans again, as before."""
+    plan_json = msgspec.json.encode(recorded).decode()
+    if len(plan_json) > MAX_RECORD:
+        _log.warning(
+            "prune: the plan of event %s deletes %d tags and %d manifests: past %d bytes, it"
+            " is not recorded (a redelivery plans again)",
+            delivery[1],
+            len(recorded.delete),
+            len(recorded.manifests),
+            MAX_RECORD,
+        )
+        return recorded
     model = registry.get_model(PLANS)
     if model is None:
         try:
@@ -183,7 +219,7 @@ def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Record
                 raise
     if model.state != ModelState.ARCHIVED:  # no live version uses it: none is one
         model = registry.update_model(msgspec.structs.replace(model, state=ModelState.ARCHIVED))
-    props = {PLAN: msgspec.json.encode(recorded).decode(), EVENT: delivery[1]}
+    props = {PLAN: plan_json, EVENT: delivery[1]}
     try:
         registry.create_version(model.id, delivery[0], properties=props)
     except Conflict:

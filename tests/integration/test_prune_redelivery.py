@@ -1,13 +1,15 @@
 """prune killed after its deletions, before its answer was kept, then delivered again, on
-real registries (distribution v3; 2.8, which untags through a placeholder manifest) and a
-SQLite model registry reopened as a restarted process opens it: the redelivery answers as
-the first run would have (the same tags deleted, kept and manifests), finishing what the
-kill left. It listed again, found the tags gone and answered nothing deleted."""
+real registries (distribution v3; 2.8, which untags through a placeholder manifest) and the
+model registry backends (SQLite, the Kubernetes resources on the real kube-apiserver,
+Kubeflow's Model Registry), each opened again as a restarted process opens it: the
+redelivery answers as the first run would have (the same tags deleted, kept and
+manifests), finishing what the kill left. It listed again, found the tags gone and answered
+nothing deleted."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,21 +17,26 @@ from typing import Any
 import msgspec
 import pytest
 
+from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.oci.distribution import DistributionRegistry
+from modelhooks.bootstrap import model_registry
 from modelhooks.core.errors import Conflict, NotFound
 from modelhooks.core.records import ModelState
 from modelhooks.core.retention import Policies, Policy
+from modelhooks.core.settings import load_settings
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, PruneRequested, TagsPruned
 from modelhooks.handlers import load, prune
 from tests.integration.test_prune_cli import push
+from tests.servers.kube import KubeApiServer
 
 pytestmark = pytest.mark.integration
 
 POLICY = Policy(streams=("v*",), keep=2, grace=timedelta(hours=1), untagged=timedelta(hours=1))
 OLD = datetime(2026, 1, 1, tzinfo=UTC)
+CRDS = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds"
 
 
 class Killed(BaseException):
@@ -41,13 +48,31 @@ def server(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture
-def registry_file(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path / "registry.db"
+Opening = Callable[[], Any]
 
 
-def _prune(server: Any, path: Path) -> tuple[Any, SqliteModelRegistry]:
-    registry = SqliteModelRegistry(path)
+@pytest.fixture(params=["sqlite", "kubernetes", "kubeflow"])
+def opening(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opening]:
+    """How a (restarted) process opens the model registry: each call a new client."""
+    if request.param == "sqlite":
+        yield lambda: SqliteModelRegistry(tmp_path / "registry.db")
+    elif request.param == "kubeflow":
+        url = request.getfixturevalue("model_registry").url
+        yield lambda: KubeflowModelRegistry(url, timeout=10)
+    else:
+        kube: KubeApiServer = request.getfixturevalue("kube_apiserver")
+        kube.install_crd(CRDS / "registeredmodel.yaml", "registeredmodels")
+        kube.install_crd(CRDS / "modelversion.yaml", "modelversions")
+        env = {
+            "MODELHOOKS_REGISTRY_BACKEND": "kubernetes",
+            "MODELHOOKS_REGISTRY_KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+            "MODELHOOKS_REGISTRY_NAMESPACE": "default",
+        }
+        yield lambda: model_registry(load_settings(env=env))
+
+
+def _prune(server: Any, opening: Opening) -> tuple[Any, Any]:
+    registry = opening()
     bound = load("prune").bind(
         {
             "oci": OciClients(allow_local=True),
@@ -75,15 +100,15 @@ def _repository(server: Any) -> tuple[DistributionRegistry, str, dict[str, str]]
 @pytest.mark.parametrize("where", ["after-every-delete", "between-tags-and-manifests"])
 def test_a_redelivery_after_a_kill_answers_the_plan_the_killed_run_applied(
     server: Any,
-    registry_file: Path,
+    opening: Opening,
     monkeypatch: pytest.MonkeyPatch,
     where: str,
 ) -> None:
     client, repo, digests = _repository(server)
     event = CanonicalEvent.new(
-        PruneRequested(uri=f"oci://{server.host}/{repo}"), source="schedule", id="tick-1"
+        PruneRequested(uri=f"oci://{server.host}/{repo}"), source="schedule", id=f"tick-1-{repo}"
     )
-    bound, registry = _prune(server, registry_file)
+    bound, registry = _prune(server, opening)
     if where == "after-every-delete":
         applied = prune.apply
 
@@ -107,7 +132,7 @@ def test_a_redelivery_after_a_kill_answers_the_plan_the_killed_run_applied(
     monkeypatch.undo()
     assert sorted(client.tags(repo)) == ["v1.2.0", "v1.3.0"]  # the tags went before the kill
 
-    bound, registry = _prune(server, registry_file)  # the restarted process
+    bound, registry = _prune(server, opening)  # the restarted process
     try:
         first = _answer(bound, event)
         assert first.deleted == ["v1.0.0", "v1.1.0"]
@@ -118,22 +143,24 @@ def test_a_redelivery_after_a_kill_answers_the_plan_the_killed_run_applied(
                 client.manifest(repo, digests[tag])
         assert _answer(bound, event) == first  # and again, as often as it is delivered
         other = CanonicalEvent.new(
-            PruneRequested(uri=f"oci://{server.host}/{repo}"), source="schedule", id="tick-2"
+            PruneRequested(uri=f"oci://{server.host}/{repo}"),
+            source="schedule",
+            id=f"tick-2-{repo}",
         )
         assert _answer(bound, other).deleted == []  # another event deleted nothing
         plans = registry.get_model(prune.PLANS)
         assert plans is not None and plans.state == ModelState.ARCHIVED
-        assert prune.in_use(registry) == frozenset()
+        assert not prune.in_use(registry) & set(digests.values())  # no version of it is live
     finally:
         registry.close()
 
 
 def test_an_id_delivered_again_for_another_repository_is_a_conflict(
-    distribution3: Any, registry_file: Path
+    distribution3: Any, opening: Opening
 ) -> None:
     client, repo, _ = _repository(distribution3)
     push(client, f"{repo}-b", "v1.0.0", created=OLD)
-    bound, registry = _prune(distribution3, registry_file)
+    bound, registry = _prune(distribution3, opening)
     try:
         pushed = ArtifactPushed(
             model=repo,
@@ -142,9 +169,28 @@ def test_an_id_delivered_again_for_another_repository_is_a_conflict(
             digest="d",
             store="oci",
         )
-        assert _answer(bound, CanonicalEvent.new(pushed, source="s", id="e")).deleted
+        assert _answer(bound, CanonicalEvent.new(pushed, source="s", id=f"e-{repo}")).deleted
         elsewhere = msgspec.structs.replace(pushed, uri=f"oci://{distribution3.host}/{repo}-b:x")
         with pytest.raises(Conflict, match="delivered before"):
-            bound.handle(CanonicalEvent.new(elsewhere, source="s", id="e"))
+            bound.handle(CanonicalEvent.new(elsewhere, source="s", id=f"e-{repo}"))
+    finally:
+        registry.close()
+
+
+def test_a_plan_past_max_record_is_applied_unrecorded(
+    distribution3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kubernetes object holds 1.5 MB: a plan past MAX_RECORD bytes of JSON is applied
+    without its record (its redelivery plans again, as before), never refused."""
+    client, repo, _ = _repository(distribution3)
+    monkeypatch.setattr(prune, "MAX_RECORD", 100)
+    bound, registry = _prune(distribution3, lambda: SqliteModelRegistry(tmp_path / "r.db"))
+    try:
+        event = CanonicalEvent.new(
+            PruneRequested(uri=f"oci://{distribution3.host}/{repo}"), source="s", id=repo
+        )
+        assert _answer(bound, event).deleted == ["v1.0.0", "v1.1.0"]
+        assert registry.get_model(prune.PLANS) is None
+        assert sorted(client.tags(repo)) == ["v1.2.0", "v1.3.0"]
     finally:
         registry.close()
