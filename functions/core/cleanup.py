@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from modelhooks.core.ports import ObjectStore, OciRegistry
 
 __all__ = [
+    "MAX_DELETES",
     "POLICIES",
     "Cleanup",
     "Deletion",
@@ -51,6 +52,9 @@ __all__ = [
 POLICIES = ("Retain", "Delete", "Untag")
 _OPTIONS = {"deletionPolicy", "protect", "old_versions"}  # of a cleanup.policy_file entry
 CHUNK = 1000  # objects per delete_many call (S3 DeleteObjects takes at most 1000 keys)
+# objects one delivery deletes in one location (S3: 10 requests; GCS: about 10 s at 16 at a
+# time): a version of more is deleted a batch a delivery (the handler answers Throttled)
+MAX_DELETES = 10_000
 Progress = Callable[[int], object]
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _PROTECT = (r"^[0-9a-f]{40}$",)  # the tags Untag keeps by default (a git SHA)
@@ -89,6 +93,7 @@ class Purge(msgspec.Struct, frozen=True):
     deletions: tuple[Deletion, ...] = ()
     kept: tuple[tuple[str, str], ...] = ()
     failed: dict[str, str] = msgspec.field(default_factory=dict)  # after apply: name → why
+    more: bool = False  # planned no further than a limit: more is left for another run
 
 
 def check_prefix(key: str, where: str) -> str:
@@ -110,11 +115,13 @@ def plan_objects(
     *,
     marker: str,
     in_use: Iterable[str] = (),
+    limit: int | None = None,
 ) -> Purge:
     """The plan for an object-store version under `bucket`/`prefix` (from `check_prefix`).
     `in_use`: key prefixes in this bucket that live versions name ("" for the whole
     bucket); a version whose own location lies inside one of them is kept whole, objects
-    inside one stay."""
+    inside one stay. `limit`: the listing is read no further than that many deletions
+    (the ready marker among them), `more` saying it stopped there."""
     location = f"{bucket}/{prefix}"
     used = [p if p.endswith("/") or not p else p + "/" for p in in_use]  # "": the bucket
     if policy.name == "Retain":
@@ -130,10 +137,13 @@ def plan_objects(
     listing = (
         store.list_versions(bucket, prefix) if policy.old_versions else store.list(bucket, prefix)
     )
-    deletions, kept = [], []
+    deletions, kept, more = [], [], False
     for info in listing:
         if not info.key.startswith(prefix):  # a store must not list outside; never delete it
             continue
+        if limit is not None and len(deletions) >= limit:
+            more = True
+            break
         inside = next((p for p in used if info.key.startswith(p)), None)
         if inside is not None:
             kept.append((info.key, f"inside {inside}, a live version's location"))
@@ -144,8 +154,14 @@ def plan_objects(
         first = info.key == prefix + marker  # a delete stopped halfway leaves it not ready
         why = "Delete: the ready marker, first" if first else "Delete: the version's objects"
         deletions.append(Deletion(kind, info.key, why, info.generation, first))
+    if more and not any(d.first for d in deletions):  # listed further on: it goes first
+        found = store.stat(bucket, prefix + marker)
+        if found is not None:
+            kind = "revision" if policy.old_versions else "object"
+            why = "Delete: the ready marker, first"
+            deletions.append(Deletion(kind, found.key, why, found.generation, True))
     deletions.sort(key=lambda d: not d.first)  # stable: the listing's order otherwise
-    return Purge(location, tuple(deletions), tuple(kept))
+    return Purge(location, tuple(deletions), tuple(kept), more=more)
 
 
 def plan_oci(
@@ -229,7 +245,7 @@ def apply_objects(
             kept = {d.name for d in purge.deletions if not d.first}
             failed |= {k: "not attempted: the ready marker could not be deleted" for k in kept}
             break
-    return Purge(purge.location, purge.deletions, purge.kept, failed)
+    return Purge(purge.location, purge.deletions, purge.kept, failed, purge.more)
 
 
 def apply_oci(

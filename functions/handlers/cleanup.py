@@ -10,7 +10,9 @@ said again by `register`, so the effect does not depend on the order. Never dele
 this one pushed after the deletion, uses; anything outside the locations the Model's
 namespace may act on (tenancy: 403 naming it). One `artifact.purged` reply per location,
 listing what went, what stayed and what failed; a transient failure answers 5xx so a
-redelivery finishes the job, and a second delivery deletes nothing.
+redelivery finishes the job, and a second delivery deletes nothing. A delivery deletes at
+most MAX_DELETES objects a location (its listing read no further): a version of more
+answers Throttled (429) until the redeliveries have deleted the rest.
 
 A Model whose `spec.source.secretRef` names a Secret is cleaned up with that Secret's
 credentials (modelhooks.adapters.credentials_from_secret says which keys), read in the
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+import modelhooks.core.cleanup as deletion
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.cleanup import (
     Cleanup,
@@ -47,7 +50,7 @@ from modelhooks.core.cleanup import (
     plan_objects,
     plan_oci,
 )
-from modelhooks.core.errors import BadRequest, Forbidden, Permanent, Unavailable
+from modelhooks.core.errors import BadRequest, Forbidden, Permanent, Throttled, Unavailable
 from modelhooks.core.function import Function
 from modelhooks.core.records import PUSHED_AT, ModelState, stamp
 from modelhooks.core.sources import model_source
@@ -109,11 +112,20 @@ def handle(
     if found and policy.name != "Retain":
         stores, oci = _acting_as(data, found, stores=stores, oci=oci, secrets=secrets)
     used = in_use(registry, data.name, since=stamp(event))
+    limit = deletion.MAX_DELETES  # a delivery's share of a huge version: the rest comes again
     planned = [
-        (target, *plan(target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used))
+        (target, *plan(target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used,
+                       limit=limit))
         for target in found
-    ]
+    ]  # fmt: skip
     done = [(target, apply(purge, lambda _: None)) for target, purge, apply in planned]
+    if unfinished := [target.uri for target, purge in done if purge.more]:
+        gone = sum(len(purge.deletions) for _, purge in done)
+        raise Throttled(
+            f"{gone} objects deleted, more remain under {', '.join(unfinished)}: a delivery "
+            f"deletes at most {limit} a location, the redelivery goes on",
+            locations=unfinished,
+        )
     return [_purged(event, data, policy, *each, n) for n, each in enumerate(done)]
 
 
@@ -172,8 +184,10 @@ def plan(
     oci: OciClients,
     marker: str,
     in_use: frozenset[str],
+    limit: int | None = None,
 ) -> tuple[Purge, Callable[[Purge, Progress], Purge]]:
-    """The plan for one location, and what applies it (exactly that plan)."""
+    """The plan for one location, and what applies it (exactly that plan); an object
+    store's no further than `limit` deletions (`more`: the rest is another run's)."""
     if _external(target):
         kept = ((target.uri, "an http source is its publisher's: nothing is deleted"),)
         return Purge(target.uri, kept=kept), lambda planned, _: planned
@@ -199,7 +213,7 @@ def plan(
         for uri in in_use
         if (found := _location(stores, uri)) and found[:2] == (store, bucket)
     ]
-    planned = plan_objects(store, bucket, prefix, policy, marker=marker, in_use=used)
+    planned = plan_objects(store, bucket, prefix, policy, marker=marker, in_use=used, limit=limit)
     return planned, lambda p, progress: apply_objects(store, bucket, p, progress=progress)
 
 
