@@ -76,9 +76,14 @@ _log = logging.getLogger("modelhooks.prune")
 
 # prune's plans, by delivery: versions of a registered model no event can name (':' is in no
 # model name an event carries), archived (no live version uses it: prune's and cleanup's
-# listings of live models pass it by); each version's PLAN is a `Recorded`, EVENT the delivery
+# listings of live models pass it by); each version's PLAN.nnn are a `Recorded`'s JSON in
+# parts, EVENT names the delivery
 PLANS = "modelhooks:prune"
-MAX_RECORD = 768 * 1024  # bytes of a plan's JSON: ~7,000 tags deleted at once
+# a plan's JSON goes in parts of PART characters (PLAN.000, .001, …): Kubeflow's PostgreSQL
+# indexes a string property in a btree (a row of 2,704 bytes at most: a longer value answered
+# 500), the Kubernetes CRDs take 256 properties of 65,536 characters at most
+PART = 2000
+MAX_RECORD = 250 * PART  # ~5,000 tags deleted at once; past it a plan is not recorded
 PLAN = "modelhooks.prune_plan"
 EVENT = "modelhooks.prune_event"
 
@@ -142,7 +147,7 @@ def handle(
 class Recorded(msgspec.Struct, frozen=True):
     """A delivery's plan as the registry keeps it (`PLAN`, JSON): the tags it deletes and
     keeps with their digests, the manifests and referrers it deletes; not the reasons
-    (~90 bytes a tag without them, ~150 with: a Kubernetes object holds 1.5 MB)."""
+    (~90 bytes a tag without them, ~150 with)."""
 
     repository: str
     delete: tuple[tuple[str, str], ...] = ()
@@ -178,8 +183,9 @@ def _recorded(registry: ModelRegistry, delivery: tuple[str, str], uri: str) -> R
     version = model and registry.get_version(model.id, delivery[0])
     if not version:
         return None
+    parts = sorted((k, v) for k, v in version.custom_properties.items() if k.startswith(f"{PLAN}."))
     try:
-        recorded = msgspec.json.decode(version.custom_properties.get(PLAN, ""), type=Recorded)
+        recorded = msgspec.json.decode("".join(v for _, v in parts), type=Recorded)
     except msgspec.DecodeError as exc:
         raise Conflict(
             f"the plan recorded for event {delivery[1]!r} ({PLANS!r}, version {version.name!r}"
@@ -196,8 +202,8 @@ def _recorded(registry: ModelRegistry, delivery: tuple[str, str], uri: str) -> R
 def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Recorded) -> Recorded:
     """`recorded` kept for this delivery before anything is deleted: a version of the
     archived model `PLANS` (found or created). A delivery of it at the same time recorded
-    first: its plan, which this run applies too. A plan past MAX_RECORD bytes of JSON is
-    not kept (a Kubernetes object holds 1.5 MB): its redelivery plans again, as before."""
+    first: its plan, which this run applies too. The JSON goes in PART-sized properties;
+    a plan past MAX_RECORD bytes is not kept: its redelivery plans again, as before."""
     plan_json = msgspec.json.encode(recorded).decode()
     if len(plan_json) > MAX_RECORD:
         _log.warning(
@@ -219,7 +225,11 @@ def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Record
                 raise
     if model.state != ModelState.ARCHIVED:  # no live version uses it: none is one
         model = registry.update_model(msgspec.structs.replace(model, state=ModelState.ARCHIVED))
-    props = {PLAN: plan_json, EVENT: delivery[1]}
+    props = {
+        f"{PLAN}.{n:03d}": plan_json[at : at + PART]
+        for n, at in enumerate(range(0, len(plan_json), PART))
+    }
+    props[EVENT] = delivery[1]
     try:
         registry.create_version(model.id, delivery[0], properties=props)
     except Conflict:
