@@ -13,6 +13,8 @@ import pytest
 
 from modelhooks.adapters.signing.keyless import SigstoreSigner, SigstoreTrust
 from tests.e2e.admission_helpers import (
+    GROUP,
+    VERSION,
     Webhook,
     create_pod,
     create_policy,
@@ -80,6 +82,15 @@ def test_keyless_identities_exact_and_by_regexp_accept_and_refuse(
             ]
         },
     )
+    from kubernetes import client
+
+    both = create_pod(kube_apiserver, namespace, reference)  # every covering policy counts
+    assert both.status == 403 and f"{namespace}/other [enforce]" in both.message, both.body
+    assert f"{namespace}/ml-team" not in both.message, both.message
+    with kube_apiserver.api_client() as api:
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, "verificationpolicies", "other"
+        )
     admitted = create_pod(kube_apiserver, namespace, reference)
     assert admitted.status == 201, admitted.body
 
