@@ -113,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
             with common.interruptible(so_far):
                 for _, purge, apply in plans:
-                    failed |= apply(purge, bar.update).failed
+                    applied = apply(purge, bar.update)
+                    failed |= applied.failed
+                    for name, why in applied.kept[len(purge.kept) :]:  # changed since the plan
+                        print(f"kept    {name}: {why}", file=sys.stderr)
     if args.json:
         print(
             json.dumps(

@@ -82,7 +82,9 @@ class Deletion(msgspec.Struct, frozen=True):
     kind: str  # "object", "revision", "referrer", "tag" or "manifest"
     name: str  # the key, the tag or the digest
     reason: str
-    generation: str = ""  # objects: the revision listed (deleted only while it is current)
+    # the revision planned: an object's listed generation (deleted only while current), the
+    # digest a tag named (untagged only while it still names it)
+    generation: str = ""
     first: bool = False  # deleted before the rest, alone: the ready marker
 
 
@@ -137,7 +139,9 @@ def plan_objects(
     listing = (
         store.list_versions(bucket, prefix) if policy.old_versions else store.list(bucket, prefix)
     )
-    deletions, kept, more = [], [], False
+    deletions: list[Deletion] = []
+    kept: list[tuple[str, str]] = []
+    more = False
     for info in listing:
         if not info.key.startswith(prefix):  # a store must not list outside; never delete it
             continue
@@ -185,7 +189,9 @@ def plan_oci(
     protected = [t for t in tags if any(re.fullmatch(p, t) for p in policy.protect)]
     kept = [(t, "protected tag") for t in protected]
     untag = [
-        Deletion("tag", t, f"{policy.name}: names the version") for t in tags if t not in protected
+        Deletion("tag", t, f"{policy.name}: names the version", digest)
+        for t in tags
+        if t not in protected
     ]
     if policy.name == "Untag":
         return Purge(location, tuple(untag), tuple(kept))
@@ -206,7 +212,7 @@ def plan_oci(
     index = registry.resolve(repo, fallback)
     indexes = (
         (
-            Deletion("tag", fallback, f"the referrers index of {digest}"),
+            Deletion("tag", fallback, f"the referrers index of {digest}", index),
             Deletion("manifest", index, f"the referrers index {fallback}"),
         )
         if index is not None and index != digest
@@ -251,16 +257,36 @@ def apply_objects(
 def apply_oci(
     registry: OciRegistry, repo: str, purge: Purge, *, progress: Progress = lambda n: None
 ) -> Purge:
-    """Delete the plan in order: referrers, tags, the manifest (gone already: fine)."""
-    by_kind = {
-        k: [d.name for d in purge.deletions if d.kind == k] for k in ("referrer", "tag", "manifest")
-    }
-    registry.delete_manifests(repo, by_kind["referrer"])
-    for tag in by_kind["tag"]:
-        registry.delete_tag(repo, tag)
-    registry.delete_manifests(repo, by_kind["manifest"])
+    """Delete the plan in order: referrers, tags, the manifest (gone already: fine), as the
+    repository is now: a tag that names another digest than planned (pushed again since)
+    stays; the manifest, its referrers and referrers index stay when a tag the plan leaves
+    names it now, or lists it (a manifest DELETE takes or strands every tag naming it).
+    The plan as applied: what stays since, among `kept`."""
+    digest = purge.location.rpartition("@")[2]
+    tags = [d for d in purge.deletions if d.kind == "tag"]
+    kept = list(purge.kept)
+    if any(d.kind == "manifest" for d in purge.deletions):
+        planned = {d.name: d.generation for d in tags}
+        for tag in registry.history(repo)[0]:
+            if planned.get(tag.name) != tag.digest and digest in (tag.digest, *tag.children):
+                kept.append((digest, f"the tag {tag.name} names it since the plan"))
+                fallback = digest.replace(":", "-")
+                tags = [d for d in tags if d.name != fallback]
+                break
+    held = len(kept) > len(purge.kept)
+    gone = [d for d in tags if not d.generation or registry.resolve(repo, d.name) == d.generation]
+    kept += [(d.name, "names another digest since the plan") for d in tags if d not in gone]
+    done = [
+        *([] if held else [d for d in purge.deletions if d.kind == "referrer"]),
+        *gone,
+        *([] if held else [d for d in purge.deletions if d.kind == "manifest"]),
+    ]
+    registry.delete_manifests(repo, [d.name for d in done if d.kind == "referrer"])
+    for d in gone:
+        registry.delete_tag(repo, d.name)
+    registry.delete_manifests(repo, [d.name for d in done if d.kind == "manifest"])
     progress(len(purge.deletions))
-    return purge
+    return Purge(purge.location, tuple(done), tuple(kept), purge.failed, purge.more)
 
 
 class Cleanup(msgspec.Struct, frozen=True):

@@ -175,3 +175,41 @@ def test_keep_n_counts_versions_not_the_tags_naming_one(oci: Any) -> None:
 
     apply(client, repo, planned)
     assert sorted(client.tags(repo)) == ["sha-2", "sha-3", "v2", "v3"]
+
+
+def test_cleanup_applies_its_plan_to_tags_and_manifests_as_they_are_now(
+    tmp_path: Path, oci: Any
+) -> None:
+    """Between cleanup's plan and its deletes (a long listing, `modelhooks cleanup`), `v1`
+    was pushed again (other content: the version re-created) and `prod` was pushed naming
+    the planned manifest: the new `v1` and `prod` stay, so does the manifest `prod` names
+    and its signature; `latest`, still naming it as planned, goes."""
+    from modelhooks.bootstrap import build
+    from modelhooks.core.cleanup import Policy as Deletion
+    from modelhooks.core.settings import load_settings
+    from modelhooks.handlers.cleanup import Target
+    from modelhooks.handlers.cleanup import plan as plan_cleanup
+
+    client, repo = DistributionRegistry(oci.url), f"cleanup/{uuid.uuid4().hex[:8]}"
+    digest = push(client, repo, "v1", created=T0, content="weights v1")
+    push(client, repo, "latest", created=T0, content="weights v1")
+    signature = sign(client, repo, digest)
+    env = {"MODELHOOKS_HOME": str(tmp_path), "MODELHOOKS_STORE_ALLOW_LOCAL_TARGETS": "true"}
+    deps = build(load_settings(env=env)).deps
+    target = Target(f"oci://{oci.host}/{repo}:v1", digest)
+    purge, apply_it = plan_cleanup(
+        target, Deletion.parse("Delete"), stores=deps.stores, oci=deps.oci, marker="_SUCCESS",
+        in_use=frozenset(),
+    )  # fmt: skip
+    assert {(d.kind, d.name) for d in purge.deletions} >= {("tag", "v1"), ("manifest", digest)}
+
+    again = push(client, repo, "v1", created=T0, content="weights v1, again")
+    push(client, repo, "prod", created=T0, content="weights v1")
+    done = apply_it(purge, lambda _: None)
+    assert client.resolve(repo, "v1") == again
+    assert client.resolve(repo, "prod") == digest
+    assert client.resolve(repo, "latest") is None
+    assert client.manifest(repo, digest)[1] == digest
+    assert [r["digest"] for r in client.referrers(repo, digest)] == [signature]
+    assert {d.name for d in done.deletions} == {"latest"}
+    assert {"v1", digest} <= {name for name, _ in done.kept}
