@@ -28,6 +28,10 @@ __all__ = ["DEFAULT_MAX_BYTES", "decode"]
 
 DEFAULT_MAX_BYTES = 1 << 20
 _REQUIRED = ("id", "source", "type")
+# an upstream event's id and source, in UTF-8 bytes: as a Pub/Sub attribute holds (where
+# Eventarc carries them); what they lead to is recorded under them (a reply's id, register's
+# source_event, prune's plan), and Kubeflow's PostgreSQL refuses a property past 2,704 bytes
+MAX_NAME_BYTES = 1024
 _PUBSUB_META = "x-goog-pubsub-"
 _KNOWN_ATTRIBUTES = {
     name.lower(): name
@@ -94,6 +98,14 @@ def _check_attributes(attrs: Mapping[str, Any], where: str) -> None:
     for name in _REQUIRED:
         if not isinstance(attrs.get(name), str) or not attrs[name]:
             raise BadRequest(f"{where}: CloudEvent attribute '{name}' is missing or empty")
+    _bounded(attrs["id"], f"{where}: CloudEvent attribute 'id'")
+    _bounded(attrs["source"], f"{where}: CloudEvent attribute 'source'")
+
+
+def _bounded(value: str, field: str) -> str:
+    if len(value.encode(errors="replace")) > MAX_NAME_BYTES:  # a lone surrogate: one byte
+        raise BadRequest(f"{field} is over {MAX_NAME_BYTES} bytes of UTF-8")
+    return value
 
 
 def _structured(doc: Any, where: str, headers: Mapping[str, str]) -> Inbound:
@@ -146,7 +158,7 @@ def _pubsub_wrapped(doc: Mapping[str, Any], headers: Mapping[str, str]) -> Inbou
     msg_id = msg.get("messageId") or msg.get("message_id")
     if not isinstance(msg_id, str) or not msg_id.strip():
         raise BadRequest("Pub/Sub push: message.messageId is missing")
-    check_text(msg_id, "message.messageId")
+    _bounded(check_text(msg_id, "message.messageId"), "Pub/Sub push: message.messageId")
     attrs = msg.get("attributes") or {}
     if not isinstance(attrs, dict):
         raise BadRequest("Pub/Sub push: message.attributes must be an object")
@@ -184,6 +196,7 @@ def _pubsub_unwrapped(h: Mapping[str, str], body: bytes) -> Inbound:
     msg_id = check_text(h[f"{_PUBSUB_META}message-id"].strip(), f"{_PUBSUB_META}message-id")
     if not msg_id:
         raise BadRequest(f"Pub/Sub push: {_PUBSUB_META}message-id is empty")
+    _bounded(msg_id, f"Pub/Sub push: {_PUBSUB_META}message-id")
     return Inbound(
         kind="pubsub",
         id=msg_id,

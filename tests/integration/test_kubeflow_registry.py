@@ -4,6 +4,7 @@ the same contract as every backend, plus what only this backend can get wrong.""
 from __future__ import annotations
 
 import contextlib
+import secrets
 import socket
 import socketserver
 import ssl
@@ -22,7 +23,7 @@ from modelhooks.adapters.model_registry.kubeflow import (
     StaleWrite,
     external_id,
 )
-from modelhooks.core.errors import CredentialsRefused, NotFound, Transient
+from modelhooks.core.errors import BadRequest, CredentialsRefused, NotFound, Transient
 from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
 from tests.contract.model_registry import ModelRegistryContract, unique
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
@@ -103,6 +104,20 @@ def test_missing_parents_are_not_found(kubeflow: KubeflowModelRegistry) -> None:
         kubeflow.upsert_artifact(
             ModelArtifact(id="999999", version_id="1", name="model", uri="u", digest="d")
         )
+
+
+def test_a_property_longer_than_the_database_takes_is_a_bad_request(
+    kubeflow: KubeflowModelRegistry,
+) -> None:
+    """The server's PostgreSQL indexes string properties in a btree (2,704 bytes a row): a
+    longer value answered 500 (SQLSTATE 54000), taken for the registry being down and
+    redelivered for ever; every redelivery is refused alike, so it is bad input."""
+    model = kubeflow.create_model(unique("m"), properties={})
+    too_long = secrets.token_hex(1600)  # 3,200 bytes that do not compress
+    with pytest.raises(BadRequest, match="longer than the registry's database takes"):
+        kubeflow.create_version(model.id, "1", properties={"uri": too_long})
+    version = kubeflow.create_version(model.id, "1", properties={"uri": too_long[:2000]})
+    assert version.custom_properties["uri"] == too_long[:2000]
 
 
 def test_versions_and_artifacts_stay_with_their_parent(kubeflow: KubeflowModelRegistry) -> None:

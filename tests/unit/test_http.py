@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from flask.testing import FlaskClient
@@ -134,6 +135,43 @@ def test_a_pubsub_push_without_a_message_id_is_a_bad_request(
     resp = client.post("/", json=wrapped)
     assert resp.status_code == 400 and "messageId" in resp.json["message"]
     assert versions(home, "sentiment") == []
+
+
+@pytest.mark.parametrize("attribute", ["id", "source"])
+def test_an_id_or_source_past_1024_bytes_is_a_bad_request(
+    serve: FlaskClient, home: Path, attribute: str
+) -> None:
+    """An event's id and source name what it leads to (a reply's id, register's
+    source_event, prune's plan); unbounded, a 3 KB id became a property Kubeflow's
+    PostgreSQL refuses (500, redelivered for ever). Past 1,024 bytes of UTF-8 (a Pub/Sub
+    attribute's most) it is refused, in each mode; at 1,024 it is taken."""
+    doc = structured("canonical-artifact-pushed")
+    long, taken = "é" * 513, "é" * 512  # 1,026 and 1,024 bytes
+    for body in ({**doc, attribute: long}, [{**doc, attribute: long}]):
+        kind = "batch" if isinstance(body, list) else ""
+        ctype = f"application/cloudevents{'-batch' if kind else ''}+json"
+        resp = serve.post("/", data=json.dumps(body), content_type=ctype)
+        assert resp.status_code == 400, resp.get_data(as_text=True)
+        assert f"'{attribute}' is over 1024 bytes" in resp.json["message"]
+    headers, data = as_binary(doc)
+    headers[f"ce-{attribute}"] = quote(long)  # percent-encoded UTF-8, as the binding says
+    resp = serve.post("/", headers=headers, data=data)
+    assert resp.status_code == 400 and "over 1024 bytes" in resp.json["message"]
+    assert versions(home, doc["data"]["model"]) == []
+    resp = serve.post("/", json={**doc, attribute: taken})
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+
+
+def test_a_pubsub_message_id_past_1024_bytes_is_a_bad_request(client: FlaskClient) -> None:
+    wrapped = samples.load("gcs-pubsub-finalize-marker")
+    msg = {**wrapped["message"], "messageId": "7" * 1025}
+    resp = client.post("/", json={**wrapped, "message": msg})
+    assert resp.status_code == 400 and "messageId is over 1024 bytes" in resp.json["message"]
+    headers = {"x-goog-pubsub-message-id": "7" * 1025, **msg["attributes"]}
+    resp = client.post(
+        "/", headers=headers, data=base64.b64decode(msg["data"]), content_type="application/json"
+    )
+    assert resp.status_code == 400 and "message-id is over 1024 bytes" in resp.json["message"]
 
 
 def test_a_file_that_is_not_the_marker_is_acknowledged_without_effect(

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
@@ -183,6 +184,11 @@ def registry_error(status: int, message: str, where: str, **details: Any) -> Mod
         return Throttled(text, **details)
     if status >= 500 and "SQLSTATE 42P01" in message:
         return _BrokenQuery(text, **details)
+    if status >= 500 and re.search(r"SQLSTATE (54000|22001)", message):
+        # PostgreSQL's program_limit_exceeded, string_data_right_truncation: a value longer
+        # than its indexes or columns hold (a string property past 2,704 bytes), every time
+        text += " (a value is longer than the registry's database takes)"
+        return BadRequest(text, **details)
     if 400 <= status < 500 and status != 408:
         return BadRequest(text, **details)
     return Unavailable(text, **details)  # 5xx, 408
