@@ -5,28 +5,51 @@ deadline. The
 `admission` handler (modelhooks.handlers.admission) turns the outcomes into its answer.
 
 >>> checks = [Check("oci://r.io/m@sha256:…", covering=[policy])]  # doctest: +SKIP
->>> run_checks(checks, [policy], {}, deadline, verifier, verdicts, registry)  # doctest: +SKIP
+>>> confine = confined(tenancy, "ns")  # tenancy.tenants: before anything is read
+>>> run_checks(checks, [policy], {}, deadline, verifier, verdicts, registry, confine)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import wait
 
 import msgspec
 
 from modelhooks.core.calls import CALLS, place
-from modelhooks.core.errors import ModelhooksError, Transient, VerificationFailed
+from modelhooks.core.errors import Forbidden, ModelhooksError, Transient, VerificationFailed
 from modelhooks.core.logs import log
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import PUSHED_AT, ModelState
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.core.verification import ModelVerifier, Policy, Verdicts
 
-__all__ = ["Check", "as_failure", "registered_target", "run_checks"]
+__all__ = ["Check", "Confine", "as_failure", "confined", "registered_target", "run_checks"]
 
 _VERIFIABLE = ("oci://", "gs://", "s3://")
+
+Confine = Callable[[str], None]  # Forbidden for a reference the namespace may not read
+
+
+def confined(tenancy: Tenancy, namespace: str) -> Confine:
+    """The tenancy check (`tenancy.tenants`, Tenancy.require: ingress's rule) of each
+    reference admission would read for a workload of `namespace`: a bucket or repository of
+    another tenant's is Forbidden before it is read with this process's credentials (its
+    listing, its tags, whether it exists are not told)."""
+
+    def confine(uri: str) -> None:
+        if not uri.startswith(_VERIFIABLE):
+            return  # nothing is read of it: it is refused as it cannot be verified
+        try:
+            tenancy.require(namespace, uri)
+        except Forbidden as e:
+            raise Forbidden(
+                f"{e.message} (tenancy.tenants); nothing there was read", **e.details
+            ) from None
+
+    return confine
 
 
 class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
@@ -78,6 +101,7 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
         verifier: ModelVerifier,
         verdicts: Verdicts,
         registry: ModelRegistry,
+        confine: Confine,
     ) -> None:
         try:
             self.target, registered = registered_target(self.uri, registry)
@@ -91,6 +115,7 @@ class Check(msgspec.Struct):  # a Struct: cheaper to make than a dataclass
                     f"{self.target} cannot be verified at admission: only oci://, gs://, s3:// "
                     "and registered models (modelhooks.dev/model) can"
                 )
+            confine(self.target)  # a registered model's artifact too
             self.digest = verifier.resolve(self.target)
             if registered and registered != self.digest and self.target.startswith("oci://"):
                 raise VerificationFailed(
@@ -138,18 +163,26 @@ def run_checks(
     verifier: ModelVerifier,
     verdicts: Verdicts,
     registry: ModelRegistry,
+    confine: Confine,
 ) -> None:
+    for check in checks:  # before anything is read, the verdict cache included
+        if not check.covering:
+            continue
+        try:
+            confine(check.uri)
+        except ModelhooksError as e:
+            check.error, check.failed = e, [(p, e) for p in check.covering]
     todo = [
         c
         for c in checks
-        if (c.covering or c.uri.startswith("model:")) and not c.answered_by(verdicts)
+        if c.error is None
+        and (c.covering or c.uri.startswith("model:"))
+        and not c.answered_by(verdicts)
     ]
     if not todo:
         return
-    futures = {
-        CALLS.submit(place(c.uri), c.run, found, labels, verifier, verdicts, registry): c
-        for c in todo
-    }
+    args = (found, labels, verifier, verdicts, registry, confine)
+    futures = {CALLS.submit(place(c.uri), c.run, *args): c for c in todo}
     _, late = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
     for future, check in futures.items():
         if future in late:  # its thread may still write to it: the answer no longer reads it

@@ -71,13 +71,19 @@ class Tenancy(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a 
                     f"no namespace may act on {_location(uri)}", location=_location(uri)
                 )
             return event.replace(data=event.data.replace(namespace=owner))
-        if not self.allows(namespace, uri):
+        self.require(namespace, uri)
+        return event
+
+    def require(self, namespace: str, uri: str) -> None:
+        """Forbidden when tenancy is on and `namespace` may not act on the bucket or
+        repository `uri` names: the one rule of ingress (`admit`) and admission alike,
+        checked before anything there is read."""
+        if self.rules and not self.allows(namespace, uri):
             raise Forbidden(
                 f"namespace {namespace!r} may not act on {_location(uri)}",
                 namespace=namespace,
                 location=_location(uri),
             )
-        return event
 
 
 def _pattern(pattern: str) -> str:

@@ -13,6 +13,9 @@ named with why: an `enforce` one denies, a `warn` one adds a warning, and a chec
 not complete follows that policy's failurePolicy. No covering policy at all is a denial: the
 namespace opted in, and a model nothing vouches for is not admitted. Successes are cached per
 (digest, policy version); everything is answered within `review_timeout` seconds.
+With `tenancy.tenants`, a reference to a bucket or repository the workload's namespace may
+not act on (ingress's rule, Tenancy.require) is not read at all, nor answered from the cache:
+denied saying so (a `warn` policy: a warning), neither pinned nor looked up for a Model.
 
 Mutating: each OCI tag (image volume, `oci://` storageUri) is pinned to the digest it names
 now, so what the validating webhook verifies is what runs.
@@ -35,7 +38,8 @@ from modelhooks.core.errors import BadRequest, ModelhooksError, Transient
 from modelhooks.core.function import Function
 from modelhooks.core.node_verification import Root, inject, missing
 from modelhooks.core.ports import ModelRegistry
-from modelhooks.core.reference_checks import Check, as_failure, run_checks
+from modelhooks.core.reference_checks import Check, Confine, as_failure, confined, run_checks
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.core.verification import ModelVerifier, Policy, PolicySource, Verdicts
 from modelhooks.core.workloads import MODEL, POD_SPECS, Reference, in_scope, model_references
 
@@ -52,6 +56,7 @@ def handle(
     review_timeout: float,
     verifier_image: str,
     verifier_root: Root,
+    tenancy: Tenancy,
 ) -> Decision:
     if review.operation not in ("CREATE", "UPDATE") or not in_scope(review.kind):
         return Decision.allow()
@@ -63,13 +68,14 @@ def handle(
         return Decision.allow()
     deadline = time.monotonic() + review_timeout
     known = _known(review)
+    confine = confined(tenancy, review.namespace)
     if review.kind == MODEL:
         added = [r for r in refs if r.uri not in known]
         if not added:
             return Decision.allow()
         if review.mutate:
-            return _pin(added, model_verifier, deadline)
-        return _exists(review, added, model_verifier, deadline)
+            return _pin(added, model_verifier, deadline, confine)
+        return _exists(review, added, model_verifier, deadline, confine)
     labels = _labels(review.kind, review.object)
     # a Pod's volumes and init containers cannot change once it exists: an update is
     # neither patched (the apiserver would refuse it) nor asked for an init container it
@@ -79,7 +85,8 @@ def handle(
         return Decision.allow()
     if review.mutate:
         node = (verifier_image, verifier_root)
-        return _mutate(review, refs, known, labels, policies, model_verifier, deadline, node)
+        pinned = _pin([r for r in refs if r.uri not in known], model_verifier, deadline, confine)
+        return _mutate(review, refs, labels, policies, pinned, node)
     seen: list[str] | None = None
     for fresh in (False, True):  # a denial is confirmed against the policies as they are now
         try:
@@ -99,7 +106,7 @@ def handle(
             check.covering = [
                 p for p in found if p.covers(labels, check.uri) and p.verify_on != "node"
             ]
-        run_checks(checks, found, labels, deadline, model_verifier, verdicts, registry)
+        run_checks(checks, found, labels, deadline, model_verifier, verdicts, registry, confine)
         decision = _decide(checks, review.namespace, on_node, denials)
         if decision.allowed:
             break
@@ -183,16 +190,13 @@ def _known(review: Review) -> frozenset[str]:
 def _mutate(
     review: Review,
     refs: list[Reference],
-    known: frozenset[str],
     labels: dict[str, str],
     policies: PolicySource,
-    verifier: ModelVerifier,
-    deadline: float,
+    pinned: Decision,
     node: tuple[str, Root],
 ) -> Decision:
-    """Tags pinned, and the init containers of `verifyOn: node` policies added (the policies
+    """Tags `pinned`, and the init containers of `verifyOn: node` policies added (the policies
     as last seen: a mutating answer denies nothing, the validating webhook reads them fresh)."""
-    pinned = _pin([r for r in refs if r.uri not in known], verifier, deadline)
     if not any(r.source == "image-volume" for r in refs):
         return pinned
     try:
@@ -204,21 +208,31 @@ def _mutate(
     return Decision.allow(warnings=pinned.warnings, patch=(*pinned.patch, *added))
 
 
-def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Decision:
+def _pin(
+    refs: list[Reference], verifier: ModelVerifier, deadline: float, confine: Confine
+) -> Decision:
     """Mutating: each OCI tag replaced by its digest (a JSONPatch); a tag that cannot be
     resolved stays (with a warning): the validating webhook then decides. Each distinct tag
     is resolved once, however many volumes name it (thousands would each be a registry
-    round trip, most past the deadline)."""
+    round trip, most past the deadline); one in a repository the namespace may not use
+    (`confine`) is not resolved at all."""
     tags = [r for r in refs if r.uri.startswith("oci://") and "@" not in r.uri]
     if not tags:
         return Decision.allow()
+    warnings: list[str] = []
     uris = list(dict.fromkeys(r.uri for r in tags))
+    for uri in list(uris):
+        try:
+            confine(uri)
+        except ModelhooksError as e:
+            uris.remove(uri)
+            warnings.append(f"{uri}: not pinned: {e.message}")
+    tags = [r for r in tags if r.uri in uris]
     resolving = {uri: CALLS.submit(place(uri), verifier.resolve, uri) for uri in uris}
     wait(resolving.values(), timeout=max(0.0, deadline - time.monotonic()))
     for uri, future in resolving.items():
         CALLS.abandon(place(uri), future)  # one done: nothing; one not started: never will be
     patch: list[Mapping[str, Any]] = []
-    warnings: list[str] = []
     for ref in tags:
         future = resolving[ref.uri]
         if future.cancelled() or not future.done():
@@ -234,11 +248,22 @@ def _pin(refs: list[Reference], verifier: ModelVerifier, deadline: float) -> Dec
 
 
 def _exists(
-    review: Review, refs: list[Reference], verifier: ModelVerifier, deadline: float
+    review: Review,
+    refs: list[Reference],
+    verifier: ModelVerifier,
+    deadline: float,
+    confine: Confine,
 ) -> Decision:
     """A Model naming an artifact that does not exist is refused (check-if-exists): it
     would never register, and a typo is cheaper to fix now. Not verified: it is signed
-    after it is pushed."""
+    after it is pushed. One naming a bucket or repository its namespace may not use is
+    refused before anything there is read (whether it exists is not told)."""
+    for ref in refs:
+        try:
+            confine(ref.uri)
+        except ModelhooksError as e:
+            what = f"Model {review.namespace}/{review.name or '(new)'}: {ref.uri}"
+            return Decision.deny(f"{what}: {e.message}", code=403)
     futures = {r: CALLS.submit(place(r.uri), verifier.resolve, r.uri) for r in refs}
     wait(futures.values(), timeout=max(0.0, deadline - time.monotonic()))
     for ref, future in futures.items():

@@ -269,6 +269,42 @@ def test_every_covering_policy_must_be_satisfied_a_loose_one_beside_a_strict_one
     assert admitted.body["spec"]["volumes"][0]["image"]["reference"].endswith(digest)
 
 
+def test_a_pod_naming_another_tenants_repository_is_refused_before_it_is_read(
+    kube_apiserver: KubeApiServer,
+    ociregistry: Any,
+    repo: str,
+    keys: Any,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """tenancy.tenants gives the namespace one repository: a Pod naming another (signed by
+    the key its policy trusts) was resolved and verified with the webhook's credentials, and
+    admitted pinned to that repository's digest; now refused saying so, nothing read (the
+    tag neither pinned nor its digest told)."""
+    from kubernetes import client
+
+    host = ociregistry.url.removeprefix("http://")
+    namespace = f"adm-{uuid.uuid4().hex[:8]}"
+    tenants = {"MODELHOOKS_TENANCY_TENANTS": f"{namespace}=oci://{host}/{repo}-ours"}
+    signer = KeySigner.from_file(keys[0].private)
+    _, ours, _ = signed_model(ociregistry, f"{repo}-ours", tmp_path, signer)
+    _, theirs, digest = signed_model(ociregistry, f"{repo}-theirs", tmp_path, signer)
+    with start_webhook(kube_apiserver, tmp_path_factory.mktemp("tenancy"), tenants) as hook:
+        with kube_apiserver.api_client() as api:
+            client.CoreV1Api(api).create_namespace(
+                {"metadata": {"name": namespace, "labels": {"admission-e2e": hook.label}}}
+            )
+        create_policy(kube_apiserver, namespace, "team", trusting(keys[0]))
+        admitted = create_pod(kube_apiserver, namespace, ours)
+        assert admitted.status == 201, admitted.body
+        refused = create_pod(kube_apiserver, namespace, theirs)
+    assert refused.status == 403, refused.body
+    said = f"namespace '{namespace}' may not act on oci://{host}/{repo}-theirs (tenancy.tenants)"
+    assert said in refused.message, refused.message
+    assert digest not in refused.message, refused.message
+    assert any("not pinned" in w and said in w for w in refused.warnings), refused.warnings
+
+
 def test_certificate_chains_accept_their_signers_and_refuse_others(
     kube_apiserver: KubeApiServer, namespace: str, push: Push, chain: Chain, keys: Any
 ) -> None:

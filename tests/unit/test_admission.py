@@ -11,6 +11,7 @@ import pytest
 
 from modelhooks.core.admission import Review
 from modelhooks.core.errors import BadRequest, Unavailable, VerificationFailed
+from modelhooks.core.tenancy import Tenancy
 from modelhooks.core.verification import Policy, Verdicts
 from modelhooks.core.workloads import model_references
 from modelhooks.handlers.admission import handle
@@ -105,6 +106,7 @@ def run(rv: Review, policies: Policies, verifier: Verifier, **kw: Any) -> Any:
     kw.setdefault("review_timeout", 2.0)
     kw.setdefault("verifier_image", "r.io/modelhooks:1")
     kw.setdefault("verifier_root", lambda: "")  # the public-good Sigstore: nothing to pass
+    kw.setdefault("tenancy", Tenancy())  # off: every namespace may act anywhere
     return handle(rv, policies=policies, model_verifier=verifier, **kw)
 
 
@@ -603,6 +605,61 @@ def test_a_model_naming_an_artifact_that_does_not_exist_is_refused() -> None:
     verifier.down = True
     down = run(review(model({"gcs": {"uri": "gs://b/m/1/"}}), "Model"), Policies(), verifier)
     assert not down.allowed and down.code == 503 and "retry" in down.message
+
+
+TENANTS = Tenancy.parse("ns=oci://r.io/models/bert,gs://ours;other=oci://r.io/*,gs://theirs")
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn"])
+def test_a_reference_its_namespace_may_not_use_is_refused_before_anything_is_read(
+    mode: str,
+) -> None:
+    """With tenancy.tenants, a workload of namespace ns naming another tenant's repository or
+    bucket was read with the process's credentials (resolved, listed, its signature fetched)
+    and the answer told what is there; a verdict cached for another namespace admitted it."""
+    p = policy(mode=mode)
+    verifier, verdicts = Verifier(TAGS, {D1: {"p"}, D2: {"p"}}), Verdicts()
+    verdicts.put(D2, p, "key of p")  # namespace other's workload was admitted with it
+    isvc = {"spec": {"predictor": {"model": {"storageUri": "gs://theirs/m/1/"}}}}
+    for rv, location in (
+        (review(pod(f"r.io/models/gpt@{D2}")), "oci://r.io/models/gpt"),
+        (review(pod("r.io/models/gpt:v1")), "oci://r.io/models/gpt"),
+        (review(isvc, "InferenceService"), "gs://theirs"),
+    ):
+        decision = run(rv, Policies(p), verifier, verdicts=verdicts, tenancy=TENANTS)
+        said = f"namespace 'ns' may not act on {location} (tenancy.tenants)"
+        if mode == "enforce":
+            assert not decision.allowed and decision.code == 403 and said in decision.message
+            assert "VerificationPolicy ns/p [enforce]" in decision.message
+        else:
+            assert decision.allowed and said in decision.warnings[0]
+    assert verifier.resolved == [] and verifier.verified == []
+    assert run(review(pod(BERT)), Policies(p), verifier, tenancy=TENANTS).allowed
+
+
+def test_tenancy_at_admission_pins_nothing_and_looks_nothing_up_of_another_tenant() -> None:
+    verifier = Verifier(TAGS, {D1: {"p"}})
+    mutating = run(
+        review(pod("r.io/models/gpt:v1", "r.io/models/bert:v1"), mutate=True),
+        Policies(policy()),
+        verifier,
+        tenancy=TENANTS,
+    )
+    assert [op["value"] for op in mutating.patch] == [f"r.io/models/bert@{D1}"]
+    assert "may not act on oci://r.io/models/gpt" in mutating.warnings[0]
+    theirs = review(model({"gcs": {"uri": "gs://theirs/m/1/"}}), "Model")
+    refused = run(theirs, Policies(), verifier, tenancy=TENANTS)
+    assert not refused.allowed and refused.code == 403
+    assert "Model ns/p: gs://theirs/m/1/: namespace 'ns' may not act on gs://theirs" in (
+        refused.message
+    )
+    registry = InMemoryModelRegistry()  # a registered model whose artifact is theirs
+    gpt = registry.create_model("gpt", properties={})
+    registry.create_version(gpt.id, "1", properties={"uri": "oci://r.io/models/gpt:v1"})
+    by_name = pod(**{"modelhooks.dev/model": "gpt/1"})
+    named = run(review(by_name), Policies(policy()), verifier, registry=registry, tenancy=TENANTS)
+    assert not named.allowed and "may not act on oci://r.io/models/gpt" in named.message
+    assert verifier.resolved == ["oci://r.io/models/bert:v1"]  # nothing of theirs
 
 
 def test_a_model_source_tag_is_pinned() -> None:
