@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from modelhooks.core.errors import BadRequest
-from modelhooks.core.policy_files import entries
+from modelhooks.core.policy_files import entries, flag, strings
 from modelhooks.core.records import ObjectInfo
 
 if TYPE_CHECKING:
@@ -315,12 +315,12 @@ class Cleanup(msgspec.Struct, frozen=True):
             try:
                 policy = Policy.parse(
                     entry.get("deletionPolicy", "Retain"),
-                    protect=tuple(str(x) for x in entry.get("protect", _PROTECT)),
-                    old_versions=bool(entry.get("old_versions", False)),
+                    protect=strings("protect", entry.get("protect", list(_PROTECT))),
+                    old_versions=flag("old_versions", entry.get("old_versions", False)),
                 )
                 for pattern in policy.protect:
                     re.compile(pattern)
-            except (BadRequest, re.error) as exc:
+            except (BadRequest, ValueError, re.error) as exc:
                 raise ValueError(f"{where}: {exc}") from None
             rules.append((glob, policy))
         return cls(tuple(rules), marker)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["entries"]
+__all__ = ["entries", "flag", "strings"]
 
 
 def entries(
@@ -45,3 +45,22 @@ def entries(
         if unknown:
             raise ValueError(f"{where}: unknown keys {', '.join(sorted(map(str, unknown)))}")
         yield where, entry[selector], {k: v for k, v in entry.items() if k != selector}
+
+
+def strings(key: str, value: object) -> tuple[str, ...]:
+    """A list of strings (numbers read as their text), else a ValueError naming `key` (the
+    caller names the entry): a bare string was read a character at a time (`protect:
+    ^prod$` protected `^`, `p`, … and not prod)."""
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(x, str | int | float) and not isinstance(x, bool) for x in value
+    ):
+        raise ValueError(f"{key}: a list of strings (in brackets), not {value!r}")
+    return tuple(str(x) for x in value)
+
+
+def flag(key: str, value: object) -> bool:
+    """true or false (YAML's booleans), else a ValueError naming `key`: the quoted
+    "false" was true."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: a boolean (true or false), not {value!r}")
+    return value

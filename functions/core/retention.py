@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from modelhooks.core.policy_files import entries
+from modelhooks.core.policy_files import entries, strings
 from modelhooks.core.records import Manifest, Tag
 
 if TYPE_CHECKING:
@@ -339,9 +339,9 @@ class Policies(msgspec.Struct, frozen=True):
         for where, glob, entry in entries(text, origin, selector="repositories", options=_KEYS):
             try:
                 policy = Policy(
-                    streams=tuple(str(x) for x in entry.get("streams", ())),
+                    streams=strings("streams", entry.get("streams", [])),
                     keep=int(entry.get("keep", 10)),
-                    protect=tuple(str(x) for x in entry.get("protect", (r"^latest$",))),
+                    protect=strings("protect", entry.get("protect", [r"^latest$"])),
                     grace=timedelta(hours=float(entry.get("grace_hours", 24))),
                     untagged=_hours(entry.get("untagged_hours")),
                 )
