@@ -111,7 +111,8 @@ def handle(
         stores.check_location(target.uri)
     if found and policy.name != "Retain":
         stores, oci = _acting_as(data, found, stores=stores, oci=oci, secrets=secrets)
-    used = in_use(registry, data.name, since=stamp(event))
+    owner = data.namespace if tenancy.rules else None  # tenancy: a model is its namespace's
+    used = in_use(registry, data.name, since=stamp(event), namespace=owner)
     limit = deletion.MAX_DELETES  # a delivery's share of a huge version: the rest comes again
     planned = [
         (target, *plan(target, policy, stores=stores, oci=oci, marker=cleanup.marker, in_use=used,
@@ -317,15 +318,23 @@ def policy_of(data: ModelDeleted, cleanup: Cleanup) -> Policy:
     return Policy.parse(name, protect=base.protect, old_versions=base.old_versions)
 
 
-def in_use(registry: ModelRegistry, model_name: str, *, since: str) -> frozenset[str]:
+def in_use(
+    registry: ModelRegistry, model_name: str, *, since: str, namespace: str | None = None
+) -> frozenset[str]:
     """The locations and digests live versions use: every live version of other models,
-    and the versions of this model pushed after the deletion."""
+    and the versions of this model pushed after the deletion. `namespace` (tenancy): the
+    deleting one; a model of this name another namespace owns (registered it: its
+    `namespace`) is another's, its live versions in use (as register refuses to archive
+    it)."""
     used: set[str] = set()
     for model in registry.list_models():
-        if model.state != ModelState.LIVE and model.name != model_name:
+        this = model.name == model_name and (
+            namespace is None or model.custom_properties.get("namespace", "default") == namespace
+        )
+        if model.state != ModelState.LIVE and not this:
             continue
         for version in registry.list_versions(model.id):
-            if model.name == model_name:
+            if this:
                 if version.custom_properties.get(PUSHED_AT, "") <= since:
                     continue
             elif version.state != ModelState.LIVE:
