@@ -150,3 +150,29 @@ def test_a_push_of_one_id_from_another_source_did_not_register_what_was_there() 
         assert isinstance(reply.data, ModelRegistered)
         created.append(reply.data.created)
     assert created == [True, False, True]
+
+
+def test_a_chain_handled_anew_changes_nothing(
+    configure: Callable[[dict[str, str]], None], home: Path, tmp_path: Path
+) -> None:
+    """A delivery from before the replies' names changed, delivered again after, finds no
+    record of its replies (their ids are new) and is handled anew, as with no delivery log
+    at all: every function answers 2xx again and the state stays as it was."""
+    configure(
+        {
+            "MODELHOOKS_SIGNING_KEY": str(make_key(tmp_path).private),
+            "MODELHOOKS_INGRESS_DEDUPE_SIZE": "0",
+        }
+    )
+    client = serve()
+    lay_model(home, "models", "models/sentiment/1")
+    first = []
+    for _ in range(2):
+        resp = client.post("/", json=notification("models", "sentiment"))
+        assert resp.status_code == 200, resp.get_data(as_text=True)
+        outcomes = resp.json["outcomes"]
+        assert all(o["status"] < 300 for o in outcomes), json.dumps(outcomes)
+        first = first or [(o["function"], o["replies"]) for o in outcomes]
+        assert [(o["function"], o["replies"]) for o in outcomes] == first
+        state, props = version_props(home, "sentiment")
+        assert state == ModelState.LIVE and props["signature.uri"].endswith("/model.sig")
