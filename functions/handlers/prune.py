@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -69,6 +69,10 @@ from modelhooks.events.model import (
 
 if TYPE_CHECKING:
     from modelhooks.core.ports import ModelRegistry, OciRegistry
+
+# how long after a push its tag may still be unwritten (distribution writes it just after
+# notifying): a push delivered later whose tag the registry does not list was untagged since
+PUSH_LAG = timedelta(minutes=10)
 
 __all__ = ["EVENT", "FUNCTION", "MAX_RECORD", "PLAN", "PLANS", "Recorded", "in_use"]
 
@@ -251,9 +255,13 @@ def _with_pushed(
     still holds its manifest: distribution sends its notification once the manifest is
     stored, before it writes the tag, so a prune that ran at once planned without the
     newest tag (one older tag too many kept, until the next push). A manifest gone since
-    (deleted: by a prune, too) adds nothing."""
+    (deleted: by a prune, too) adds nothing, nor a push older than PUSH_LAG: the registry
+    wrote its tag long since, so one it does not list was deleted (a duplicate or a replay
+    delivered late counted it among the newest, and an older tag went for it)."""
     tag, digest = pushed.tag, pushed.uri.rpartition("@")[2]
     if not tag or not digest.startswith("sha256:") or any(t.name == tag for t in tags):
+        return tags
+    if at is None or datetime.now(UTC) - at > PUSH_LAG:
         return tags
     try:
         manifest, digest, _ = client.manifest(repo, digest)

@@ -213,3 +213,44 @@ def test_cleanup_applies_its_plan_to_tags_and_manifests_as_they_are_now(
     assert [r["digest"] for r in client.referrers(repo, digest)] == [signature]
     assert {d.name for d in done.deletions} == {"latest"}
     assert {"v1", digest} <= {name for name, _ in done.kept}
+
+
+def test_a_late_push_of_a_tag_deleted_since_does_not_count_among_the_newest(oci: Any) -> None:
+    """prune counts a pushed tag the registry does not list yet (distribution notifies
+    before it writes the tag), for a push just made. The same push delivered a day late
+    (a duplicate, a replay), its tag deleted since by hand, counted too: it took one of
+    the two places and v1.2.0 went. The registry's listing alone decides then."""
+    from modelhooks.adapters.oci.clients import OciClients
+    from modelhooks.core.retention import Policies
+    from modelhooks.core.tenancy import Tenancy
+    from modelhooks.events.model import ArtifactPushed, CanonicalEvent, TagsPruned
+    from modelhooks.handlers import load
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    client, repo = DistributionRegistry(oci.url), f"late/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    for tag in ("v1.1.0", "v1.2.0", "v1.3.0"):
+        push(client, repo, tag, created=old)
+    digest = push(client, repo, "v1.4.0", created=old)
+    client.delete_tag(repo, "v1.4.0")  # a bad build, untagged by hand; its manifest stays
+    pushed = ArtifactPushed(
+        model=repo, version="v1.4.0", uri=f"oci://{oci.host}/{repo}@{digest}", digest=digest,
+        store="oci", tag="v1.4.0",
+    )  # fmt: skip
+    policy = Policy(streams=("v*",), keep=2, grace=timedelta(0))
+    prune = load("prune").bind(
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": InMemoryModelRegistry(),
+            "retention": Policies(((f"{oci.host}/late/*", policy),)),
+            "tenancy": Tenancy(),
+        }
+    )
+    late = CanonicalEvent(
+        id="late", source="t", type=pushed.TYPE, data=pushed,
+        time=datetime.now(UTC) - timedelta(days=1),
+    )  # fmt: skip
+    (reply,) = prune.handle(late)
+    assert isinstance(reply.data, TagsPruned)
+    assert sorted(client.tags(repo)) == ["v1.2.0", "v1.3.0"]
+    assert reply.data.deleted == ["v1.1.0"]
