@@ -7,8 +7,10 @@ Two deliveries carry the same facts:
   arrive as strings).
 - Pub/Sub notifications: attributes `eventType` (OBJECT_FINALIZE, OBJECT_DELETE,
   OBJECT_ARCHIVE, OBJECT_METADATA_UPDATE), `bucketId`, `objectId`, `objectGeneration`,
-  `overwroteGeneration` / `overwrittenByGeneration`; data is the object resource
-  (payloadFormat JSON_API_V1) or empty (NONE).
+  `overwroteGeneration` / `overwrittenByGeneration`, `notificationConfig`; data is the
+  object resource (payloadFormat JSON_API_V1) or empty (NONE). The event id is the
+  message id qualified by the configuration (`<message id>@<N>`): a message id is unique
+  within its topic alone.
 
 A model version is a prefix; it is pushed when its ready marker is finalized
 (→ ArtifactPushed named by the marker's generation). A delete of the marker or of any
@@ -114,11 +116,23 @@ def from_pubsub_notification(inbound: Inbound, *, layout: ObjectLayout) -> list[
         name=text(attrs, "objectId", where),
         generation=_generation(attrs, "objectGeneration", where),
         labels=_labels(data) if isinstance(data, Mapping) else {},
-        id=inbound.id,
+        id=_notification_id(inbound.id, attrs.get("notificationConfig")),
         time=parse_time(attrs.get("eventTime"), where, "eventTime"),
         layout=layout,
         where=where,
     )
+
+
+def _notification_id(message_id: str, config: str | None) -> str:
+    """The event id of a notification: its Pub/Sub message id, unique within its topic
+    alone, qualified by the notification configuration that published it
+    (`projects/_/buckets/B/notificationConfigs/N` → `<message id>@N`): a bucket's
+    configurations may each publish to a topic of their own, and the bucket is the event's
+    source, so two of them gave two changes one (source, id) and the second was a Conflict.
+    A redelivery carries both again: the same id."""
+    if not isinstance(config, str) or not config:
+        return message_id
+    return f"{message_id}@{config.rpartition('/')[2]}"
 
 
 def _object_changed(

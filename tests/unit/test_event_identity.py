@@ -176,3 +176,28 @@ def test_a_chain_handled_anew_changes_nothing(
         assert [(o["function"], o["replies"]) for o in outcomes] == first
         state, props = version_props(home, "sentiment")
         assert state == ModelState.LIVE and props["signature.uri"].endswith("/model.sig")
+
+
+def test_two_notification_configurations_of_one_bucket_are_two_sources_of_ids(
+    home: Path,
+) -> None:
+    """A Pub/Sub message id is unique within its topic alone, and each of a bucket's
+    notification configurations publishes to a topic of its own: two models' notifications
+    of one message id, through two configurations, were one event id of the bucket (the
+    second answered 409 by register, never retried, its model never registered)."""
+    client = serve()
+    for config, version in (("1", "0"), ("2", "1")):
+        lay_model(home, "models", f"models/sentiment/{version}")
+        doc = notification("models", "sentiment")
+        attrs = doc["message"]["attributes"]
+        attrs["objectId"] = f"models/sentiment/{version}/_SUCCESS"
+        attrs["notificationConfig"] = f"projects/_/buckets/models/notificationConfigs/{config}"
+        resp = client.post("/", json=doc)
+        assert resp.status_code == 200, resp.get_data(as_text=True)
+    registry = SqliteModelRegistry(home / "registry.db")
+    try:
+        model = registry.get_model("sentiment")
+        assert model is not None
+        assert sorted(v.name for v in registry.list_versions(model.id)) == ["0", "1"]
+    finally:
+        registry.close()

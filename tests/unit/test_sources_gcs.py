@@ -49,7 +49,7 @@ def test_pubsub_finalize_of_the_marker_says_the_same_as_eventarc() -> None:
         samples.inbound("gcs-eventarc-finalized-marker"), layout=LAYOUT
     )
     assert event.data == via_eventarc.data
-    assert event.id == "11954318722141447"  # the Pub/Sub messageId
+    assert event.id == "11954318722141447@3"  # the Pub/Sub messageId, of configuration 3
     assert (event.source, event.subject) == (via_eventarc.source, via_eventarc.subject)
     assert event.time == datetime(2026, 11, 23, 17, 2, 11, 523407, tzinfo=UTC)
 
