@@ -29,15 +29,19 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.seen.append((self.path, self.headers.get("Authorization")))
         page = int((parse_qs(urlsplit(self.path).query).get("page") or ["0"])[0])
-        tags = [f"t{page}"] if page == 0 or self.mode == "cycle" else []
+        tags = [f"t{page}"] if page == 0 or self.mode in ("cycle", "prev-and-next") else []
         link = {
             "empty": f"/v2/m/tags/list?page={page + 1}",  # empty pages without end
             "cycle": f"/v2/m/tags/list?page={(page + 1) % 2}",  # page 0, 1, 0, 1, …
             "elsewhere": f"{self.elsewhere}/v2/m/tags/list?page=1",
             "other-repo": "/v2/private/tags/list?page=1",
+            "prev-and-next": f"/v2/m/tags/list?page={page + 1}",
         }[self.mode]
         if (self.mode in ("elsewhere", "other-repo") and page == 1) or len(self.seen) > 50:
             link = ""  # the end (past 50 pages: a client that would go on for ever)
+        if self.mode == "prev-and-next":  # a link back first (page 3 is the last)
+            back = f'/v2/m/tags/list?page={max(page - 1, 0)}>; rel="prev", <'
+            link = "" if page == 3 else (back if page else "") + link
         body = json.dumps({"name": "m", "tags": tags}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -74,3 +78,10 @@ def test_a_link_off_the_repositorys_list_is_refused_unfollowed(hostile: str, mod
         with pytest.raises(BadRequest, match="next page"):
             list(registry.tags("m"))
     assert [path for path, _ in _Hostile.seen] == ["/v2/m/tags/list?n=1000"]
+
+
+def test_the_next_link_among_several_is_followed(hostile: str) -> None:
+    """`Link: <…page 0>; rel="prev", <…page 2>; rel="next"`: the first link was taken, a
+    page back (read again without end, now refused as adding no tag)."""
+    _Hostile.mode = "prev-and-next"
+    assert list(DistributionRegistry(hostile).tags("m")) == ["t0", "t1", "t2", "t3"]

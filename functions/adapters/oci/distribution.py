@@ -451,11 +451,13 @@ def _header(headers: dict[str, str], name: str) -> str:
 
 
 def _next_link(headers: dict[str, str]) -> str | None:
-    """The path of `Link: </v2/…?last=x&n=y>; rel="next"`, if any."""
-    link = _header(headers, "Link")
-    if 'rel="next"' not in link:
-        return None
-    return link.split(";", 1)[0].strip().strip("<>") or None
+    """The target of `Link: </v2/…?last=x&n=y>; rel="next"`, if any, among the links the
+    header lists (`<…>; rel="prev", <…>; rel="next"`: the first was taken, a page back)."""
+    for link in re.findall(r"<([^>]*)>\s*((?:;[^,<]*)*)", _header(headers, "Link")):
+        target, params = link
+        if re.search(r';\s*rel\s*=\s*"?next"?(?:[\s;]|$)', params):
+            return target.strip() or None
+    return None
 
 
 def parse_uri(uri: str) -> tuple[str, str, str]:
