@@ -305,6 +305,8 @@ def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
         from modelhooks.adapters.oci.distribution import parse_uri
 
         parse_uri(found.uri)  # BadRequest for a malformed reference
+        if found.digest:  # pinned by the spec (immutable): never a digest a status names
+            return Target(found.uri, found.digest)
         if isinstance(resolved, str) and resolved.startswith("sha256:"):
             return Target(found.uri, resolved)
     return Target(found.uri, found.digest if found.store == "oci" else "")

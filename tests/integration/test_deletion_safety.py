@@ -16,6 +16,7 @@ import pytest
 from modelhooks.adapters.oci.distribution import OCI_INDEX, OCI_MANIFEST, DistributionRegistry
 from modelhooks.core.errors import NotFound
 from modelhooks.core.retention import Policy, apply, model_policy, plan, referrers
+from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
 from tests.integration.test_cleanup_stores import T0, World
 from tests.integration.test_oci_registry import sign
 from tests.integration.test_prune_cli import prune, push
@@ -254,3 +255,28 @@ def test_a_late_push_of_a_tag_deleted_since_does_not_count_among_the_newest(oci:
     assert isinstance(reply.data, TagsPruned)
     assert sorted(client.tags(repo)) == ["v1.2.0", "v1.3.0"]
     assert reply.data.deleted == ["v1.1.0"]
+
+
+def test_cleanup_deletes_the_digest_the_spec_pins_not_another_the_status_names(
+    tmp_path: Path, oci: Any
+) -> None:
+    """A Model pinned by digest (`repo@sha256:…`, immutable) whose deletion carries another
+    digest in status.resolvedDigest (a stale or forged status): the status won, and v2's
+    manifest, which the Model never named, went. The spec's digest goes now."""
+    client, repo = DistributionRegistry(oci.url), f"cleanup/{uuid.uuid4().hex[:8]}"
+    pinned = push(client, repo, "v1", created=T0, content="weights v1")
+    other = push(client, repo, "v2", created=T0, content="weights v2")
+    world = World(tmp_path)
+    data = ModelDeleted(
+        name="bert", namespace="ml",
+        spec={"deletionPolicy": "Delete", "source": {"oci": {"reference": f"{oci.host}/{repo}@{pinned}"}}},
+        status={"resolvedDigest": other},
+    )  # fmt: skip
+    event = CanonicalEvent(
+        id="d-pinned", source="t", type=data.TYPE, data=data, time=T0 + timedelta(days=1)
+    )
+    (reply,) = [r.data for r in world.cleanup.handle(event)]
+    assert client.resolve(repo, "v2") == other and client.manifest(repo, other)[1] == other
+    with pytest.raises(NotFound):
+        client.manifest(repo, pinned)
+    assert isinstance(reply, ArtifactPurged) and pinned in reply.deleted
