@@ -59,3 +59,28 @@ def test_the_image_build_swaps_only_the_base() -> None:
     text = Path(DOCKERFILE).read_text()
     assert "ARG BASE=python:3.11-slim" in text
     assert text.count("FROM ${BASE}") == 2
+
+
+def test_the_image_ships_the_bytecode_of_what_a_function_imports(
+    podman: Podman, image: str
+) -> None:
+    """The image runs with PYTHONDONTWRITEBYTECODE as a non-root user: a module whose bytecode
+    it does not ship is compiled from its source at every start (register's cold start took
+    430 ms of CPU, not 180, with none shipped)."""
+    check = (
+        "import importlib.util, os, sys\n"
+        "os.environ['FUNCTION_TARGET'] = 'sign'\n"
+        "import functions_framework, modelhooks.main, cryptography.hazmat.primitives.asymmetric.ec\n"
+        "from modelhooks.adapters.signing import model\n"
+        "mine = [m.__file__ for m in list(sys.modules.values())\n"
+        "        if (getattr(m, '__file__', None) or '').startswith('/opt/modelhooks/')\n"
+        "        and m.__file__.endswith('.py')]\n"
+        "print(len(mine), [f for f in mine\n"
+        "     if not os.path.exists(importlib.util.cache_from_source(f))][:20])\n"
+    )
+    shown = podman(
+        "run", "--rm", "--network=host", image, "/opt/modelhooks/bin/python", "-c", check
+    )
+    count, _, missing = shown.stdout.strip().partition(" ")
+    assert int(count) > 100, shown.stdout  # functions-framework, flask, modelhooks, …
+    assert missing == "[]", f"imported without shipped bytecode: {missing}"
