@@ -177,10 +177,13 @@ def plan_oci(
     tags: Sequence[str] = (),
     in_use: Iterable[str] = (),
     listed_by: Sequence[str] = (),
+    tagged: Iterable[str] = (),
 ) -> Purge:
     """The plan for an OCI version: `digest` in `repo`, named by `tags` (its tags, as the
     registry lists them). A digest a live version names stays, with its tags; one an index
-    that stays lists (`listed_by`: the tags of those indexes) stays too, its own tags go."""
+    that stays lists (`listed_by`: the tags of those indexes), or a referrer that stays
+    refers to (one a live version or a tag names: `tagged`, the digests tags name; an
+    adapter pushed with its base model as subject), stays too, its own tags go."""
     location = f"{repo}@{digest}"
     if policy.name == "Retain":
         return Purge(location, kept=((digest, "deletionPolicy Retain"),))
@@ -201,10 +204,12 @@ def plan_oci(
     if listed_by:  # deleted, it would leave that index naming a manifest that is gone
         kept.append((digest, f"listed by the index {listed_by[0]}, which stays"))
         return Purge(location, tuple(untag), tuple(kept))
-    referrers = [
-        Deletion("referrer", str(r["digest"]), f"refers to {digest}")
-        for r in registry.referrers(repo, digest)
-    ]
+    found = [str(r["digest"]) for r in registry.referrers(repo, digest)]
+    staying = sorted(set(found) & (set(in_use) | set(tagged)))
+    if staying:  # its referrers go with it, but not these: nor does it
+        kept.append((digest, f"referred to by {staying[0]}, which a live version or a tag names"))
+        return Purge(location, tuple(untag), tuple(kept))
+    referrers = [Deletion("referrer", r, f"refers to {digest}") for r in found]
     manifest = Deletion("manifest", digest, "Delete: the version's manifest")
     # A registry without the referrers API lists them in an index tagged `sha256-<hex>`
     # (the fallback scheme): it goes with the manifest (as prune's plan does).

@@ -204,8 +204,9 @@ def plan(
         tags = [t.name for t in history if t.digest == digest]
         listed_by = sorted(t.name for t in history if t.digest != digest and digest in t.children)
         planned = plan_oci(
-            registry, repo, digest, policy, tags=tags, in_use=in_use, listed_by=listed_by
-        )
+            registry, repo, digest, policy, tags=tags, in_use=in_use, listed_by=listed_by,
+            tagged={t.digest for t in history},
+        )  # fmt: skip
         return planned, lambda p, progress: apply_oci(registry, repo, p, progress=progress)
     store, bucket, key = stores.resolve(target.uri)
     prefix = check_prefix(key, target.uri)

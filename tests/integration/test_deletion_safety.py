@@ -280,3 +280,29 @@ def test_cleanup_deletes_the_digest_the_spec_pins_not_another_the_status_names(
     with pytest.raises(NotFound):
         client.manifest(repo, pinned)
     assert isinstance(reply, ArtifactPurged) and pinned in reply.deleted
+
+
+@pytest.mark.parametrize("held", ["live", "tagged"])
+def test_cleanup_keeps_a_manifest_a_referrer_that_stays_refers_to(
+    tmp_path: Path, oci: Any, held: str
+) -> None:
+    """A fine-tuned adapter pushed as an artifact whose subject is its base model (as
+    `oras attach` does): a referrer of the base, registered as a live version of another
+    model (or tagged). Delete of the base deleted its referrers — the live adapter among
+    them — and the base itself. Both stay now; the base's own tag goes."""
+    client, repo = DistributionRegistry(oci.url), f"cleanup/{uuid.uuid4().hex[:8]}"
+    base = push(client, repo, "v1", created=T0, content="base weights")
+    adapter = sign(client, repo, base)  # a referrer of the base (subject: base)
+    world = World(tmp_path)
+    if held == "live":
+        world.register("adapter", "1", f"oci://{oci.host}/{repo}@{adapter}", adapter, "oci")
+    else:
+        client.push_manifest(repo, "lora-v1", client.manifest(repo, adapter)[0])
+        assert client.resolve(repo, "lora-v1") == adapter
+
+    source = {"oci": {"reference": f"{oci.host}/{repo}:v1"}}
+    (reply,) = world.delete("bert", deletionPolicy="Delete", source=source)
+    assert reply.deleted == ["v1"] and base in reply.kept, reply
+    assert client.manifest(repo, adapter)[1] == adapter
+    assert client.manifest(repo, base)[1] == base
+    assert [r["digest"] for r in client.referrers(repo, base)] == [adapter]
