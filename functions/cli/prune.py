@@ -4,7 +4,8 @@
     modelhooks prune plan … --untagged-hours 168 --json > plan.json   # the exact plan
     modelhooks prune apply oci://registry.example.com/models/bert --plan plan.json
 
-`plan` prints every tag, kept (and why) or deleted (and why), and the manifests it would
+`plan` prints every tag, kept (and why: a digest a live version in the model registry
+uses is, as in the prune function) or deleted (and why), and the manifests it would
 delete (with `--untagged-hours`: those its deletes leave untagged, or untagged already
 where the registry lists them, pushed longer ago); nothing is changed. `apply` deletes
 exactly what the plan file says, in the order that leaves nothing dangling — the
@@ -30,7 +31,7 @@ from modelhooks.core.retention import Decision, Plan, Policy, apply, plan
 
 __all__ = ["SETTINGS", "add_parser"]
 
-SETTINGS = frozenset({"home", "log_level", "oci", "store"})
+SETTINGS = frozenset({"home", "log_level", "oci", "store", "registry"})
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -67,13 +68,19 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _registry(args: argparse.Namespace) -> tuple[Any, str]:
+    client, repo, _ = _deps(args)
+    return client, repo
+
+
+def _deps(args: argparse.Namespace) -> tuple[Any, str, Any]:
+    """(the repository's registry client, its repository, the model registry)."""
     from modelhooks.bootstrap import build
     from modelhooks.cli import common
 
-    settings = common.settings(args)
+    deps = build(common.settings(args)).deps
     uri = args.repository if args.repository.startswith("oci://") else f"oci://{args.repository}"
-    client, repo, _ = build(settings).deps.oci.registry_for(uri)
-    return client, repo
+    client, repo, _ = deps.oci.registry_for(uri)
+    return client, repo, deps.registry
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -84,9 +91,12 @@ def run_plan(args: argparse.Namespace) -> int:
         grace=timedelta(hours=args.grace_hours),
         untagged=None if args.untagged_hours is None else timedelta(hours=args.untagged_hours),
     )
-    client, repo = _registry(args)
+    from modelhooks.handlers.prune import in_use
+
+    client, repo, registry = _deps(args)
     tags, untagged = client.history(repo)
-    result = plan(tags, policy, untagged=untagged, now=datetime.now(UTC))
+    used = in_use(registry)  # as the prune function: never what a live version uses
+    result = plan(tags, policy, untagged=untagged, in_use=used, now=datetime.now(UTC))
     if args.json:
         print(json.dumps(_plan_json(args.repository, result), indent=2))
         return 0

@@ -306,3 +306,33 @@ def test_cleanup_keeps_a_manifest_a_referrer_that_stays_refers_to(
     assert client.manifest(repo, adapter)[1] == adapter
     assert client.manifest(repo, base)[1] == base
     assert [r["digest"] for r in client.referrers(repo, base)] == [adapter]
+
+
+def test_prune_plan_keeps_what_live_registered_versions_use(
+    oci: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`modelhooks prune plan` planned without the model registry: a live version's digest
+    (v1, registered) was planned for deletion by the CLI where the prune function keeps
+    it. The plan reads the registry in `--home` as the function does."""
+    from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+    from modelhooks.bootstrap import reset
+
+    client, repo = DistributionRegistry(oci.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    digests = {tag: push(client, repo, tag, created=old) for tag in ("v1", "v2", "v3")}
+    registry = SqliteModelRegistry(tmp_path / "registry.db")  # the CLI's, in --home
+    try:
+        World(tmp_path, registry).register(
+            "bert", "1", f"oci://{oci.host}/{repo}@{digests['v1']}", digests["v1"], "oci"
+        )
+        reset()
+        uri = f"oci://{oci.host}/{repo}"
+        args = ("--stream", "v*", "--keep", "1", "--json", "--home", str(tmp_path))
+        capsys.readouterr()
+        assert prune("plan", uri, *args) == 0
+        planned = json.loads(capsys.readouterr().out)
+        assert [d["tag"] for d in planned["delete"]] == ["v2"]
+        assert {d["tag"]: d["reason"] for d in planned["keep"]}["v1"] == "in use"
+    finally:
+        reset()
+        registry.close()
