@@ -27,7 +27,7 @@ from typing import Any
 
 from modelhooks.cli import argtypes
 from modelhooks.core.errors import BadRequest
-from modelhooks.core.retention import Decision, Plan, Policy, apply, plan
+from modelhooks.core.retention import Decision, Plan, Policy, apply, plan, spare_referred
 
 __all__ = ["SETTINGS", "add_parser"]
 
@@ -97,6 +97,7 @@ def run_plan(args: argparse.Namespace) -> int:
     tags, untagged = client.history(repo)
     used = in_use(registry)  # as the prune function: never what a live version uses
     result = plan(tags, policy, untagged=untagged, in_use=used, now=datetime.now(UTC))
+    result = spare_referred(client, repo, result, in_use=used)
     if args.json:
         print(json.dumps(_plan_json(args.repository, result), indent=2))
         return 0

@@ -56,6 +56,7 @@ __all__ = [
     "model_policy",
     "plan",
     "referrers",
+    "spare_referred",
 ]
 
 # compiled when a plan first reads a tag (re's own cache), not at every start
@@ -212,6 +213,38 @@ def _manifests(
     hours = f"{policy.untagged.total_seconds() / 3600:g}h"
     return tuple(
         Decision("", d, f"{candidates[d][2]}, pushed more than {hours} ago") for d in sorted(gone)
+    )
+
+
+def spare_referred(
+    registry: OciRegistry, repo: str, planned: Plan, *, in_use: frozenset[str], workers: int = 8
+) -> Plan:
+    """`planned` without the manifests a referrer that stays refers to — one in use or a
+    kept tag names (an adapter pushed with its base model as subject, registered live) —
+    nor their referrers indexes: their referrers would go first, that one among them.
+    One referrers read per planned manifest."""
+    if not planned.manifests:
+        return planned
+    from concurrent.futures import ThreadPoolExecutor  # a plan that deletes manifests only
+
+    staying = set(in_use) | {d.digest for d in planned.keep}
+    with ThreadPoolExecutor(workers) as pool:
+        found = list(pool.map(lambda d: registry.referrers(repo, d.digest), planned.manifests))
+    held = {
+        d.digest
+        for d, rs in zip(planned.manifests, found, strict=True)
+        if any(str(r.get("digest")) in staying for r in rs)
+    }
+    if not held:
+        return planned
+    indexes = {h.replace(":", "-") for h in held}  # the referrers index stays with its manifest
+    back = [d for d in planned.delete if d.tag in indexes]
+    held |= {d.digest for d in back}
+    why = "the referrers index of a manifest a live or kept referrer refers to"
+    return Plan(
+        (*planned.keep, *(Decision(d.tag, d.digest, why) for d in back)),
+        tuple(d for d in planned.delete if d not in back),
+        tuple(d for d in planned.manifests if d.digest not in held),
     )
 
 

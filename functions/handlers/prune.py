@@ -55,6 +55,7 @@ from modelhooks.core.retention import (
     model_policy,
     plan,
     referrers,
+    spare_referred,
 )
 from modelhooks.core.sources import model_source
 from modelhooks.core.tenancy import Tenancy
@@ -126,13 +127,9 @@ def handle(
         tags, untagged = client.history(repo)
         if isinstance(data, ArtifactPushed):
             tags = _with_pushed(client, repo, tags, data, event.time)
-        planned = plan(
-            tags,
-            policy,
-            untagged=untagged,
-            in_use=in_use(registry) | pinned,
-            now=datetime.now(UTC),
-        )
+        used = in_use(registry) | pinned
+        planned = plan(tags, policy, untagged=untagged, in_use=used, now=datetime.now(UTC))
+        planned = spare_referred(client, repo, planned, in_use=used)
         recorded = mine = Recorded.of(uri, planned, referrers(client, repo, planned))
         if planned.delete or planned.manifests:
             recorded = _record(registry, delivery, mine)

@@ -336,3 +336,47 @@ def test_prune_plan_keeps_what_live_registered_versions_use(
     finally:
         reset()
         registry.close()
+
+
+def test_prune_keeps_a_manifest_a_live_referrer_refers_to(oci: Any) -> None:
+    """prune with untagged manifests deleted: the base model v1 (beyond keep 1) has an
+    adapter pushed with it as subject, registered live. Its referrers went first — the
+    live adapter among them — then the base. v1's tag goes; the base and adapter stay."""
+    from modelhooks.adapters.oci.clients import OciClients
+    from modelhooks.core.retention import Policies
+    from modelhooks.core.tenancy import Tenancy
+    from modelhooks.events.model import ArtifactPushed, TagsPruned
+    from modelhooks.handlers import load
+    from modelhooks.handlers.register import register_model
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    client, repo = DistributionRegistry(oci.url), f"fn/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    base = push(client, repo, "v1", created=old)
+    newest = push(client, repo, "v2", created=old)
+    adapter = sign(client, repo, base)  # a referrer of the base
+    models = InMemoryModelRegistry()
+    live = ArtifactPushed(
+        model="adapter", version="1", uri=f"oci://{oci.host}/{repo}@{adapter}", digest=adapter,
+        store="oci",
+    )  # fmt: skip
+    register_model(CanonicalEvent.new(live, source="t"), live, registry=models)
+    policy = Policy(streams=("v*",), keep=1, grace=timedelta(0), untagged=timedelta(hours=1))
+    prune = load("prune").bind(
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": models,
+            "retention": Policies(((f"{oci.host}/fn/*", policy),)),
+            "tenancy": Tenancy(),
+        }
+    )
+    pushed = ArtifactPushed(
+        model=repo, version="v2", uri=f"oci://{oci.host}/{repo}@{newest}", digest=newest,
+        store="oci",
+    )  # fmt: skip
+    (reply,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="p"))
+    assert isinstance(reply.data, TagsPruned) and reply.data.deleted == ["v1"]
+    assert base not in reply.data.manifests and adapter not in reply.data.manifests
+    assert client.manifest(repo, adapter)[1] == adapter
+    assert client.manifest(repo, base)[1] == base
+    assert [r["digest"] for r in client.referrers(repo, base)] == [adapter]
