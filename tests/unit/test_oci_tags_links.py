@@ -85,3 +85,30 @@ def test_the_next_link_among_several_is_followed(hostile: str) -> None:
     page back (read again without end, now refused as adding no tag)."""
     _Hostile.mode = "prev-and-next"
     assert list(DistributionRegistry(hostile).tags("m")) == ["t0", "t1", "t2", "t3"]
+
+
+class _Referrers(http.server.BaseHTTPRequestHandler):
+    """`/v2/m/referrers/<digest>`: three pages of two referrers each, linked, as a registry
+    may paginate them (the last one, say, a live adapter of the model)."""
+
+    def do_GET(self) -> None:
+        page = int((parse_qs(urlsplit(self.path).query).get("page") or ["0"])[0])
+        listed = [{"digest": f"sha256:{page}{n}", "mediaType": "m"} for n in range(2)]
+        body = json.dumps({"schemaVersion": 2, "manifests": listed}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.oci.image.index.v1+json")
+        if page < 2:
+            path = urlsplit(self.path).path
+            self.send_header("Link", f'<{path}?page={page + 1}>; rel="next"')
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_every_page_of_referrers_is_read() -> None:
+    with serving(_Referrers) as url:
+        found = DistributionRegistry(url).referrers("m", "sha256:" + "a" * 64)
+    assert [r["digest"] for r in found] == [f"sha256:{p}{n}" for p in range(3) for n in range(2)]

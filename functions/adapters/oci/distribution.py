@@ -282,10 +282,28 @@ class DistributionRegistry:
         return digest_of(data)
 
     def referrers(self, repo: str, digest: str) -> list[dict[str, Any]]:
-        """Referrers of `digest`: the referrers API, else the `sha256-<hex>` fallback tag."""
-        status, _, body = self.request("GET", f"/v2/{repo}/referrers/{digest}", Accept=OCI_INDEX)
+        """Referrers of `digest`: the referrers API (every page: a registry may paginate
+        it, as the tag list, and a referrer past the first page — a live adapter, a
+        signature — was never seen), else the `sha256-<hex>` fallback tag. BadRequest past
+        MAX_TAGS referrers, or for a next page `_next_page` does not follow."""
+        listing = f"/v2/{repo}/referrers/{digest}"
+        status, headers, body = self.request("GET", listing, Accept=OCI_INDEX)
         if status == 200:  # an empty index may say "manifests": null
-            return list(json.loads(body).get("manifests") or [])
+            found: dict[str, dict[str, Any]] = {}
+            while True:
+                page = json.loads(body).get("manifests") or []
+                added = {str(m.get("digest")): m for m in page if str(m.get("digest")) not in found}
+                found |= added
+                if len(found) > MAX_TAGS:
+                    raise BadRequest(
+                        f"{self.base_url}/{repo}@{digest} has over {MAX_TAGS} referrers"
+                    )
+                link = _next_link(headers)
+                if link is None:
+                    return list(found.values())
+                path = self._next_page(repo, link, added=len(added), listing=listing)
+                status, headers, body = self.request("GET", path, Accept=OCI_INDEX)
+                self._check(status, body, f"referrers of {repo}@{digest}")
         try:
             index, _, _ = self.manifest(repo, digest.replace(":", "-"))
         except NotFound:
@@ -316,25 +334,26 @@ class DistributionRegistry:
             yield from tags
             path = _next_link(headers)
             if path is not None:
-                path = self._next_page(repo, path, added=len(tags))
+                path = self._next_page(repo, path, added=len(tags), listing=f"/v2/{repo}/tags/list")
 
-    def _next_page(self, repo: str, link: str, *, added: int) -> str:
-        """The path of the tag list's next page `link` names, or BadRequest saying why it is
-        not followed."""
+    def _next_page(self, repo: str, link: str, *, added: int, listing: str) -> str:
+        """The path of the next page `link` names of `listing` (a tag list, a referrers
+        list), or BadRequest saying why it is not followed."""
         from urllib.parse import urlsplit
 
         base, parts = urlsplit(self.base_url), urlsplit(link)
         elsewhere = parts.scheme or parts.netloc
+        what = "tags" if listing.endswith("/tags/list") else "referrers"
         if elsewhere and (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
             why = "is on another host"
-        elif parts.path != f"{base.path}/v2/{repo}/tags/list":
-            why = "is not this repository's tag list"
+        elif parts.path != f"{base.path}{listing}":
+            why = f"is not this repository's {what} list"
         elif not added:
-            why = "comes after a page that adds no tag"
+            why = f"comes after a page that adds no {what[:-1]}"
         else:
-            return f"/v2/{repo}/tags/list" + (f"?{parts.query}" if parts.query else "")
+            return listing + (f"?{parts.query}" if parts.query else "")
         raise BadRequest(
-            f"{self.base_url}/{repo}: the next page of its tags, {link[:200]!r}, {why}",
+            f"{self.base_url}/{repo}: the next page of its {what}, {link[:200]!r}, {why}",
             repository=repo,
         )
 
