@@ -517,14 +517,16 @@ def test_writers_write_the_registry_and_readers_only_read_it(
     kube_apiserver: KubeApiServer, cluster: tuple[Any, str]
 ) -> None:
     rbac = CRDS.parent / "rbac"
-    files = ("00-namespace.yaml", "register.yaml", "prune.yaml", "registry.yaml")
+    files = ("00-namespace.yaml", "register.yaml", "cleanup.yaml", "registry.yaml")
     kube_apiserver.apply(*(rbac / path for path in files))
     name = unique("rbac")
     with (
         kube_apiserver.api_client(
             kube_apiserver.token_for("modelhooks-register", "modelhooks")
         ) as w,
-        kube_apiserver.api_client(kube_apiserver.token_for("modelhooks-prune", "modelhooks")) as r,
+        kube_apiserver.api_client(
+            kube_apiserver.token_for("modelhooks-cleanup", "modelhooks")
+        ) as r,
     ):
         writer = KubernetesModelRegistry(namespace="modelhooks", api_client=w)
         reader = KubernetesModelRegistry(namespace="modelhooks", api_client=r)
