@@ -22,8 +22,10 @@
 Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/namespaces/
 <ns>/models/<name>`, as the ApiServerSource sets it and the functions keep it); otherwise,
 for registered and signed, the Model named like the registered model in the event's
-namespace, and only if its spec.version is the event's version (the registry's model name is
-not tied to a Model otherwise: a model without a Model of that name gets no status); for
+namespace (the registry's model name is not tied to a Model otherwise: a model without a
+Model of that name gets no status); a registration or signature is told only to a Model
+whose spec.version is the event's version (one deleted and created again under its name
+with another version is not told the first's news); for
 purged, the Model cleanup names (`model`) when its spec.source is the purged location, else
 the Model of the event's namespace being deleted whose spec.source is that location.
 
@@ -193,12 +195,13 @@ def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None
     data = event.data
     named = model_of_subject(event.subject)
     if isinstance(data, ModelRegistered | ModelSigned):
-        if named:
-            return _status_base(cluster, *named)
-        if is_resource_name(data.model):
-            found = _status_base(cluster, data.namespace, data.model, version=data.version)
-            return found if found and found["spec"].get("version") == data.version else None
-        return None
+        # the Model's spec.version (immutable) says whether the news is its own: a subject
+        # names a Model by its name alone, which a Model deleted and created again keeps
+        where = named or ((data.namespace, data.model) if is_resource_name(data.model) else None)
+        if where is None:
+            return None
+        found = _status_base(cluster, *where, version=data.version)
+        return found if found and found["spec"].get("version") == data.version else None
     if named:
         return cluster.get_model(*named)
     if isinstance(data, ModelCreated | ModelUpdated) and is_resource_name(data.name):

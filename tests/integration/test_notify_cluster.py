@@ -602,3 +602,69 @@ def test_a_model_crd_without_the_status_subresource_is_said_not_a_model_gone(
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
+
+
+def test_a_registration_of_a_model_deleted_and_created_again_tells_only_its_version(
+    admin: Admin, tmp_path: Path
+) -> None:
+    """Model bert version 1 deleted and created again as version 2 (a new uid, the name
+    kept): the first's model.registered and model.signed, delivered late with the subject
+    naming bert, told the second it was Registered, Signed and Ready with version 1's digest
+    (a rollout of version 2 at version 1's artifact), and its own registration was then a
+    DigestMismatch: Ready never True. A subject names the Model; its spec.version says
+    whether the news is its own."""
+    from modelhooks.core.function import Skip
+
+    ns = admin.namespace(rollout=False)
+    admin.create(ns, model("bert", version="2", signing={"enabled": True, "method": "keyless"}))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    subject = f"/apis/modelhooks.dev/v1alpha1/namespaces/{ns}/models/bert"
+    old, new = DIGEST, "sha256:" + "d" * 64
+
+    def told(version: str, digest: str) -> list[EventData]:
+        registered = ModelRegistered(
+            model="bert", version=version, uri="oci://registry.local:5000/models/demo@" + digest,
+            digest=digest, registry="kubernetes", registered_model_id="7",
+            model_version_id=f"9{version}", model_artifact_id="11", namespace=ns, created=True,
+        )  # fmt: skip
+        signed = ModelSigned(
+            model="bert", version=version, uri=registered.uri, digest=digest,
+            signature_uri="oci://registry.local:5000/models/demo@sha256:" + "b" * 64,
+            root_digest="sha256:" + "c" * 64, signer="key:abcd", namespace=ns,
+        )  # fmt: skip
+        return [registered, signed]
+
+    def deliver(data: EventData, id_: str) -> None:
+        event = CanonicalEvent(
+            id=id_, source="it", type=data.TYPE, data=data,
+            time=datetime(2026, 3, 1, tzinfo=UTC), subject=subject,
+        )  # fmt: skip
+        app.function("notify").handle(event)
+
+    try:
+        for i, data in enumerate(told("1", old)):  # the first bert's, late
+            with pytest.raises(Skip, match="no Model"):
+                deliver(data, f"old-{i}")
+        assert app.deps.cluster is not None
+        found = app.deps.cluster.get_model(ns, "bert")
+        assert found and not found.get("status"), found.get("status")
+        assert admin.events(ns) == []
+        for i, data in enumerate(told("2", new)):
+            deliver(data, f"new-{i}")
+        found = app.deps.cluster.get_model(ns, "bert")
+        assert found is not None
+        conditions = {c["type"]: c for c in found["status"]["conditions"]}
+        assert {k: c["status"] for k, c in conditions.items()} == dict.fromkeys(
+            ("Registered", "Signed", "Ready"), "True"
+        ), conditions
+        assert found["status"]["resolvedDigest"] == new
+        assert found["status"]["modelVersionId"] == "92"
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
