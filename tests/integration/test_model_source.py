@@ -6,6 +6,7 @@ resourceVersion has expired (410 Gone → relist, deletes during the gap include
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import socket
@@ -404,3 +405,40 @@ def test_the_cli_on_a_state_file_a_power_loss_left_empty_lists_the_models_again(
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     (warning,) = [line for line in lines if line["severity"] == "WARNING"]
     assert warning["state_file"] == str(state) and str(state) in warning["message"]
+
+
+def test_a_model_created_again_is_sent_after_the_old_ones_deletion_in_time(
+    kube_apiserver: KubeApiServer, models: Any, namespace: str, tmp_path: Path
+) -> None:
+    """Models deleted and created again under their names (new uids) while the watcher was
+    stopped, then a relist (410 Gone): each old Model's delete goes out before the new one's
+    add, and its time must say so. register orders a Model's deletion and its versions'
+    registrations by the events' times (a version is live iff its push is NEWER than the
+    deletion), and the relist sent both within one millisecond, one time for both: the new
+    Model's version was archived as deleted, its deletion said again for cleanup."""
+    cluster, state = Cluster(models, namespace), tmp_path / "watch-state.json"
+    names = [f"m{i}" for i in range(20)]
+
+    def run_until(wanted: Callable[[Recorder], bool]) -> Recorder:
+        sent = Recorder()
+        with (
+            api_client(kube_apiserver) as api,
+            Running(ModelWatcher(api, sent, namespace=namespace, state_file=state)),
+        ):
+            wait_until("the events", lambda: wanted(sent))
+        return sent
+
+    for name in names:
+        cluster.create(name)
+    run_until(lambda sent: len(sent.seen()) == len(names))
+    for name in names:  # stopped: each deleted and created again
+        cluster.delete(name)
+        cluster.create(name)
+    saved = json.loads(state.read_text())
+    state.write_text(json.dumps({**saved, "resourceVersion": "1"}))  # expired: a relist
+    relisted = run_until(lambda sent: len(sent.seen()) == 2 * len(names))
+    # one lane: delivered in the order sent, the deletions first
+    assert [a for a, _ in relisted.seen()] == ["delete"] * len(names) + ["add"] * len(names)
+    times = [e["time"] for e in relisted.events]
+    tied = [(a, b) for a, b in itertools.pairwise(times) if not a < b]
+    assert tied == [], f"{len(tied)} of {len(times) - 1} events not later than the one before"

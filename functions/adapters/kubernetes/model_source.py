@@ -51,7 +51,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,9 +81,15 @@ _IDS = uuid.UUID("6f1d2c3e-8a4b-5c6d-9e0f-1a2b3c4d5e6f")  # the namespace of eve
 
 
 def to_cloudevent(
-    action: Action, obj: Mapping[str, Any], source: str, *, reference: bool = False
+    action: Action,
+    obj: Mapping[str, Any],
+    source: str,
+    *,
+    reference: bool = False,
+    at: datetime | None = None,
 ) -> dict[str, Any]:
-    """The structured CloudEvent ApiServerSource sends for one change of `obj`.
+    """The structured CloudEvent ApiServerSource sends for one change of `obj`, its time
+    `at` (default now).
 
     >>> ce = to_cloudevent("add", {"apiVersion": "modelhooks.dev/v1alpha1", "kind": "Model",
     ...     "metadata": {"name": "bert", "namespace": "ml"}}, "https://k8s", reference=True)
@@ -105,7 +111,7 @@ def to_cloudevent(
         "source": source,
         "type": f"dev.knative.apiserver.{'ref' if reference else 'resource'}.{action}",
         "subject": _self_link(api_version, kind, ns, name),
-        "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "time": (at or datetime.now(UTC)).isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "datacontenttype": "application/json",
         "kind": kind,
         "apiversion": api_version,
@@ -416,6 +422,7 @@ class ModelWatcher:
         self.garbled = 0  # watch lines that were no watch event, for the logs
         self._received = 0  # the events (and bookmarks) of the watch in progress
         self._unsaved = 0  # the saves that failed since the state file was last written
+        self._last: datetime | None = None  # the time of the last event sent (`_clock`)
 
     def run(self) -> None:
         try:
@@ -560,7 +567,9 @@ class ModelWatcher:
             )
 
     def _emit(self, action: Action, obj: Object) -> None:
-        event = to_cloudevent(action, obj, self._source, reference=self._reference)
+        event = to_cloudevent(
+            action, obj, self._source, reference=self._reference, at=self._clock()
+        )
         uid, meta = _uid(obj), obj.get("metadata") or {}
         name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         with self._lock:  # recorded and in flight at once: no save in between
@@ -570,6 +579,19 @@ class ModelWatcher:
             self._lanes.submit(uid, lambda: self._deliver(uid, action, obj, event), name)
         if self.state.resource_version == "":  # during a relist: keep what was sent so far
             self._save()
+
+    def _clock(self) -> datetime:
+        """Now, later than every time this watcher gave an event before: the functions order
+        a Model's deletion and its versions' registrations by their events' times (a version
+        is live iff its push is newer than the model's deletion), and a relist sent a Model's
+        deletion and the add of the one created again under its name within a millisecond,
+        one time for both: the new Model's version was archived, its deletion said again."""
+        with self._lock:
+            now = datetime.now(UTC)
+            if self._last is not None and now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
 
     def _deliver(self, uid: str, action: Action, obj: Object, event: dict[str, Any]) -> None:
         self._send(event)
