@@ -14,6 +14,7 @@ from tests.bench import (
     bench_chain,
     bench_cleanup,
     bench_cold_start,
+    bench_image,
     bench_keyless,
     bench_kubeflow,
     bench_models,
@@ -45,6 +46,8 @@ def main() -> int:
     goals += measured(bench_chain.main)
     print("\n== cold start: each Cloud Run source folder vs a bare functions-framework function")
     goals += measured(bench_cold_start.main)
+    print("\n== image: register's cold start in the container image vs ff hello in it")
+    goals += measured(bench_image.main)
     print("\n== signing: streamed model-signing vs model_signing's own API", flush=True)
     goals += measured(bench_signing.main)
     print("\n== keyless: Sigstore signatures vs key signatures of the same model", flush=True)
