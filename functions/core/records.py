@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DELETED_AT",
     "DELETION_POLICY",
+    "INTERNAL_PREFIX",
     "PUSHED_AT",
     "SIGNATURE",
     "ArtifactState",
@@ -44,6 +45,10 @@ DELETION_POLICY = "modelhooks.deletion_policy"  # the latest deletion's spec.del
 # A version's signature record (`sign`: signature.uri, .root_digest, .signer,
 # .artifact_digest) is held by a live version alone: archiving it drops the record.
 SIGNATURE = "signature."
+# modelhooks' own records (prune's plans: `modelhooks:prune`), kept as registered models no
+# event can name (':' is in no model name an event carries): not models, `registry list`,
+# `export` and `import` pass them by
+INTERNAL_PREFIX = "modelhooks:"
 _UNKNOWN = "9999-12-31T23:59:59.999999Z"  # an event without a time: newer than any time
 
 

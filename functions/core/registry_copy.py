@@ -9,7 +9,9 @@ changes nothing and an interrupted one is finished by running it again. The sour
 are kept as the custom property `modelhooks.id.<source backend>` on each record, so after a
 move (sqlite → kubeflow → kubernetes) every id the record ever had is still findable.
 Typed custom properties (`Typed`: 0.95, true, an object) are exported as JSON values and
-imported typed; a backend that keeps text only keeps their text.
+imported typed; a backend that keeps text only keeps their text. modelhooks' own records (prune's plans, the
+archived `modelhooks:prune`) are not models: not exported, and an export holding them
+imports without them.
 
 >>> doc = export_registry(sqlite)  # doctest: +SKIP
 >>> import_registry(kubernetes, doc).summary()  # doctest: +SKIP
@@ -28,6 +30,7 @@ import msgspec
 from modelhooks.core.errors import BadRequest, Conflict, Permanent
 from modelhooks.core.ports import ModelRegistry
 from modelhooks.core.records import (
+    INTERNAL_PREFIX,
     ArtifactState,
     ModelArtifact,
     ModelState,
@@ -55,8 +58,15 @@ Row = tuple[RegisteredModel, ModelVersion | None, list[ModelArtifact]]
 
 def walk(registry: ModelRegistry) -> Iterator[Row]:
     """Every model, each version with its artifacts ((model, None, []) for a model without
-    versions), as a stream: a backend that can list them in bulk says so with a `walk()` of
+    versions), as a stream, modelhooks' own records (`INTERNAL_PREFIX`: prune's plans) left
+    out: a backend that can list them in bulk says so with a `walk()` of
     its own (Kubeflow: page by page, not one listing per model), else model by model."""
+    for row in _walk(registry):
+        if not row[0].name.startswith(INTERNAL_PREFIX):  # modelhooks' own records
+            yield row
+
+
+def _walk(registry: ModelRegistry) -> Iterator[Row]:
     own: Callable[[], Iterator[Row]] | None = getattr(registry, "walk", None)
     if own is not None:
         yield from own()
@@ -110,6 +120,8 @@ def import_registry(registry: ModelRegistry, doc: Mapping[str, Any]) -> ImportRe
     key = source_id_key(str(doc.get("backend") or "unknown"))
     report = ImportReport()
     for m in _records(report, "the document's models", doc.get("models")):
+        if str(m.get("name")).startswith(INTERNAL_PREFIX):  # an older export's: not a model
+            continue
         model = _attempt(
             report, f"model {m.get('name')!r}", partial(_import_model, registry, report, m, key)
         )

@@ -14,10 +14,11 @@ nothing more to delete.
 
 A plan that deletes anything is recorded before anything is deleted, in the model
 registry, keyed by the delivery (its tenant, source and id): a version of the archived
-registered model `modelhooks:prune` (`PLANS`). A redelivery (a run killed after its
-deletions, before its answer was kept; Pub/Sub's ack deadline passed) applies the recorded
-plan again, what is gone being done, and answers it as the first time: the same tags
-deleted (a planned tag found gone counts as the recorded run's doing), kept and manifests.
+registered model `modelhooks:prune` (`PLANS`), in one of SLOTS slots reused once older
+than RETENTION (the registry deletes nothing: the records stay bounded). A redelivery (a
+run killed after its deletions, before its answer was kept; Pub/Sub's ack deadline passed)
+applies the recorded plan again, what is gone being done, and answers it as the first
+time: the same tags deleted (a planned tag found gone counts as the recorded run's doing), kept and manifests.
 Listing again, it found them gone and answered nothing deleted: the reply (notify's Event
 on the Model) was lost, or, where the first answer had reached the broker, refused as the
 same id with other content. An id reused for another repository is a Conflict. (Two
@@ -45,7 +46,7 @@ import msgspec
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
-from modelhooks.core.records import ModelState, Tag
+from modelhooks.core.records import INTERNAL_PREFIX, ModelState, ModelVersion, Tag
 from modelhooks.core.retention import (
     Decision,
     Plan,
@@ -75,22 +76,42 @@ if TYPE_CHECKING:
 # notifying): a push delivered later whose tag the registry does not list was untagged since
 PUSH_LAG = timedelta(minutes=10)
 
-__all__ = ["EVENT", "FUNCTION", "MAX_RECORD", "PLAN", "PLANS", "Recorded", "in_use"]
+__all__ = [
+    "EVENT",
+    "FUNCTION",
+    "MAX_RECORD",
+    "PLAN",
+    "PLANS",
+    "RETENTION",
+    "SLOTS",
+    "Recorded",
+    "in_use",
+]
 
 _log = logging.getLogger("modelhooks.prune")
 
 # prune's plans, by delivery: versions of a registered model no event can name (':' is in no
 # model name an event carries), archived (no live version uses it: prune's and cleanup's
-# listings of live models pass it by); each version's PLAN.nnn are a `Recorded`'s JSON in
-# parts, EVENT names the delivery
-PLANS = "modelhooks:prune"
+# listings of live models pass it by; `registry list` and `export` leave it out); each
+# version's PLAN.nnn are a `Recorded`'s JSON in PARTS parts, EVENT names the delivery and AT
+# when it was recorded
+PLANS = INTERNAL_PREFIX + "prune"
+# the registry deletes nothing, so the versions are SLOTS slots, reused: a delivery's record
+# is in the first of PROBES slots from its hash's that is free, or holds a record older than
+# RETENTION (no redelivery brings it again: Pub/Sub keeps an unacked message 7 days at most,
+# Knative retries within hours; a dead letter replayed later plans again); none: unrecorded
+SLOTS = 4096
+PROBES = 8
+RETENTION = timedelta(days=8)
 # a plan's JSON goes in parts of PART characters (PLAN.000, .001, …): Kubeflow's PostgreSQL
 # indexes a string property in a btree (a row of 2,704 bytes at most: a longer value answered
 # 500), the Kubernetes CRDs take 256 properties of 65,536 characters at most
 PART = 2000
 MAX_RECORD = 250 * PART  # ~5,000 tags deleted at once; past it a plan is not recorded
 PLAN = "modelhooks.prune_plan"
+PARTS = "modelhooks.prune_parts"
 EVENT = "modelhooks.prune_event"
+AT = "modelhooks.prune_at"
 
 
 def handle(
@@ -178,16 +199,34 @@ def _delivery(event: CanonicalEvent) -> tuple[str, str]:
     return hashlib.sha256(named.encode()).hexdigest()[:40], named
 
 
+def _slots(delivery: tuple[str, str]) -> list[str]:
+    """The names of the PROBES slots a delivery's record may be in, in order."""
+    first = int(delivery[0], 16) % SLOTS
+    return [f"slot-{(first + n) % SLOTS:04d}" for n in range(min(PROBES, SLOTS))]
+
+
 def _recorded(registry: ModelRegistry, delivery: tuple[str, str], uri: str) -> Recorded | None:
-    """The plan recorded for this delivery, if any; Conflict if for another repository."""
+    """The plan recorded for this delivery, if any; Conflict if for another repository. A
+    slot never created ends the search: the delivery would have taken it."""
     model = registry.get_model(PLANS)
-    version = model and registry.get_version(model.id, delivery[0])
-    if not version:
+    if model is None:
         return None
-    parts = sorted((k, v) for k, v in version.custom_properties.items() if k.startswith(f"{PLAN}."))
-    try:
-        recorded = msgspec.json.decode("".join(v for _, v in parts), type=Recorded)
-    except msgspec.DecodeError as exc:
+    for slot in _slots(delivery):
+        version = registry.get_version(model.id, slot)
+        if version is None:
+            return None
+        if version.custom_properties.get(EVENT) == delivery[1]:
+            return _read(version, delivery, uri)
+    return None
+
+
+def _read(version: ModelVersion, delivery: tuple[str, str], uri: str) -> Recorded:
+    props = version.custom_properties
+    try:  # the first PARTS parts: an overwritten slot may keep a longer plan's tail
+        count = int(props.get(PARTS, ""))
+        text = "".join(props[f"{PLAN}.{n:03d}"] for n in range(count))
+        recorded = msgspec.json.decode(text, type=Recorded)
+    except (ValueError, KeyError, msgspec.DecodeError) as exc:
         raise Conflict(
             f"the plan recorded for event {delivery[1]!r} ({PLANS!r}, version {version.name!r}"
             f" in the model registry) cannot be read: {exc}"
@@ -200,11 +239,20 @@ def _recorded(registry: ModelRegistry, delivery: tuple[str, str], uri: str) -> R
     return recorded
 
 
+def _stale(version: ModelVersion, now: datetime) -> bool:
+    try:
+        at = datetime.fromisoformat(version.custom_properties.get(AT, ""))
+    except ValueError:
+        return True
+    return at.tzinfo is None or now - at > RETENTION
+
+
 def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Recorded) -> Recorded:
-    """`recorded` kept for this delivery before anything is deleted: a version of the
-    archived model `PLANS` (found or created). A delivery of it at the same time recorded
-    first: its plan, which this run applies too. The JSON goes in PART-sized properties;
-    a plan past MAX_RECORD bytes is not kept: its redelivery plans again, as before."""
+    """`recorded` kept for this delivery before anything is deleted: in a slot (`_slots`)
+    of the archived model `PLANS` (found or created), the first one free or stale. A
+    delivery of it at the same time recorded first: its plan, which this run applies too.
+    The JSON goes in PART-sized properties; a plan past MAX_RECORD bytes, or one finding
+    every slot taken, is not kept: its redelivery plans again, as before."""
     plan_json = msgspec.json.encode(recorded).decode()
     if len(plan_json) > MAX_RECORD:
         _log.warning(
@@ -226,18 +274,39 @@ def _record(registry: ModelRegistry, delivery: tuple[str, str], recorded: Record
                 raise
     if model.state != ModelState.ARCHIVED:  # no live version uses it: none is one
         model = registry.update_model(msgspec.structs.replace(model, state=ModelState.ARCHIVED))
+    now = datetime.now(UTC)
     props = {
         f"{PLAN}.{n:03d}": plan_json[at : at + PART]
         for n, at in enumerate(range(0, len(plan_json), PART))
     }
-    props[EVENT] = delivery[1]
-    try:
-        registry.create_version(model.id, delivery[0], properties=props)
-    except Conflict:
-        found = _recorded(registry, delivery, recorded.repository)
-        if found is None:
-            raise
-        return found
+    props |= {PARTS: str(len(props)), EVENT: delivery[1], AT: now.isoformat()}
+    for slot in _slots(delivery):
+        version = registry.get_version(model.id, slot)
+        if version is None:
+            try:
+                registry.create_version(model.id, slot, properties=props)
+                return recorded
+            except Conflict:  # created meanwhile
+                version = registry.get_version(model.id, slot)
+                if version is None:
+                    raise
+        if version.custom_properties.get(EVENT) == delivery[1]:
+            return _read(version, delivery, recorded.repository)
+        if _stale(version, now):
+            with registry.transaction():  # written only as read: a race is a StaleWrite
+                version = registry.get_version(model.id, slot)
+                if version is not None and _stale(version, now):
+                    fresh = msgspec.structs.replace(version, custom_properties=props)
+                    registry.update_version(fresh)
+                    return recorded
+    _log.warning(
+        "prune: the plan of event %s is not recorded: its %d slots in %r hold plans of the"
+        " last %s (a redelivery plans again)",
+        delivery[1],
+        min(PROBES, SLOTS),
+        PLANS,
+        RETENTION,
+    )
     return recorded
 
 

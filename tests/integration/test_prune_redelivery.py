@@ -216,3 +216,80 @@ def test_a_plan_of_thousands_of_tags_is_recorded_and_read_back_whole(opening: Op
         assert prune._recorded(registry, delivery, plan.repository) == plan
     finally:
         registry.close()
+
+
+def _plan(tags: int) -> prune.Recorded:
+    digest = "sha256:" + "cd" * 32
+    deletes = tuple((f"v{n}", digest) for n in range(tags))
+    return prune.Recorded(f"oci://r.example/slots/{uuid.uuid4().hex[:8]}", deletes)
+
+
+def test_plan_records_are_bounded_slots_reused_once_no_redelivery_brings_them(
+    opening: Opening, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry deletes nothing: a version a delivery grew the records for ever. Now
+    SLOTS slots (here 1), a live one kept (the next plan unrecorded), one older than
+    RETENTION overwritten, a longer plan's tail in it not read back."""
+    monkeypatch.setattr(prune, "PLANS", f"modelhooks:prune-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setattr(prune, "SLOTS", 1, raising=False)
+    first, second, third = _plan(100), _plan(3), _plan(2)  # the first in parts
+    deliveries = [(uuid.uuid4().hex, f" slots {uuid.uuid4().hex}") for _ in range(3)]
+    registry = opening()
+    try:
+        assert prune._record(registry, deliveries[0], first) is first
+        assert prune._record(registry, deliveries[1], second) is second  # unrecorded
+        assert prune._recorded(registry, deliveries[1], second.repository) is None
+        assert prune._recorded(registry, deliveries[0], first.repository) == first
+        model = registry.get_model(prune.PLANS)
+        (slot,) = registry.list_versions(model.id)
+        aged = (datetime.now(UTC) - timedelta(days=9)).isoformat()
+        props = {**slot.custom_properties, "modelhooks.prune_at": aged}
+        registry.update_version(msgspec.structs.replace(slot, custom_properties=props))
+    finally:
+        registry.close()
+    registry = opening()  # another process records the third
+    try:
+        assert prune._record(registry, deliveries[2], third) is third
+        model = registry.get_model(prune.PLANS)
+        assert len(registry.list_versions(model.id)) == 1
+        assert prune._recorded(registry, deliveries[2], third.repository) == third
+        assert prune._recorded(registry, deliveries[0], first.repository) is None
+    finally:
+        registry.close()
+
+
+def test_registry_export_leaves_the_plans_out_and_import_passes_them_by(
+    opening: Opening, tmp_path: Path
+) -> None:
+    """`modelhooks:prune` is no model: `registry list` and `export` showed and copied it
+    (its versions, plans of thousands of tags, with it); an export holding it (an older
+    one's) imports without it."""
+    from modelhooks.core.registry_copy import export_registry, import_registry, walk
+
+    registry = opening()
+    try:
+        prune._record(registry, (uuid.uuid4().hex, f" export {uuid.uuid4().hex}"), _plan(3))
+        registry.create_model(f"bert-{uuid.uuid4().hex[:8]}", properties={})
+        doc = export_registry(registry)
+        assert doc["models"] and prune.PLANS not in [m["name"] for m in doc["models"]]
+        assert prune.PLANS not in {model.name for model, _, _ in walk(registry)}
+        plans = registry.get_model(prune.PLANS)
+        doc["models"].append(
+            {
+                **msgspec.structs.asdict(plans),
+                "state": plans.state.value,
+                "versions": [
+                    {**msgspec.structs.asdict(v), "state": v.state.value, "artifacts": []}
+                    for v in registry.list_versions(plans.id)
+                ],
+            }
+        )
+    finally:
+        registry.close()
+    target = SqliteModelRegistry(tmp_path / "target.db")
+    try:
+        report = import_registry(target, doc)
+        assert report.refused == []
+        assert target.get_model(prune.PLANS) is None
+    finally:
+        target.close()
