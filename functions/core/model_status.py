@@ -24,6 +24,8 @@ __all__ = [
     "cleanup_failed",
     "cleanup_report",
     "progress",
+    "ready_stale",
+    "refreshed",
     "rollout_version",
 ]
 
@@ -122,6 +124,31 @@ def cleaned_up(model: dict[str, Any]) -> dict[str, Any]:
     status, _ = _owned(model)
     status["conditions"] = [c for c in status["conditions"] if c.get("type") != "CleanupFailed"]
     return status
+
+
+def refreshed(model: dict[str, Any], now: str) -> dict[str, Any]:
+    """The status after a change of the Model's spec (spec.signing.enabled, which decides
+    Ready, is mutable): Ready computed again from the conditions told so far."""
+    status, generation = _owned(model)
+    ready = _ready(model, status["conditions"], generation)
+    status["conditions"] = merge(status["conditions"], [ready], now=now)
+    return status
+
+
+def ready_stale(model: dict[str, Any]) -> bool:
+    """Whether the Ready told is not what the Model's spec and conditions say now (its spec
+    changed since): False before anything was registered (nothing to tell yet)."""
+    status = model.get("status") or {}
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    if not any(c.get("type") == "Registered" for c in conditions):
+        return False
+    told = next((c for c in conditions if c.get("type") == "Ready"), {})
+    want = _ready(model, conditions, 0)
+    return (told.get("status"), told.get("reason"), told.get("message")) != (
+        want.status,
+        want.reason,
+        want.message,
+    )
 
 
 def rollout_version(model: dict[str, Any]) -> str | None:

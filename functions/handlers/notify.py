@@ -9,7 +9,9 @@
   (annotation `modelhooks.dev/model-version: <version>@<digest>`); nothing else rolls.
 - `model.created` / `.updated`: a Model whose spec.deletionPolicy is not Retain, and that
   is not being deleted, gets the finalizer `modelhooks.dev/cleanup` (an event whose Model
-  says Retain reads nothing: a later change of policy is an update event of its own).
+  says Retain reads nothing: a later change of policy is an update event of its own); and
+  a Model whose Ready no longer says what its spec asks (spec.signing.enabled changed after
+  its registration) gets Ready computed again (an Event SpecChanged, a rollout when Ready).
 - `artifact.purged`: nothing failed → the finalizer goes (the deletion completes), then a
   CleanupFailed an earlier purge set goes too; something failed, or
   the deletion was refused for good (`refused`: tenancy, source, Secret, policy) → it stays,
@@ -56,6 +58,8 @@ from modelhooks.core.model_status import (
     cleanup_failed,
     cleanup_report,
     progress,
+    ready_stale,
+    refreshed,
     rollout_version,
 )
 from modelhooks.core.sources import model_source
@@ -85,14 +89,26 @@ def handle(
             "no cluster access: run notify in the cluster or set MODELHOOKS_NOTIFY_KUBECONFIG"
         )
     data = event.data
-    if isinstance(data, ModelCreated | ModelUpdated) and _retained(data):
-        return []  # nothing to hold, and no Model to read for it (see _retained)
+    if isinstance(data, ModelCreated | ModelUpdated) and _retained(data) and not _news(data):
+        return []  # nothing to hold or tell, and no Model to read for it (see _retained)
     model = _model_for(event, cluster)
     if model is None or model["spec"].get("paused"):
         raise Skip("no Model to notify (or it is paused)")
-    ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
     if isinstance(data, ModelCreated | ModelUpdated):
         _hold(event, cluster, model)
+        if ready_stale(model):  # its spec changed what Ready is
+            read: list[dict[str, Any]] = []  # the status each attempt computed from
+
+            def again(found: dict[str, Any]) -> dict[str, Any]:
+                read.append(found.get("status") or {})
+                return refreshed(found, _now(event))
+
+            model = _apply(cluster, model, again)
+            ready = _condition(model, "Ready")
+            if (model.get("status") or {}) != read[-1]:
+                _record(event, cluster, model, "SpecChanged", "UpdateStatus",
+                        ready.get("message", "Ready computed again"))  # fmt: skip
+            _roll_out(event, cluster, model, rollout)
     elif isinstance(data, ModelRegistered | ModelSigned):
         bases: list[dict[str, Any]] = []  # the status each attempt computed from: the last
         # one's, not the cache's first (a moment old, it lacks what a delivery of the same
@@ -107,18 +123,33 @@ def handle(
         ready = _condition(model, "Ready")
         if (model.get("status") or {}) != bases[-1]:  # an Event for what changed, not an echo
             _record(event, cluster, model, reason, "UpdateStatus", ready.get("message", reason))
-        version = rollout_version(model)
-        if rollout and version:
-            changed = cluster.roll_out(ns, name, version)
-            if changed:
-                _record(event, cluster, model, "RolledOut", "RollOut",
-                        f"{version} rolled out to {', '.join(changed)}")  # fmt: skip
+        _roll_out(event, cluster, model, rollout)
     elif isinstance(data, ArtifactPurged):
         _purged(event, data, cluster, model)
     elif isinstance(data, TagsPruned):
         note = f"pruned {len(data.deleted)} tag(s) of {data.repository}, kept {len(data.kept)}"
         _record(event, cluster, model, "TagsPruned", "Record", note)
     return []
+
+
+def _roll_out(event: CanonicalEvent, cluster: Cluster, model: dict[str, Any], on: bool) -> None:
+    """With notify.rollout on, a Ready Model's version rolled out to its workloads."""
+    version = rollout_version(model)
+    if on and version:
+        ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+        changed = cluster.roll_out(ns, name, version)
+        if changed:
+            _record(event, cluster, model, "RolledOut", "RollOut",
+                    f"{version} rolled out to {', '.join(changed)}")  # fmt: skip
+
+
+def _news(model: ModelCreated | ModelUpdated) -> bool:
+    """The Model this event carries tells a Ready its spec no longer says (or is not one a
+    status can be computed from: the Model is read to tell)."""
+    try:
+        return ready_stale({"metadata": {}, "spec": model.spec, "status": model.status})
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return True
 
 
 def _hold(event: CanonicalEvent, cluster: Cluster, model: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from modelhooks.events.model import (
     ModelCreated,
     ModelRegistered,
     ModelSigned,
+    ModelUpdated,
 )
 from tests.contract.cluster import ClusterContract, Place, model
 from tests.servers.kube import KubeApiServer
@@ -665,6 +666,73 @@ def test_a_registration_of_a_model_deleted_and_created_again_tells_only_its_vers
         ), conditions
         assert found["status"]["resolvedDigest"] == new
         assert found["status"]["modelVersionId"] == "92"
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
+
+
+def test_a_change_of_spec_signing_after_registration_sets_ready_again(
+    admin: Admin, tmp_path: Path
+) -> None:
+    """spec.signing.enabled is mutable and decides Ready, but only a registration or a
+    signature computed Ready: a Model registered while it asked for a signature no signer
+    makes stayed Ready False (NotSigned) for good once its owner set signing.enabled false
+    (register skips the update, registered already; notify only looked at its finalizer),
+    and one Ready without a signature stayed Ready once its owner asked for one. Its update
+    (the Model as watch-models and ApiServerSource send it) sets Ready anew."""
+    from kubernetes import client
+
+    ns = admin.namespace(rollout=False)
+    admin.create(ns, model("bert", signing={"enabled": True, "method": "keyless"}))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    notify, cluster = app.function("notify"), app.deps.cluster
+    assert cluster is not None
+    custom = client.CustomObjectsApi(admin.api)
+
+    def ready() -> dict[str, Any]:
+        found = cluster.get_model(ns, "bert")
+        assert found is not None
+        return {c["type"]: c for c in found["status"]["conditions"]}["Ready"]
+
+    def sign(enabled: bool, id_: str) -> None:
+        """The owner's change, then its update event as watch-models sends it."""
+        patched = custom.patch_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "bert", {"spec": {"signing": {"enabled": enabled}}}
+        )
+        data = ModelUpdated(
+            name="bert", namespace=ns, version="1", uid=patched["metadata"]["uid"],
+            spec=patched["spec"], status=patched.get("status") or {},
+        )  # fmt: skip
+        notify.handle(_event(data, id_))
+
+    try:
+        registered = ModelRegistered(
+            model="bert", version="1", uri="oci://registry.local:5000/models/demo@" + DIGEST,
+            digest=DIGEST, registry="kubernetes", registered_model_id="7",
+            model_version_id="9", model_artifact_id="11", namespace=ns, created=True,
+        )  # fmt: skip
+        notify.handle(_event(registered, "registered"))
+        assert (ready()["status"], ready()["reason"]) == ("False", "NotSigned")
+        sign(False, "unsigned")
+        assert (ready()["status"], ready()["reason"]) == ("True", "Ready"), ready()
+        assert ready()["observedGeneration"] == 2
+        sign(True, "signed-again")
+        assert (ready()["status"], ready()["reason"]) == ("False", "NotSigned"), ready()
+        before = cluster.get_model(ns, "bert")
+        assert before is not None
+        notify.handle(_event(ModelUpdated(  # its echo, and a redelivery: nothing changes
+            name="bert", namespace=ns, version="1", spec=before["spec"], status=before["status"],
+        ), "echo"))  # fmt: skip
+        after = cluster.get_model(ns, "bert")
+        assert (
+            after and after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+        )
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
