@@ -201,3 +201,28 @@ def test_two_notification_configurations_of_one_bucket_are_two_sources_of_ids(
         assert sorted(v.name for v in registry.list_versions(model.id)) == ["0", "1"]
     finally:
         registry.close()
+
+
+def test_an_id_qualified_by_its_configuration_is_at_most_1024_bytes_too(home: Path) -> None:
+    """The message id is refused past 1,024 bytes (what is recorded under an event's id:
+    Kubeflow's PostgreSQL refuses a property past 2,704 bytes), and the notificationConfig
+    attribute, bounded by nothing, made the id `<message id>@<its last part>` of any length:
+    a real one's is a few digits; one whose id would be past 1,024 bytes is refused, 400
+    naming it, nothing registered."""
+    client = serve()
+    lay_model(home, "models", "models/sentiment/1")
+    doc = notification("models", "sentiment")
+    doc["message"]["messageId"] = "7" * 1000
+    attrs = doc["message"]["attributes"]
+    attrs["notificationConfig"] = "projects/_/buckets/models/notificationConfigs/" + "9" * 2000
+    resp = client.post("/", json=doc)
+    assert resp.status_code == 400, resp.get_data(as_text=True)
+    assert "notificationConfig" in resp.get_data(as_text=True)
+    registry = SqliteModelRegistry(home / "registry.db")
+    try:
+        assert registry.get_model("sentiment") is None
+    finally:
+        registry.close()
+    attrs["notificationConfig"] = "projects/_/buckets/models/notificationConfigs/12"
+    resp = client.post("/", json=doc)  # a real one's: taken
+    assert resp.status_code == 200, resp.get_data(as_text=True)
