@@ -14,6 +14,8 @@ import math
 import re
 from urllib.parse import urlsplit
 
+from modelhooks.core.policy_files import HOURS_AT_MOST  # as a policy file's
+
 __all__ = [
     "count",
     "header",
@@ -56,9 +58,6 @@ def non_negative(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number, 0 or more")
     return value
-
-
-HOURS_AT_MOST = 1_000_000  # over a century: more is a typo (and past what a date can hold)
 
 
 def hours(text: str) -> float:

@@ -14,10 +14,14 @@ each caller turns an entry's options into its policy.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
-__all__ = ["entries", "flag", "strings"]
+__all__ = ["HOURS_AT_MOST", "count", "entries", "flag", "hours", "strings"]
+
+HOURS_AT_MOST = 1_000_000  # over a century: more is a typo (and past what a date can hold)
 
 
 def entries(
@@ -64,3 +68,27 @@ def flag(key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{key}: a boolean (true or false), not {value!r}")
     return value
+
+
+def count(key: str, value: object) -> int:
+    """A whole number, 0 or more (or its text), else a ValueError naming `key`: `keep:
+    true` was 1 and `keep: 2.5` 2."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{key}: a whole number, 0 or more, not {value!r}")
+    return value
+
+
+def hours(key: str, value: object) -> timedelta:
+    """A number of hours, 0 to HOURS_AT_MOST (or its text: YAML 1.1 reads `1e3` as one), as
+    a timedelta (the CLI's --grace-hours' rule), else a ValueError naming `key`: `.inf` or
+    `1e12` raised OverflowError (serve exited 70, 'a bug'), `true` was an hour and a
+    negative number counted every push as old enough."""
+    number = float("nan")
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError, OverflowError):
+            number = float(value)
+    if 0 <= number <= HOURS_AT_MOST:  # nan and inf fail
+        return timedelta(hours=number)
+    raise ValueError(f"{key}: a number of hours, 0 to {HOURS_AT_MOST:,}, not {value!r}")

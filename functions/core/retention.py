@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from modelhooks.core.policy_files import entries, strings
+from modelhooks.core.policy_files import count, entries, hours, strings
 from modelhooks.core.records import Manifest, Tag
 
 if TYPE_CHECKING:
@@ -373,9 +373,9 @@ class Policies(msgspec.Struct, frozen=True):
             try:
                 policy = Policy(
                     streams=strings("streams", entry.get("streams", [])),
-                    keep=int(entry.get("keep", 10)),
+                    keep=count("keep", entry.get("keep", 10)),
                     protect=strings("protect", entry.get("protect", [r"^latest$"])),
-                    grace=timedelta(hours=float(entry.get("grace_hours", 24))),
+                    grace=hours("grace_hours", entry.get("grace_hours", 24)),
                     untagged=_hours(entry.get("untagged_hours")),
                 )
             except (TypeError, ValueError, re.error) as exc:
@@ -388,7 +388,7 @@ _KEYS = {"streams", "keep", "protect", "grace_hours", "untagged_hours"}
 
 
 def _hours(value: Any) -> timedelta | None:
-    return None if value is None else timedelta(hours=float(value))
+    return None if value is None else hours("untagged_hours", value)
 
 
 def model_policy(spec: dict[str, Any]) -> Policy | None:

@@ -55,3 +55,35 @@ def test_lists_and_switches_as_written_still_read() -> None:
         "policies: [{models: 'b*', deletionPolicy: Delete, old_versions: true}]", "c"
     )
     assert cleanup.policy_for("bert").old_versions is True
+
+
+@pytest.mark.parametrize(
+    ("option", "key"),
+    [
+        ("grace_hours: .inf", "grace_hours"),  # OverflowError: serve exited 70
+        ("grace_hours: 1.0e+12", "grace_hours"),  # OverflowError too
+        ("untagged_hours: .nan", "untagged_hours"),  # ValueError, not naming the entry
+        ("grace_hours: -5", "grace_hours"),  # every push old enough
+        ("grace_hours: true", "grace_hours"),  # an hour
+        ("keep: true", "keep"),  # 1
+        ("keep: 2.5", "keep"),  # 2
+    ],
+)
+def test_a_retention_number_that_is_none_is_refused(option: str, key: str) -> None:
+    """`keep` is a whole number, the hours a number from 0 to the CLI's most: past what a
+    timedelta holds was an OverflowError at start-up (exit 70, 'a bug in modelhooks'), a
+    boolean was 1, a fraction of a count rounded down."""
+    text = f"policies: [{{repositories: 'r/*', streams: ['v*'], {option}}}]"
+    with pytest.raises(ValueError, match=rf"policies\[0\]: {key}: a "):
+        Policies.from_yaml(text, "prune.yaml")
+
+
+def test_retention_numbers_as_written_still_read() -> None:
+    text = "policies: [{repositories: 'r/*', keep: 3, grace_hours: 1.5, untagged_hours: 1e3}]"
+    policy = Policies.from_yaml(text, "p").for_repository("r/m")  # 1e3: text to YAML 1.1
+    assert policy is not None
+    assert (policy.keep, policy.grace, policy.untagged) == (
+        3,
+        timedelta(hours=1.5),
+        timedelta(hours=1000),
+    )
