@@ -18,6 +18,7 @@ import msgspec
 from msgspec import Meta, field
 
 from modelhooks.events.errors import BadRequest
+from modelhooks.events.ingress import MAX_NAME_BYTES
 
 __all__ = [
     "BUCKET_NAME",
@@ -489,7 +490,9 @@ class CanonicalEvent(msgspec.Struct, frozen=True, kw_only=True):
     def derived_id(self, name: str) -> str:
         """The id of what this event leads to under `name` (a reply, the deletion register
         says again): `<id>/<name>/<digest>`, the digest (24 hex) over this event's source, id
-        and `name`. CloudEvents ids are unique within their source alone: two upstream
+        and `name`; at most MAX_NAME_BYTES of UTF-8, as ingress takes an id (the event's id
+        cut short: a reply to an event of a 1,024-byte id was refused by the next function's
+        ingress). CloudEvents ids are unique within their source alone: two upstream
         events of one id (two buckets' notifications, a GCS and a MinIO one) named their
         replies alike under the function's one source, and the next function took the
         second for the first delivered again with other content (409, never retried).
@@ -500,7 +503,12 @@ class CanonicalEvent(msgspec.Struct, frozen=True, kw_only=True):
         False
         """
         key = msgspec.json.encode([self.source, self.id, name])
-        return f"{self.id}/{name}/{hashlib.sha256(key).hexdigest()[:24]}"
+        tail = f"/{name}/{hashlib.sha256(key).hexdigest()[:24]}"
+        head = self.id.encode(errors="surrogatepass")
+        room = MAX_NAME_BYTES - len(tail.encode(errors="surrogatepass"))
+        if len(head) > room:  # as ingress takes it: the id cut short, the digest over it whole
+            return head[: max(room, 0)].decode(errors="ignore") + tail
+        return self.id + tail
 
     def reply(self, data: EventData, *, source: str, name: str) -> CanonicalEvent:
         """The event a function answers this one with: named after it (`derived_id`), of

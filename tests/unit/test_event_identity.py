@@ -226,3 +226,25 @@ def test_an_id_qualified_by_its_configuration_is_at_most_1024_bytes_too(home: Pa
     attrs["notificationConfig"] = "projects/_/buckets/models/notificationConfigs/12"
     resp = client.post("/", json=doc)  # a real one's: taken
     assert resp.status_code == 200, resp.get_data(as_text=True)
+
+
+def test_a_reply_to_an_event_of_a_1024_byte_id_is_taken_by_the_next_function() -> None:
+    """Ingress takes an id of at most 1,024 bytes, and a reply's id was `<id>/<name>/<24
+    hex>`: a push of a 1,024-byte id (taken) was registered, and its model.registered, 36
+    bytes longer, was refused 400 by sign's ingress on the way back from the Broker (and
+    notify's, prune's): dead-lettered, never signed. A derived id keeps within the bound,
+    the event's id cut short before its name, the digest over it whole telling it apart."""
+    from modelhooks.delivery.encoding import structured
+    from modelhooks.events.ingress import MAX_NAME_BYTES, decode
+
+    event, other = push("/a", id="é" * 512), push("/a", id="é" * 511 + "e")
+    reply = event.reply(REGISTERED, source="modelhooks/register", name="registered")
+    body = json.dumps(structured(reply)).encode()
+    (inbound,) = decode({"content-type": "application/cloudevents+json"}, body)
+    assert inbound.id == reply.id and len(reply.id.encode()) <= MAX_NAME_BYTES
+    signed = reply.reply(REGISTERED, source="modelhooks/sign", name="signed")  # and on
+    assert len(signed.id.encode()) <= MAX_NAME_BYTES
+    assert reply.id == push("/a", id="é" * 512).derived_id("registered")  # a redelivery's
+    assert reply.id != other.derived_id("registered")
+    assert reply.id != event.derived_id("signed")
+    assert push("/a").derived_id("registered").startswith("7/registered/")  # short: as was
