@@ -26,8 +26,9 @@ Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/n
 for registered and signed, the Model named like the registered model in the event's
 namespace (the registry's model name is not tied to a Model otherwise: a model without a
 Model of that name gets no status); a registration or signature is told only to a Model
-whose spec.version is the event's version (one deleted and created again under its name
-with another version is not told the first's news); for
+whose spec.version is the event's version and, named by the subject, whose spec.source is
+the event's location (one deleted and created again under its name with another version or
+source is not told the first's news); for
 purged, the Model cleanup names (`model`) when its spec.source is the purged location, else
 the Model of the event's namespace being deleted whose spec.source is that location.
 
@@ -232,7 +233,11 @@ def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None
         if where is None:
             return None
         found = _status_base(cluster, *where, version=data.version)
-        return found if found and found["spec"].get("version") == data.version else None
+        if found is None or found["spec"].get("version") != data.version:
+            return None
+        if named and _location(data.uri) != _location(_source_uri(found["spec"].get("source"))):
+            return None  # news of its source's version, not this Model's: created again since
+        return found
     if named:
         return cluster.get_model(*named)
     if isinstance(data, ModelCreated | ModelUpdated) and is_resource_name(data.name):
@@ -343,6 +348,18 @@ def _source_uri(source: Any) -> str:
         return model_source(source).uri
     except BadRequest:
         return ""
+
+
+def _location(uri: str) -> str:
+    """Where `uri` is, without an OCI reference's tag or digest (register names a tag's
+    version by its digest), nor a trailing slash."""
+    if uri.startswith("oci://"):
+        host, _, rest = uri.removeprefix("oci://").partition("/")
+        repo = rest.partition("@")[0]
+        if ":" in repo.rsplit("/", 1)[-1]:
+            repo = repo.rpartition(":")[0]
+        return f"oci://{host}/{repo}"
+    return uri.rstrip("/")
 
 
 def _now(event: CanonicalEvent) -> str:

@@ -736,3 +736,52 @@ def test_a_change_of_spec_signing_after_registration_sets_ready_again(
     finally:
         for resource in (app.deps.cluster, app.deps.registry):
             getattr(resource, "close", lambda: None)()
+
+
+def test_a_registration_of_another_source_under_the_same_version_is_not_told(
+    admin: Admin, tmp_path: Path
+) -> None:
+    """Model bert version 1 of models/demo deleted and created again as version 1 of
+    models/other (its source fixed): the first's model.registered, delivered late with the
+    subject naming bert, told the second it was Registered and Ready at models/demo's digest
+    (a rollout of the other artifact). The news names its source; the Model's is another."""
+    from modelhooks.core.function import Skip
+
+    ns = admin.namespace(rollout=False)
+    source = {"oci": {"reference": "registry.local:5000/models/other:1"}}
+    admin.create(ns, model("bert", source=source))
+    settings = load_settings(
+        env={
+            "MODELHOOKS_HOME": str(tmp_path),
+            "MODELHOOKS_NOTIFY_KUBECONFIG": str(admin.kubeconfig),
+        }
+    )
+    app = build(settings)
+    subject = f"/apis/modelhooks.dev/v1alpha1/namespaces/{ns}/models/bert"
+
+    def registered(repository: str, digest: str) -> CanonicalEvent:
+        data = ModelRegistered(
+            model="bert", version="1", uri=f"oci://registry.local:5000/{repository}@{digest}",
+            digest=digest, registry="kubernetes", registered_model_id="7",
+            model_version_id="9", model_artifact_id="11", namespace=ns, created=True,
+        )  # fmt: skip
+        return CanonicalEvent(
+            id=f"r-{repository}", source="it", type=data.TYPE, data=data,
+            time=datetime(2026, 3, 1, tzinfo=UTC), subject=subject,
+        )  # fmt: skip
+
+    try:
+        with pytest.raises(Skip, match="no Model"):
+            app.function("notify").handle(registered("models/demo", DIGEST))
+        assert app.deps.cluster is not None
+        found = app.deps.cluster.get_model(ns, "bert")
+        assert found and not found.get("status"), found.get("status")
+        mine = "sha256:" + "e" * 64
+        app.function("notify").handle(registered("models/other", mine))
+        found = app.deps.cluster.get_model(ns, "bert")
+        assert found and found["status"]["resolvedDigest"] == mine
+        ready = {c["type"]: c for c in found["status"]["conditions"]}["Ready"]
+        assert ready["status"] == "True", ready
+    finally:
+        for resource in (app.deps.cluster, app.deps.registry):
+            getattr(resource, "close", lambda: None)()
