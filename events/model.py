@@ -39,6 +39,7 @@ __all__ = [
     "TagsPruned",
     "TransferRequested",
     "data_class",
+    "fit_id",
     "parse",
 ]
 
@@ -450,6 +451,25 @@ def data_class(event_type: str) -> type[EventData] | None:
     return EVENT_TYPES.get(event_type)
 
 
+def fit_id(id: str, tail: str = "") -> str:
+    """`id + tail` as an event id, at most MAX_NAME_BYTES of UTF-8 as ingress takes one:
+    past it, `id` is cut short and a digest of it whole (24 hex) put before `tail`, so two
+    long ids sharing a beginning stay apart and the same id fits alike every time. An id a
+    translator builds from a payload (`s3://bucket/key#…`, a key of up to 1,024 bytes) would
+    otherwise be refused by the next function's ingress on its way back from the Broker.
+
+    >>> fit_id("a" * 2000) == fit_id("a" * 1999 + "b"), len(fit_id("é" * 600).encode()) <= 1024
+    (False, True)
+    """
+    whole = id + tail
+    if len(whole.encode(errors="surrogatepass")) <= MAX_NAME_BYTES:
+        return whole
+    head = id.encode(errors="surrogatepass")
+    tail = f"~{hashlib.sha256(head).hexdigest()[:24]}{tail}"
+    room = MAX_NAME_BYTES - len(tail.encode(errors="surrogatepass"))
+    return head[: max(room, 0)].decode(errors="ignore") + tail
+
+
 class CanonicalEvent(msgspec.Struct, frozen=True, kw_only=True):
     """A canonical CloudEvent: the envelope attributes plus a typed payload.
 
@@ -503,12 +523,7 @@ class CanonicalEvent(msgspec.Struct, frozen=True, kw_only=True):
         False
         """
         key = msgspec.json.encode([self.source, self.id, name])
-        tail = f"/{name}/{hashlib.sha256(key).hexdigest()[:24]}"
-        head = self.id.encode(errors="surrogatepass")
-        room = MAX_NAME_BYTES - len(tail.encode(errors="surrogatepass"))
-        if len(head) > room:  # as ingress takes it: the id cut short, the digest over it whole
-            return head[: max(room, 0)].decode(errors="ignore") + tail
-        return self.id + tail
+        return fit_id(self.id, f"/{name}/{hashlib.sha256(key).hexdigest()[:24]}")
 
     def reply(self, data: EventData, *, source: str, name: str) -> CanonicalEvent:
         """The event a function answers this one with: named after it (`derived_id`), of

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from modelhooks.events.errors import BadRequest, PartlyBad
 from modelhooks.events.inbound import Inbound
-from modelhooks.events.model import CanonicalEvent, EventData, parse
+from modelhooks.events.model import CanonicalEvent, EventData, fit_id, parse
 from modelhooks.events.safe_json import loads, loads_or_raw
 
 __all__ = [
@@ -159,9 +159,10 @@ def canonical(
     time: datetime | None,
 ) -> CanonicalEvent:
     """The canonical envelope. Every attribute comes from the upstream delivery (no clock,
-    no random id), so translating the same delivery twice yields equal events."""
+    no random id), so translating the same delivery twice yields equal events; an id built
+    from the payload is fitted to what ingress takes (`fit_id`)."""
     return CanonicalEvent(
-        id=id, source=source, type=data.TYPE, data=data, subject=subject, time=time
+        id=fit_id(id), source=source, type=data.TYPE, data=data, subject=subject, time=time
     )
 
 

@@ -263,3 +263,26 @@ def test_a_sample_through_serve_becomes_its_canonical_events(
     for want, (_, _, data) in zip(expected, got, strict=True):
         wrong = {k: data.get(k) for k, v in want.data.items() if not matches(v, data.get(k))}
         assert not wrong, f"{name}: {wrong} in {data}"
+
+
+def test_an_id_a_translator_builds_from_the_payload_is_taken_by_the_next_function(
+    ingress: tuple[FlaskClient, list[tuple[dict[str, str], Any]]],
+) -> None:
+    """A translated event's id comes from its payload (a registry notification's `id`, an S3
+    key): one of 3,000 characters was forwarded as such, and the next function's ingress,
+    taking an id of at most 1,024 bytes, refused it 400 (dead-lettered). It is fitted: cut
+    short with a digest of it whole, so two such ids sharing a beginning stay apart."""
+    from modelhooks.events.ingress import MAX_NAME_BYTES, decode
+
+    client, sink = ingress
+    ids = []
+    for last in "ab":
+        doc = json.loads(samples.body("oci-distribution-push"))
+        doc["events"][0]["id"] = "x" * 2999 + last
+        resp = client.post("/", json=doc)
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        headers, body = sink.pop()
+        (inbound,) = decode(headers, json.dumps(body).encode())  # as the next function takes it
+        ids.append(inbound.id)
+        assert len(inbound.id.encode()) <= MAX_NAME_BYTES
+    assert ids[0] != ids[1]
