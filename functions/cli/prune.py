@@ -5,8 +5,8 @@
     modelhooks prune apply oci://registry.example.com/models/bert --plan plan.json
 
 `plan` prints every tag, kept (and why: a digest a live version in the model registry
-uses is, as in the prune function) or deleted (and why), and the manifests it would
-delete (with `--untagged-hours`: those its deletes leave untagged, or untagged already
+uses is, as in the prune function; with no SQLite registry in --home none is, and none is
+created) or deleted (and why), and the manifests it would delete (with `--untagged-hours`: those its deletes leave untagged, or untagged already
 where the registry lists them, pushed longer ago); nothing is changed. `apply` deletes
 exactly what the plan file says, in the order that leaves nothing dangling — the
 manifests' referrers, the tags (a tag moved since planning is skipped), the manifests (one
@@ -73,11 +73,17 @@ def _registry(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _deps(args: argparse.Namespace) -> tuple[Any, str, Any]:
-    """(the repository's registry client, its repository, the model registry)."""
+    """(the repository's registry client, its repository, the model registry: None when
+    the settings' is SQLite and `<home>/registry.db` is not there, which is not created:
+    a plan changes nothing)."""
     from modelhooks.bootstrap import build
     from modelhooks.cli import common
 
-    deps = build(common.settings(args)).deps
+    settings = common.settings(args)
+    if settings.registry.backend == "sqlite" and not (settings.home / "registry.db").is_file():
+        deps = build(settings, registry=None).deps
+    else:
+        deps = build(settings).deps
     uri = args.repository if args.repository.startswith("oci://") else f"oci://{args.repository}"
     client, repo, _ = deps.oci.registry_for(uri)
     return client, repo, deps.registry
@@ -91,11 +97,19 @@ def run_plan(args: argparse.Namespace) -> int:
         grace=timedelta(hours=args.grace_hours),
         untagged=None if args.untagged_hours is None else timedelta(hours=args.untagged_hours),
     )
+    from modelhooks.cli import common
     from modelhooks.handlers.prune import in_use
 
     client, repo, registry = _deps(args)
     tags, untagged = client.history(repo)
-    used = in_use(registry)  # as the prune function: never what a live version uses
+    if registry is None:
+        print(
+            f"no model registry at {(common.settings(args).home / 'registry.db').resolve()}: "
+            "no registered version is in use here (--home or --registry-* name the one "
+            "`modelhooks serve` uses)",
+            file=sys.stderr,
+        )
+    used = frozenset() if registry is None else in_use(registry)  # as the prune function
     result = plan(tags, policy, untagged=untagged, in_use=used, now=datetime.now(UTC))
     result = spare_referred(client, repo, result, in_use=used)
     if args.json:

@@ -380,3 +380,36 @@ def test_prune_keeps_a_manifest_a_live_referrer_refers_to(oci: Any) -> None:
     assert client.manifest(repo, adapter)[1] == adapter
     assert client.manifest(repo, base)[1] == base
     assert [r["digest"] for r in client.referrers(repo, base)] == [adapter]
+
+
+def test_prune_plan_without_a_registry_creates_none(
+    oci: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`modelhooks prune plan` (and apply) created `<home>/registry.db` to read a registry
+    that was not there: a plan changes nothing. Without one, no version is in use, and the
+    plan says so."""
+    from modelhooks.bootstrap import reset
+
+    client, repo = DistributionRegistry(oci.url), f"prune/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    for tag in ("v1", "v2"):
+        push(client, repo, tag, created=old)
+    home = tmp_path / "home"
+    home.mkdir()
+    reset()
+    try:
+        uri = f"oci://{oci.host}/{repo}"
+        args = ("--stream", "v*", "--keep", "1", "--json", "--home", str(home))
+        capsys.readouterr()
+        assert prune("plan", uri, *args) == 0
+        out, err = capsys.readouterr()
+        assert list(home.iterdir()) == []  # no registry.db
+        assert [d["tag"] for d in json.loads(out)["delete"]] == ["v1"]
+        assert "no model registry at" in err and "in use" in err
+        plan_file = tmp_path / "plan.json"
+        plan_file.write_text(out)
+        assert prune("apply", uri, "--plan", str(plan_file), "--home", str(home)) == 0
+        assert sorted(client.tags(repo)) == ["v2"]
+        assert list(home.iterdir()) == []
+    finally:
+        reset()
