@@ -194,8 +194,11 @@ class Recorded(msgspec.Struct, frozen=True):
 
 def _delivery(event: CanonicalEvent) -> tuple[str, str]:
     """(version name, what it names): the delivery as the delivery layer's dedupe names it,
-    its tenant with it (a route bound to one may claim any source and id)."""
-    named = f"{getattr(event.data, 'namespace', None) or ''} {event.source} {event.id}"
+    its tenant with it (a route bound to one may claim any source and id): the three as a
+    JSON array, so that no two triples name the same (joined by spaces, source "a b" and id
+    "c" were source "a" and id "b c")."""
+    tenant = getattr(event.data, "namespace", None) or ""
+    named = msgspec.json.encode([tenant, event.source, event.id]).decode()
     return hashlib.sha256(named.encode()).hexdigest()[:40], named
 
 

@@ -293,3 +293,24 @@ def test_registry_export_leaves_the_plans_out_and_import_passes_them_by(
         assert target.get_model(prune.PLANS) is None
     finally:
         target.close()
+
+
+def test_deliveries_whose_source_and_id_share_their_words_are_told_apart(
+    distribution3: Any, tmp_path: Path
+) -> None:
+    """The delivery's record was keyed by its tenant, source and id joined by spaces: source
+    "tick a", id "1" and source "tick", id "a 1" were one delivery, so the second event
+    (a new tick) applied the first's recorded plan again instead of planning anew."""
+    client, repo, _ = _repository(distribution3)
+    uri = f"oci://{distribution3.host}/{repo}"
+    bound, registry = _prune(distribution3, lambda: SqliteModelRegistry(tmp_path / "r.db"))
+    try:
+        first = _answer(bound, CanonicalEvent.new(PruneRequested(uri=uri), source="tick a", id="1"))
+        assert first.deleted == ["v1.0.0", "v1.1.0"]
+        for tag in ("v1.4.0", "v1.5.0"):
+            push(client, repo, tag, created=OLD)
+        other = CanonicalEvent.new(PruneRequested(uri=uri), source="tick", id="a 1")
+        assert _answer(bound, other).deleted == ["v1.2.0", "v1.3.0"]
+        assert sorted(client.tags(repo)) == ["v1.4.0", "v1.5.0"]
+    finally:
+        registry.close()
