@@ -24,6 +24,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
     mode: ClassVar[str] = "empty"
     elsewhere: ClassVar[str] = ""  # the other host's base URL
+    rel: ClassVar[str] = '"next"'  # the next link's rel
     seen: ClassVar[list[tuple[str, str | None]]] = []  # (path, Authorization)
 
     def do_GET(self) -> None:
@@ -46,7 +47,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         if link:
-            self.send_header("Link", f'<{link}>; rel="next"')
+            self.send_header("Link", f"<{link}>; rel={self.rel}")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -57,7 +58,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile() -> Iterator[str]:
-    _Hostile.seen = []
+    _Hostile.seen, _Hostile.rel = [], '"next"'
     with serving(_Hostile) as url:
         yield url
 
@@ -84,6 +85,14 @@ def test_the_next_link_among_several_is_followed(hostile: str) -> None:
     """`Link: <…page 0>; rel="prev", <…page 2>; rel="next"`: the first link was taken, a
     page back (read again without end, now refused as adding no tag)."""
     _Hostile.mode = "prev-and-next"
+    assert list(DistributionRegistry(hostile).tags("m")) == ["t0", "t1", "t2", "t3"]
+
+
+@pytest.mark.parametrize("rel", ['"prev next"', '"next last"', '" Next "', "next"])
+def test_a_next_link_among_its_relation_types_is_followed(hostile: str, rel: str) -> None:
+    """RFC 8288: a link's rel may be a space-separated list of relation types, compared
+    without case; `rel="prev next"` was not taken as the next page (the list ended at t0)."""
+    _Hostile.mode, _Hostile.rel = "prev-and-next", rel
     assert list(DistributionRegistry(hostile).tags("m")) == ["t0", "t1", "t2", "t3"]
 
 

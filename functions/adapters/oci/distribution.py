@@ -471,10 +471,13 @@ def _header(headers: dict[str, str], name: str) -> str:
 
 def _next_link(headers: dict[str, str]) -> str | None:
     """The target of `Link: </v2/…?last=x&n=y>; rel="next"`, if any, among the links the
-    header lists (`<…>; rel="prev", <…>; rel="next"`: the first was taken, a page back)."""
+    header lists (`<…>; rel="prev", <…>; rel="next"`: the first was taken, a page back),
+    its rel one relation type or a space-separated list of them (`rel="prev next"`, RFC 8288;
+    compared without case)."""
     for link in re.findall(r"<([^>]*)>\s*((?:;[^,<]*)*)", _header(headers, "Link")):
         target, params = link
-        if re.search(r';\s*rel\s*=\s*"?next"?(?:[\s;]|$)', params):
+        rel = re.search(r';\s*rel\s*=\s*(?:"([^"]*)"|([^\s;"]+))', params, re.IGNORECASE)
+        if rel and "next" in (rel[1] if rel[1] is not None else rel[2]).lower().split():
             return target.strip() or None
     return None
 
