@@ -216,24 +216,45 @@ def _manifests(
     )
 
 
+Referrers = dict[str, list[dict[str, Any]]]  # a manifest's digest: its referrers' descriptors
+
+
+def read_referrers(
+    registry: OciRegistry, repo: str, planned: Plan, *, workers: int = 8
+) -> Referrers:
+    """The referrers of each manifest `planned` deletes, one read each: for `spare_referred`
+    and then `referrers`, which read none again."""
+    if not planned.manifests:
+        return {}
+    from concurrent.futures import ThreadPoolExecutor  # a plan that deletes manifests only
+
+    digests = list(dict.fromkeys(d.digest for d in planned.manifests))
+    with ThreadPoolExecutor(workers) as pool:
+        found = pool.map(lambda d: registry.referrers(repo, d), digests)
+        return dict(zip(digests, found, strict=True))
+
+
 def spare_referred(
-    registry: OciRegistry, repo: str, planned: Plan, *, in_use: frozenset[str], workers: int = 8
+    registry: OciRegistry,
+    repo: str,
+    planned: Plan,
+    *,
+    in_use: frozenset[str],
+    workers: int = 8,
+    found: Referrers | None = None,
 ) -> Plan:
     """`planned` without the manifests a referrer that stays refers to — one in use or a
     kept tag names (an adapter pushed with its base model as subject, registered live) —
     nor their referrers indexes: their referrers would go first, that one among them.
-    One referrers read per planned manifest."""
+    One referrers read per planned manifest, none where `found` (`read_referrers`) has it."""
     if not planned.manifests:
         return planned
-    from concurrent.futures import ThreadPoolExecutor  # a plan that deletes manifests only
-
+    found = _with_read(registry, repo, planned, found, workers)
     staying = set(in_use) | {d.digest for d in planned.keep}
-    with ThreadPoolExecutor(workers) as pool:
-        found = list(pool.map(lambda d: registry.referrers(repo, d.digest), planned.manifests))
     held = {
         d.digest
-        for d, rs in zip(planned.manifests, found, strict=True)
-        if any(str(r.get("digest")) in staying for r in rs)
+        for d in planned.manifests
+        if any(str(r.get("digest")) in staying for r in found[d.digest])
     }
     if not held:
         return planned
@@ -260,17 +281,30 @@ class Applied(msgspec.Struct, frozen=True):
 
 
 def referrers(
-    registry: OciRegistry, repo: str, planned: Plan, *, workers: int = 8
+    registry: OciRegistry,
+    repo: str,
+    planned: Plan,
+    *,
+    workers: int = 8,
+    found: Referrers | None = None,
 ) -> tuple[str, ...]:
     """The referrers `apply` deletes with the plan's manifests (signatures, SBOMs), not one
-    a kept tag names: found before anything is deleted, so a plan can be recorded whole."""
-    from concurrent.futures import ThreadPoolExecutor  # a plan applied, not every start
-
+    a kept tag names: found before anything is deleted, so a plan can be recorded whole.
+    Those `found` (`read_referrers`, as `spare_referred` had them) are not read again."""
+    found = _with_read(registry, repo, planned, found, workers)
     kept = {d.digest for d in planned.keep}
-    digests = [d.digest for d in planned.manifests]
-    with ThreadPoolExecutor(workers) as pool:
-        found = pool.map(lambda d: registry.referrers(repo, d), digests)
-        return tuple(sorted({str(r["digest"]) for rs in found for r in rs} - kept - set(digests)))
+    digests = {d.digest for d in planned.manifests}
+    listed = {str(r["digest"]) for d in digests for r in found[d]}
+    return tuple(sorted(listed - kept - digests))
+
+
+def _with_read(
+    registry: OciRegistry, repo: str, planned: Plan, found: Referrers | None, workers: int
+) -> Referrers:
+    """`found` with the referrers of the planned manifests it lacks, read now."""
+    have = found or {}
+    missing = Plan(manifests=tuple(d for d in planned.manifests if d.digest not in have))
+    return {**have, **read_referrers(registry, repo, missing, workers=workers)}
 
 
 def apply(

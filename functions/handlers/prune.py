@@ -55,6 +55,7 @@ from modelhooks.core.retention import (
     apply,
     model_policy,
     plan,
+    read_referrers,
     referrers,
     spare_referred,
 )
@@ -150,8 +151,9 @@ def handle(
             tags = _with_pushed(client, repo, tags, data, event.time)
         used = in_use(registry) | pinned
         planned = plan(tags, policy, untagged=untagged, in_use=used, now=datetime.now(UTC))
-        planned = spare_referred(client, repo, planned, in_use=used)
-        recorded = mine = Recorded.of(uri, planned, referrers(client, repo, planned))
+        read = read_referrers(client, repo, planned)  # once each, for both
+        planned = spare_referred(client, repo, planned, in_use=used, found=read)
+        recorded = mine = Recorded.of(uri, planned, referrers(client, repo, planned, found=read))
         if planned.delete or planned.manifests:
             recorded = _record(registry, delivery, mine)
     else:

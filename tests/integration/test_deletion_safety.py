@@ -413,3 +413,49 @@ def test_prune_plan_without_a_registry_creates_none(
         assert list(home.iterdir()) == []
     finally:
         reset()
+
+
+def test_prune_reads_each_planned_manifests_referrers_once(
+    oci: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prune read the referrers of each manifest planned for deletion twice a run: once to
+    spare what a staying referrer refers to (spare_referred), once to record what goes with
+    it (referrers). One read each now, every page of each a request on a real registry."""
+    from modelhooks.adapters.oci.clients import OciClients
+    from modelhooks.core.retention import Policies
+    from modelhooks.core.tenancy import Tenancy
+    from modelhooks.events.model import ArtifactPushed, TagsPruned
+    from modelhooks.handlers import load
+    from tests.fakes.memory_registry import InMemoryModelRegistry
+
+    client, repo = DistributionRegistry(oci.url), f"fn/{uuid.uuid4().hex[:8]}"
+    old = datetime.now(UTC) - timedelta(days=30)
+    digests = {tag: push(client, repo, tag, created=old) for tag in ("v1", "v2", "v3")}
+    signatures = {sign(client, repo, digests[tag]) for tag in ("v1", "v2")}
+    read: list[str] = []
+    reading = DistributionRegistry.referrers
+
+    def counted(self: DistributionRegistry, repo: str, digest: str) -> list[dict[str, Any]]:
+        read.append(digest)
+        return reading(self, repo, digest)
+
+    monkeypatch.setattr(DistributionRegistry, "referrers", counted)
+    policy = Policy(streams=("v*",), keep=1, grace=timedelta(0), untagged=timedelta(hours=1))
+    prune = load("prune").bind(
+        {
+            "oci": OciClients(allow_local=True),
+            "registry": InMemoryModelRegistry(),
+            "retention": Policies(((f"{oci.host}/fn/*", policy),)),
+            "tenancy": Tenancy(),
+        }
+    )
+    pushed = ArtifactPushed(
+        model=repo, version="v3", uri=f"oci://{oci.host}/{repo}@{digests['v3']}",
+        digest=digests["v3"], store="oci",
+    )  # fmt: skip
+    (reply,) = prune.handle(CanonicalEvent.new(pushed, source="t", id="p"))
+    assert isinstance(reply.data, TagsPruned)
+    assert [t for t in reply.data.deleted if t.startswith("v")] == ["v1", "v2"]
+    assert {digests["v1"], digests["v2"], *signatures} <= set(reply.data.manifests)
+    assert {digests["v1"], digests["v2"]} <= set(read)
+    assert sorted(read) == sorted(set(read))  # each once (twice before)
