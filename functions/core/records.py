@@ -33,6 +33,7 @@ __all__ = [
     "Tag",
     "Typed",
     "json_values",
+    "owner_of",
     "stamp",
     "typed",
 ]
@@ -130,6 +131,19 @@ class RegisteredModel(msgspec.Struct, frozen=True):
     state: ModelState = ModelState.LIVE
     description: str = ""
     custom_properties: Properties = msgspec.field(default_factory=dict)
+
+
+def owner_of(model: RegisteredModel) -> str:
+    """The namespace that owns `model`: the one that registered it (its `namespace`
+    property), "default" for a model registered without one. register refuses another
+    namespace's archiving of it, cleanup counts another's model of the name as in use.
+
+    >>> owner_of(RegisteredModel("1", "bert"))
+    'default'
+    >>> owner_of(RegisteredModel("1", "bert", custom_properties={"namespace": "team-a"}))
+    'team-a'
+    """
+    return model.custom_properties.get("namespace", "default")
 
 
 class ModelVersion(msgspec.Struct, frozen=True):

@@ -52,7 +52,7 @@ from modelhooks.core.cleanup import (
 )
 from modelhooks.core.errors import BadRequest, Forbidden, Permanent, Throttled, Unavailable
 from modelhooks.core.function import Function
-from modelhooks.core.records import PUSHED_AT, ModelState, stamp
+from modelhooks.core.records import PUSHED_AT, ModelState, owner_of, stamp
 from modelhooks.core.sources import model_source
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
@@ -331,9 +331,7 @@ def in_use(
     it)."""
     used: set[str] = set()
     for model in registry.list_models():
-        this = model.name == model_name and (
-            namespace is None or model.custom_properties.get("namespace", "default") == namespace
-        )
+        this = model.name == model_name and (namespace is None or owner_of(model) == namespace)
         if model.state != ModelState.LIVE and not this:
             continue
         for version in registry.list_versions(model.id):

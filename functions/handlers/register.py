@@ -55,6 +55,7 @@ from modelhooks.core.records import (
     ModelState,
     ModelVersion,
     RegisteredModel,
+    owner_of,
     stamp,
 )
 from modelhooks.core.sources import model_source
@@ -277,7 +278,7 @@ def _archive(
         ),
         lambda: registry.get_model(deleted.name),
     )
-    owner = model.custom_properties.get("namespace", "default")
+    owner = owner_of(model)
     if check_namespace and owner != deleted.namespace:
         raise Forbidden(
             f"namespace {deleted.namespace!r} may not archive model {deleted.name!r}",
