@@ -39,7 +39,6 @@ from typing import Any, Literal
 
 from modelhooks.events.errors import BadRequest
 from modelhooks.events.inbound import Inbound
-from modelhooks.events.ingress import MAX_NAME_BYTES
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
 from modelhooks.events.sources._common import (
@@ -130,18 +129,11 @@ def _notification_id(message_id: str, config: str | None) -> str:
     (`projects/_/buckets/B/notificationConfigs/N` → `<message id>@N`): a bucket's
     configurations may each publish to a topic of their own, and the bucket is the event's
     source, so two of them gave two changes one (source, id) and the second was a Conflict.
-    A redelivery carries both again: the same id. BadRequest past MAX_NAME_BYTES, as for
-    the message id (the attribute is bounded by nothing else; a real one's N is digits)."""
+    A redelivery carries both again: the same id (fitted to what ingress takes by
+    `canonical`, as every id a translator builds)."""
     if not isinstance(config, str) or not config:
         return message_id
-    qualified = f"{message_id}@{config.rpartition('/')[2]}"
-    if len(qualified.encode(errors="replace")) > MAX_NAME_BYTES:  # as the message id alone
-        raise BadRequest(
-            f"gcs notification: the id it makes with notificationConfig {config[:100]!r}"
-            f" is over {MAX_NAME_BYTES} bytes of UTF-8",
-            field="notificationConfig",
-        )
-    return qualified
+    return f"{message_id}@{config.rpartition('/')[2]}"
 
 
 def _object_changed(
