@@ -71,8 +71,13 @@ def test_cel_policies_pin_digests_and_allow_only_listed_registries(
             except client.ApiException as e:
                 return e.status, str(e.body)
 
+        # Each policy takes effect on its own: the allowlist's waits for its ConfigMap too.
         deadline = time.monotonic() + 30
-        while create(pod("r.example.com/models/bert:v1"))[0] == 201:  # policies not active yet
+        probes = (
+            pod("r.example.com/models/bert:v1"),
+            pod(f"evil.example.org/models/bert@{DIGEST}"),
+        )
+        while any(create(probe)[0] == 201 for probe in probes):  # not every policy active yet
             assert time.monotonic() < deadline, "the policies never took effect"
             time.sleep(0.2)
         status, body = create(pod("r.example.com/models/bert:v1"))
