@@ -32,6 +32,7 @@ __all__ = [
     "EventData",
     "ModelCreated",
     "ModelDeleted",
+    "ModelRefused",
     "ModelRegistered",
     "ModelSigned",
     "ModelUpdated",
@@ -210,6 +211,27 @@ class ModelRegistered(EventData, frozen=True, kw_only=True):
     created: Annotated[
         bool, _doc("false when everything already existed (registered by another event)")
     ]
+
+
+class ModelRefused(EventData, frozen=True, kw_only=True):
+    """Emitted by `register` when it refuses a Model's version for good (the version is
+    registered from another source, the namespace's tenancy forbids the source, the source
+    is malformed): why, for notify to say it on that Model (condition Registered False,
+    reason RegistrationRefused)."""
+
+    TYPE = "dev.modelhooks.model.refused"
+    model: Annotated[str, _doc("the Model's name")]
+    version: str = ""
+    uri: Annotated[str, _doc("the Model's spec.source, as register read it")] = ""
+    namespace: str = "default"
+    refused: Annotated[str, _doc("why, as the refusal's 4xx said it (`<code>: <message>`)")]
+    model_uid: Annotated[
+        str,
+        _doc(
+            "the refused Model's metadata.uid, when its event carried it: notify tells that"
+            " Model only, never a Model created since under the same name"
+        ),
+    ] = ""
 
 
 class ModelSigned(EventData, frozen=True, kw_only=True):
@@ -439,6 +461,7 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         ModelUpdated,
         ModelDeleted,
         ModelRegistered,
+        ModelRefused,
         ModelSigned,
         TagsPruned,
         ArtifactPurged,

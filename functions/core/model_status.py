@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelhooks.core.conditions import FINALIZER, Condition, merge
-from modelhooks.events.model import ArtifactPurged, ModelRegistered, ModelSigned
+from modelhooks.events.model import ArtifactPurged, ModelRefused, ModelRegistered, ModelSigned
 
 __all__ = [
     "OWNED",
@@ -26,6 +26,7 @@ __all__ = [
     "progress",
     "ready_stale",
     "refreshed",
+    "registration_refused",
     "rollout_version",
 ]
 
@@ -70,6 +71,26 @@ def progress(
             kind, "True", "Signed", f"signed by {data.signer}: {data.signature_uri}", generation
         )
     conditions = merge(status.get("conditions", []), [new], now=now)
+    status["conditions"] = merge(conditions, [_ready(model, conditions, generation)], now=now)
+    return status
+
+
+def registration_refused(model: dict[str, Any], data: ModelRefused, now: str) -> dict[str, Any]:
+    """The status after register refused the Model's version for good: Registered False,
+    reason RegistrationRefused, saying why and what to do (a function of the report alone:
+    told again, the status is the one stored), and Ready computed from it."""
+    status, generation = _owned(model)
+    version = model["spec"].get("version", data.version)
+    source = f" from {data.uri}" if data.uri else ""
+    message = (
+        f"register refused version {version}{source} for good: {data.refused}. Nothing was "
+        "registered for this Model; a registered version is immutable: push the model as a "
+        "new spec.version (or fix spec.source, or the namespace's tenancy), or archive the "
+        "registered one first, then touch the Model (kubectl annotate model "
+        f"{model['metadata']['name']} modelhooks.dev/retry=$(date +%s) --overwrite)"
+    )
+    new = Condition("Registered", "False", "RegistrationRefused", message[:32768], generation)
+    conditions = merge(status["conditions"], [new], now=now)
     status["conditions"] = merge(conditions, [_ready(model, conditions, generation)], now=now)
     return status
 

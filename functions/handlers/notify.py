@@ -19,6 +19,12 @@
   what to do, and a Warning Event. A failure or refusal is told only to a Model whose
   deletion waits on the finalizer: once it is gone (a cleanup succeeded; a deleting object
   takes no new finalizer) a late one changes nothing, so the end does not depend on order.
+- `model.refused` (register refused the Model's version for good: registered from another
+  source, a source its namespace's tenancy refuses or that register cannot read): Registered
+  False, reason RegistrationRefused, saying why and what to do, and a Warning Event — unless
+  the Model's Registered already says something else (a registration, a digest mismatch):
+  a late refusal never undoes one, so the end does not depend on order; a later
+  registration replaces it. Told only to the Model of the event's uid and version.
 - `tags.pruned`: an Event on the Model (when the event names one).
 
 Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/namespaces/
@@ -61,6 +67,7 @@ from modelhooks.core.model_status import (
     progress,
     ready_stale,
     refreshed,
+    registration_refused,
     rollout_version,
 )
 from modelhooks.core.sources import model_source
@@ -68,6 +75,7 @@ from modelhooks.events.model import (
     ArtifactPurged,
     CanonicalEvent,
     ModelCreated,
+    ModelRefused,
     ModelRegistered,
     ModelSigned,
     ModelUpdated,
@@ -125,6 +133,8 @@ def handle(
         if (model.get("status") or {}) != bases[-1]:  # an Event for what changed, not an echo
             _record(event, cluster, model, reason, "UpdateStatus", ready.get("message", reason))
         _roll_out(event, cluster, model, rollout)
+    elif isinstance(data, ModelRefused):
+        _refused(event, data, cluster, model)
     elif isinstance(data, ArtifactPurged):
         _purged(event, data, cluster, model)
     elif isinstance(data, TagsPruned):
@@ -210,15 +220,35 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
             _apply(cluster, found, cleaned_up)
 
 
-def _same_model(data: ArtifactPurged, model: dict[str, Any]) -> None:
-    """Skip a report on a Model other than the deleted one it was for: one created since
-    under the same name (a report delivered late would have let its finalizer go, its
-    artifacts never cleaned up, or said its cleanup failed)."""
+def _refused(event: CanonicalEvent, data: ModelRefused, cluster: Cluster, model: Any) -> None:
+    ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+
+    def told(found: dict[str, Any]) -> dict[str, Any]:  # on each read: a registration
+        # told meanwhile (a Conflict, read again) stands
+        _same_model(data, found)
+        registered = _condition(found, "Registered")
+        if registered and registered.get("reason") != "RegistrationRefused":
+            raise Skip(f"Model {ns}/{name}'s Registered says {registered.get('reason')}: kept")
+        return registration_refused(found, data, _now(event))
+
+    model = _apply(cluster, model, told)
+    registered = _condition(model, "Registered")
+    # its Event named after the report, not the delivery: a redelivery records none
+    _record(event, cluster, model, "RegistrationRefused", "Register", registered["message"],
+            "Warning", report=registered["message"])  # fmt: skip
+
+
+def _same_model(data: ArtifactPurged | ModelRefused, model: dict[str, Any]) -> None:
+    """Skip a report on a Model other than the one it was for: one created since under the
+    same name (a cleanup report delivered late would have let its finalizer go, its
+    artifacts never cleaned up, or said its cleanup failed; a refusal, said the new Model
+    was refused)."""
     uid = model["metadata"].get("uid", "")
     if data.model_uid and uid and uid != data.model_uid:
         meta = model["metadata"]
+        what = "cleanup" if isinstance(data, ArtifactPurged) else "refusal"
         raise Skip(
-            f"Model {meta['namespace']}/{meta['name']} is not the one this cleanup was for "
+            f"Model {meta['namespace']}/{meta['name']} is not the one this {what} was for "
             f"(uid {uid}, not {data.model_uid}): created since"
         )
 
@@ -226,6 +256,12 @@ def _same_model(data: ArtifactPurged, model: dict[str, Any]) -> None:
 def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None:
     data = event.data
     named = model_of_subject(event.subject)
+    if isinstance(data, ModelRefused):  # that Model's version: not one created since
+        where = named or ((data.namespace, data.model) if is_resource_name(data.model) else None)
+        found = cluster.get_model(*where) if where else None
+        if found is None or found["spec"].get("version") != data.version:
+            return None
+        return found
     if isinstance(data, ModelRegistered | ModelSigned):
         # the Model's spec.version (immutable) says whether the news is its own: a subject
         # names a Model by its name alone, which a Model deleted and created again keeps
@@ -371,6 +407,7 @@ FUNCTION = Function(
     accepts=frozenset(
         {
             ModelRegistered.TYPE,
+            ModelRefused.TYPE,
             ModelSigned.TYPE,
             TagsPruned.TYPE,
             ArtifactPurged.TYPE,

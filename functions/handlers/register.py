@@ -31,10 +31,17 @@ into a digest: status.resolvedDigest when set (never fetched again), else an OCI
 content digest (the identity ingress gives bucket notifications). The reply keeps the
 Model's subject, so notify finds it. A paused Model never gets here (the delivery skips it),
 and a Model being deleted arrives as model.deleted (the ApiServerSource translation).
+
+A Model's version refused for good (registered from another source, its namespace's tenancy
+refusing its source, a source register cannot read as one) is told, not only dead-lettered:
+`refused` answers it with a `model.refused` that says why, so notify sets Registered False
+(reason RegistrationRefused) on that Model and records a Warning Event. A push's refusal
+(no Model waits on it) stays a 4xx.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
@@ -43,7 +50,14 @@ import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.core.content import ContentResolver
-from modelhooks.core.errors import NAMESPACE_TERMINATING, BadRequest, Conflict, Forbidden, NotFound
+from modelhooks.core.errors import (
+    NAMESPACE_TERMINATING,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    Permanent,
+)
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import (
     DELETED_AT,
@@ -65,6 +79,7 @@ from modelhooks.events.model import (
     CanonicalEvent,
     ModelCreated,
     ModelDeleted,
+    ModelRefused,
     ModelRegistered,
     ModelUpdated,
 )
@@ -372,10 +387,36 @@ def _create_or_find(create: Callable[[], T], find: Callable[[], T | None]) -> tu
         return found, False
 
 
+def refused(event: CanonicalEvent, error: Permanent) -> list[CanonicalEvent]:
+    """A Model's version refused for good, told to the Model: one `model.refused` saying why,
+    named after the event and the reason (a redelivery refused alike answers the same; one
+    refused for another reason another). [] for anything but a Model's created/updated
+    event: a push's refusal has no Model waiting on it, and stays a 4xx."""
+    data = event.data
+    if not isinstance(data, ModelCreated | ModelUpdated):
+        return []
+    reason = f"{error.code}: {error.message}"
+    try:
+        uri = model_source(data.spec.get("source")).uri
+    except BadRequest:  # the source is what was refused
+        uri = ""
+    reply = ModelRefused(
+        model=data.name,
+        version=data.version or "",
+        uri=uri,
+        namespace=data.namespace,
+        refused=reason,
+        model_uid=data.uid or "",
+    )
+    name = "refused/" + hashlib.sha256(reason.encode()).hexdigest()[:16]
+    return [event.reply(reply, source="modelhooks/register", name=name)]
+
+
 FUNCTION = Function(
     name="register",
     accepts=frozenset(
         {ArtifactPushed.TYPE, ModelCreated.TYPE, ModelUpdated.TYPE, ModelDeleted.TYPE}
     ),
     handle=handle,
+    refused=refused,
 )

@@ -595,15 +595,19 @@ def test_a_model_naming_another_tenants_bucket_is_refused(
     client: FlaskClient, home: Path, configure: Callable[[dict[str, str]], None], action: str
 ) -> None:
     """A Model in namespace ml whose spec.source is gs://models, the bucket of namespace
-    other: 403 naming both, the bucket neither listed nor registered (it was registered
-    under ml, the tenancy check being for events with a `uri` only)."""
+    other: refused naming both, the bucket neither listed nor registered (it was registered
+    under ml, the tenancy check being for events with a `uri` only). The refusal is told to
+    the Model: 200 with a model.refused saying why (notify's condition), not a bare 403."""
     configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://ml-models;other=gs://models"})
     doc = structured(f"k8s-resource-{action}")
     assert doc["data"]["spec"]["source"] == {"gcs": {"uri": "gs://models/models/sentiment/1/"}}
     doc["data"]["status"] = {}  # nothing registered yet: the update registers too
     resp = client.post("/", json=doc, content_type="application/cloudevents+json")
-    assert resp.status_code == 403, resp.get_data(as_text=True)
-    assert "namespace 'ml' may not act on gs://models" in resp.get_data(as_text=True)
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    assert resp.headers["ce-type"] == "dev.modelhooks.model.refused"
+    told = resp.get_json()
+    assert told["refused"] == "forbidden: namespace 'ml' may not act on gs://models", told
+    assert (told["model"], told["version"], told["namespace"]) == ("sentiment", "1", "ml")
     assert versions(home, "sentiment") == []
     configure({"MODELHOOKS_TENANCY_TENANTS": "ml=gs://models"})  # its own: registered
     resp = client.post("/", json=doc, content_type="application/cloudevents+json")

@@ -1,0 +1,103 @@
+"""notify on `model.refused` (register refused a Model's version for good), over the
+in-memory cluster: Registered and Ready False, reason RegistrationRefused, one Warning Event
+however often it is told; a registration or a digest mismatch is never undone by it, in any
+order; a refusal for another uid or version is not told."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelhooks.core.function import Skip
+from modelhooks.events.model import EventData, ModelRefused
+from tests.unit.test_notify import NS, World, _event, _registered, _signed
+
+REASON = "conflict: registry: version '1' of 'bert' was registered from another source"
+
+
+def _refusal(**changes: Any) -> ModelRefused:
+    data = ModelRefused(
+        model="bert",
+        version="1",
+        uri="oci://registry.local:5000/models/other",
+        namespace=NS,
+        refused=REASON,
+    )
+    return data.replace(**changes)
+
+
+def test_a_refusal_is_told_once_and_a_registration_replaces_it(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.model()
+    world.notify.handle(_event(_refusal(), "r1"))
+    conditions = world.conditions()
+    registered, ready = conditions["Registered"], conditions["Ready"]
+    assert (registered["status"], registered["reason"]) == ("False", "RegistrationRefused")
+    assert REASON in registered["message"] and "new spec.version" in registered["message"]
+    assert (ready["status"], ready["reason"]) == ("False", "RegistrationRefused")
+    before = world.get()
+    for n in range(3):  # redelivered, and the Model's next events refused alike
+        world.notify.handle(_event(_refusal(), f"r-again-{n}"))
+    assert world.get() == before  # nothing written again
+    events = list(world.cluster.events.values())
+    assert [(e.reason, e.type) for e in events] == [("RegistrationRefused", "Warning")]
+    world.notify.handle(_event(_registered(), "ok"))  # the cause fixed: registered
+    assert world.conditions()["Registered"]["status"] == "True"
+    assert world.conditions()["Ready"]["status"] == "True"
+
+
+def _end(tmp_path: Path, order: tuple[EventData, ...]) -> dict[str, Any]:
+    world = World(tmp_path)
+    world.model(signing={"enabled": True, "method": "keyless"})
+    for n, data in enumerate(order):
+        if isinstance(data, ModelRefused):  # told after what it may not replace: a Skip
+            with contextlib.suppress(Skip):
+                world.notify.handle(_event(data, f"e{n}"))
+        else:
+            world.notify.handle(_event(data, f"e{n}"))
+    conditions = world.get()["status"]["conditions"]
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in conditions}
+
+
+@pytest.mark.parametrize(
+    "news",
+    [
+        (_refusal(), _registered()),
+        (_refusal(), _registered(), _signed()),
+        (_refusal(), _refusal(refused="forbidden: no"), _registered()),
+    ],
+    ids=["registered", "and-signed", "two-refusals"],
+)
+def test_the_end_does_not_depend_on_the_order(tmp_path: Path, news: tuple[EventData, ...]) -> None:
+    """Where a registration is told, every order ends as it says (the refusal never undoes
+    it, a registration always replaces it)."""
+    ends = [_end(tmp_path, order) for order in itertools.permutations(news)]
+    assert all(end == ends[0] for end in ends), ends
+    assert ends[0]["Registered"][0] == "True"
+
+
+def test_a_refusal_never_replaces_a_digest_mismatch(tmp_path: Path) -> None:
+    """Signed with one digest, registered with another (DigestMismatch): a refusal before or
+    after the registration ends alike, the mismatch told."""
+    first = _signed(digest="sha256:" + "e" * 64)
+    ends = [
+        _end(tmp_path, (first, *order))
+        for order in itertools.permutations((_refusal(), _registered()))
+    ]
+    assert ends[0] == ends[1] and ends[0]["Registered"][1] == "DigestMismatch", ends
+
+
+def test_a_refusal_of_another_model_or_version_is_not_told(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    created = world.model()
+    with pytest.raises(Skip):  # a Model deleted and created again since: not its refusal
+        world.notify.handle(_event(_refusal(model_uid="not-" + created["metadata"]["uid"])))
+    with pytest.raises(Skip):
+        world.notify.handle(_event(_refusal(version="2"), "v2"))
+    assert "status" not in world.get() and not world.cluster.events
+    world.notify.handle(_event(_refusal(model_uid=created["metadata"]["uid"]), "mine"))
+    assert world.conditions()["Registered"]["reason"] == "RegistrationRefused"
