@@ -5,7 +5,7 @@ deadline. The
 `admission` handler (modelhooks.handlers.admission) turns the outcomes into its answer.
 
 >>> checks = [Check("oci://r.io/m@sha256:…", covering=[policy])]  # doctest: +SKIP
->>> confine = confined(tenancy, "ns")  # tenancy.tenants: before anything is read
+>>> confine = confined(tenancy, "ns")  # tenancy.tenants: before anything is read  # doctest: +SKIP
 >>> run_checks(checks, [policy], {}, deadline, verifier, verdicts, registry, confine)  # doctest: +SKIP
 """
 
