@@ -11,9 +11,10 @@ A deletion policy says what happens to a deleted model version's artifact:
 
 Whatever the policy says, nothing another live version uses goes: an object inside a
 location a live version names, a digest a live version names, or a manifest a protected
-tag names or a tagged index lists (its own tags go). `plan_*` only read; `apply` deletes
-exactly the plan — referrers, tags, manifests; objects in as few requests as the store
-allows — and deleting what is gone succeeds, so a second delivery deletes nothing.
+tag names or a tagged index lists, through the indexes it lists too (its own tags go).
+`plan_*` only read; `apply` deletes exactly the plan — referrers, tags, manifests; objects
+in as few requests as the store allows — and deleting what is gone succeeds, so a second
+delivery deletes nothing.
 
 >>> Policy.parse("Delete").name
 'Delete'

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
+from modelhooks.adapters.oci.distribution import listed
 from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import INTERNAL_PREFIX, ModelState, ModelVersion, Tag
@@ -338,8 +339,7 @@ def _with_pushed(
         manifest, digest, _ = client.manifest(repo, digest)
     except NotFound:
         return tags
-    children = tuple(str(m.get("digest")) for m in manifest.get("manifests") or ())
-    return [*tags, Tag(tag, digest, at, children)]
+    return [*tags, Tag(tag, digest, at, listed(manifest, client, repo))]
 
 
 def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[str]] | None:

@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from modelhooks.adapters.oci.distribution import OCI_INDEX, OCI_MANIFEST, DistributionRegistry
+from modelhooks.adapters.oci.distribution import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    DistributionRegistry,
+    digest_of,
+)
 from modelhooks.core.errors import NotFound
 from modelhooks.core.retention import Policy, apply, model_policy, plan, referrers
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
@@ -63,6 +68,42 @@ def test_cleanup_keeps_a_manifest_an_index_that_stays_lists(tmp_path: Path, oci:
 
     (again,) = world.delete("bert", deletionPolicy="Delete", source=source)
     assert again.deleted == [] and client.manifest(repo, digest)[1] == digest
+
+
+def test_cleanup_keeps_a_manifest_an_index_lists_through_another_index(
+    tmp_path: Path, oci: Any
+) -> None:
+    """`multi` lists an index (untagged, pushed by digest) that lists bert's manifest: a
+    grandchild of a tag that stays, kept as a child is (deleted, `multi` named an image no
+    one could pull)."""
+    client, repo = DistributionRegistry(oci.url), f"cleanup/{uuid.uuid4().hex[:8]}"
+    digest = push(client, repo, "v1", created=T0, content="weights v1")
+    body = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [
+            {"mediaType": OCI_MANIFEST, "digest": digest, "size": client.manifest(repo, digest)[2]}
+        ],
+    }
+    inner = client.push_manifest(
+        repo, digest_of(json.dumps(body, separators=(",", ":")).encode()), body
+    )
+    outer = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [
+            {"mediaType": OCI_INDEX, "digest": inner, "size": client.manifest(repo, inner)[2]}
+        ],
+    }
+    client.push_manifest(repo, "multi", outer)
+    world = World(tmp_path)
+
+    source = {"oci": {"reference": f"{oci.host}/{repo}:v1"}}
+    (reply,) = world.delete("bert", deletionPolicy="Delete", source=source)
+    assert not reply.failed and reply.deleted == ["v1"], reply
+    assert digest in reply.kept
+    assert client.manifest(repo, digest)[1] == digest  # what `multi` reaches is all there
+    assert client.manifest(repo, inner)[1] == inner
 
 
 def test_cleanup_deletes_a_manifest_once_no_index_lists_it(tmp_path: Path, oci: Any) -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
-from modelhooks.adapters.oci.distribution import OCI_INDEX, DistributionRegistry
+from modelhooks.adapters.oci.distribution import INDEXES, DistributionRegistry, listed
 from modelhooks.core.errors import (
     BadRequest,
     ConfigError,
@@ -40,7 +40,6 @@ from modelhooks.core.records import Manifest, Tag
 __all__ = ["ArtifactRegistry"]
 
 ENDPOINT = "https://artifactregistry.googleapis.com"
-_INDEXES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
 _RELATED_TAGS = 100  # a version lists at most this many of its tags (version.proto)
 _PAGE = 1000  # the largest page ListTags and ListVersions serve
 _OPERATION_TIMEOUT = 600.0  # seconds to wait for a batch delete to finish
@@ -143,7 +142,7 @@ class ArtifactRegistry:
                     if len(names) >= _RELATED_TAGS:
                         names = self._tags_of(version.name)
                     media = (version.metadata or {}).get("mediaType")
-                    children = self._children(repo, digest) if media in _INDEXES else ()
+                    children = self._children(repo, digest) if media in INDEXES else ()
                     tags += [Tag(name, digest, at, children) for name in names]
                     if not names:
                         untagged.append(Manifest(digest, at, children))
@@ -161,7 +160,7 @@ class ArtifactRegistry:
             index, _, _ = self.docker.manifest(repo, digest)
         except NotFound:  # deleted since it was listed
             return ()
-        return tuple(str(m.get("digest")) for m in index.get("manifests") or ())
+        return listed(index, self.docker, repo)
 
     def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str, int]:
         """(manifest JSON, digest, size) through the Docker path."""

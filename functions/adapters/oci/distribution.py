@@ -11,12 +11,13 @@ detection. `modelhooks.adapters.oci.clients.OciClients` hands them out per regis
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +41,12 @@ if TYPE_CHECKING:
     import urllib.request
 
     from modelhooks.adapters.oci.auth import RegistryAuth
+    from modelhooks.core.ports import OciRegistry
 
 __all__ = [
     "CREATED",
     "EMPTY",
+    "INDEXES",
     "MAX_ANSWER",
     "MAX_TAGS",
     "OCI_INDEX",
@@ -52,6 +55,7 @@ __all__ = [
     "DistributionRegistry",
     "bounded",
     "digest_of",
+    "listed",
     "parse_uri",
 ]
 
@@ -63,6 +67,36 @@ _ACCEPT = ", ".join(
 EMPTY = {"mediaType": "application/vnd.oci.empty.v1+json", "digest": "", "size": 2}
 TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"  # the manifest annotation of the push time
+
+
+INDEXES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
+MAX_NESTING = 8  # levels of indexes listing indexes that `listed` follows
+
+
+def listed(manifest: Mapping[str, Any], registry: OciRegistry, repo: str) -> tuple[str, ...]:
+    """The digests an index of `repo` lists, then those each index among them lists in turn
+    (an index may list indexes: a grandchild deleted leaves the tag naming what no one can
+    pull), down to MAX_NESTING levels, each once, in the order found; () for a manifest that
+    lists nothing. Only entries whose mediaType is an index are read (one gone since lists
+    nothing), so a plain multi-platform index costs no read."""
+    found: dict[str, None] = {}
+    level = [manifest]
+    for _ in range(MAX_NESTING):
+        deeper: list[Mapping[str, Any]] = []
+        for index in level:
+            entries = index.get("manifests") if isinstance(index, Mapping) else None
+            for entry in entries if isinstance(entries, list) else ():
+                digest = entry.get("digest") if isinstance(entry, Mapping) else None
+                if not isinstance(digest, str) or not digest or digest in found:
+                    continue
+                found[digest] = None
+                if entry.get("mediaType") in INDEXES:  # one gone since lists nothing
+                    with contextlib.suppress(NotFound):
+                        deeper.append(registry.manifest(repo, digest)[0])
+        if not deeper:
+            break
+        level = deeper
+    return tuple(found)
 
 
 MAX_ANSWER = 4 << 20  # distribution's own limit on a manifest's size
@@ -377,8 +411,7 @@ class DistributionRegistry:
                 manifest, digest, _ = self.manifest(repo, name)
             except NotFound:  # deleted since it was listed (a concurrent run): not a tag
                 return None
-            children = tuple(str(m.get("digest")) for m in manifest.get("manifests") or ())
-            return Tag(name, digest, _created(manifest), children)
+            return Tag(name, digest, _created(manifest), listed(manifest, self, repo))
 
         with ThreadPoolExecutor(self.workers) as pool:
             found = list(pool.map(read, list(self.tags(repo))))

@@ -1,0 +1,68 @@
+"""`listed`: what an index reaches, through the indexes it lists, each once and bounded,
+whatever shape a registry's answer has (a hostile one's included)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from modelhooks.adapters.oci.distribution import MAX_NESTING, OCI_INDEX, OCI_MANIFEST, listed
+from modelhooks.core.errors import NotFound
+
+
+class Manifests:
+    """Manifests by digest, counting reads."""
+
+    def __init__(self, **by_digest: dict[str, Any]) -> None:
+        self.by_digest, self.reads = by_digest, 0
+
+    def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str, int]:
+        self.reads += 1
+        if ref not in self.by_digest:
+            raise NotFound(ref)
+        return self.by_digest[ref], ref, 1
+
+
+def index(*entries: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "mediaType": OCI_INDEX,
+        "manifests": [{"mediaType": m, "digest": d} for m, d in entries],
+    }
+
+
+def test_a_plain_index_reads_nothing() -> None:
+    registry = Manifests()
+    top = index((OCI_MANIFEST, "a"), (OCI_MANIFEST, "b"), (OCI_MANIFEST, "a"))
+    assert listed(top, registry, "r") == ("a", "b") and registry.reads == 0
+
+
+def test_grandchildren_are_reached_once_and_a_gone_index_lists_nothing() -> None:
+    registry = Manifests(
+        i1=index((OCI_MANIFEST, "m1"), (OCI_INDEX, "i2")),
+        i2=index((OCI_MANIFEST, "m2"), (OCI_INDEX, "i1")),  # a loop: each once
+    )
+    top = index((OCI_INDEX, "i1"), (OCI_INDEX, "gone"))
+    assert listed(top, registry, "r") == ("i1", "gone", "m1", "i2", "m2")
+
+
+def test_nesting_is_bounded() -> None:
+    chain = {f"i{n}": index((OCI_INDEX, f"i{n + 1}")) for n in range(MAX_NESTING * 3)}
+    registry = Manifests(**chain)
+    found = listed(index((OCI_INDEX, "i0")), registry, "r")
+    assert len(found) == MAX_NESTING and registry.reads == MAX_NESTING
+
+
+@pytest.mark.parametrize(
+    "top",
+    [
+        {"manifests": 5},
+        {"manifests": "abc"},
+        {"manifests": [1, None, "x", {"digest": 7}, {"digest": ""}, {"mediaType": OCI_INDEX}]},
+        {"manifests": [{"mediaType": OCI_INDEX, "digest": "odd"}]},
+    ],
+)
+def test_odd_shapes_list_what_they_can(top: dict[str, Any]) -> None:
+    registry = Manifests(odd=[1, 2])  # type: ignore[arg-type]  # a registry answering a list
+    found = listed(top, registry, "r")
+    assert all(isinstance(d, str) and d for d in found)
