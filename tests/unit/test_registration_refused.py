@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modelhooks.core.function import Skip
 from modelhooks.events.model import EventData, ModelRefused
@@ -101,3 +103,36 @@ def test_a_refusal_of_another_model_or_version_is_not_told(tmp_path: Path) -> No
     assert "status" not in world.get() and not world.cluster.events
     world.notify.handle(_event(_refusal(model_uid=created["metadata"]["uid"]), "mine"))
     assert world.conditions()["Registered"]["reason"] == "RegistrationRefused"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model=st.one_of(st.just("bert"), st.text(max_size=80)),
+    version=st.one_of(st.just("1"), st.text(max_size=40)),
+    uri=st.text(max_size=80),
+    refused=st.text(max_size=40_000),
+    uid=st.one_of(st.just(""), st.text(max_size=40)),
+)
+def test_any_refusal_is_told_or_skipped(
+    tmp_path_factory: pytest.TempPathFactory,
+    model: str,
+    version: str,
+    uri: str,
+    refused: str,
+    uid: str,
+) -> None:
+    """Whatever a model.refused says (a hostile sender's on a route taking canonical events):
+    told on the Model it names, within the condition's bounds, or skipped; nothing else."""
+    world = World(tmp_path_factory.mktemp("w"))
+    world.model()
+    data = ModelRefused(
+        model=model, version=version, uri=uri, namespace=NS, refused=refused, model_uid=uid
+    )
+    try:
+        world.notify.handle(_event(data, "fuzz"))
+    except Skip:
+        assert "status" not in world.get()
+        return
+    registered = world.conditions()["Registered"]
+    assert (model, version) == ("bert", "1")
+    assert registered["reason"] == "RegistrationRefused" and len(registered["message"]) <= 32768
