@@ -54,6 +54,7 @@ def test_a_source_outside_the_namespace_is_told_on_the_model(
     assert "kubectl annotate model" in condition["message"]
     ready = _conditions(cluster, name)["Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "RegistrationRefused")
+    assert cluster.column(name, "Reason") == "RegistrationRefused"  # kubectl get -o wide
     for n in range(2):  # its events again (updates): refused alike, told once
         _touch(cluster, name, n)
     served.wait_for(
