@@ -370,6 +370,11 @@ class TransferDestination(_Part, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _needs(self, {"s3": ("bucket", "key"), "gcs": ("bucket",), "oci": ("uri",)})
+        if self.type == "oci" and "@" in (self.uri or "").removeprefix("oci://").partition("/")[2]:
+            raise ValueError(
+                "uri: a destination is the tag to push the model under (host/repository:tag), "
+                "not a digest: the copy's digest is told in model.registered"
+            )
 
 
 def _location(part: TransferSource | TransferDestination) -> str:

@@ -245,6 +245,14 @@ def test_a_request_naming_no_tenant_gets_the_owner_of_its_source(local: Transfer
         ),
         ({"intent": "create_model", "model": {}}, "model.name"),
         ({"intent": "update_artifact"}, "artifact.id"),
+        (  # a destination is a tag to push to: a digest cannot be pushed to
+            {"destination": {"type": "oci", "uri": f"r.example/m:v1@sha256:{'ab' * 32}"}},
+            "destination.uri",
+        ),
+        (
+            {"destination": {"type": "oci", "uri": f"r.example/m@sha256:{'ab' * 32}"}},
+            "destination.uri",
+        ),
     ],
 )
 def test_bad_data_is_400_naming_the_field(changes: dict[str, Any], field: str) -> None:

@@ -256,6 +256,8 @@ def resolve(
         raise ConfigError(
             f"transfer is missing {len(missing)} setting(s):\n  " + "\n  ".join(missing)
         )
+    if destination == "oci":
+        _pushable(values["destination_oci_uri"])
     sign, warning = _sign(values, env)
     return TransferConfig(
         source=_endpoint(values, "source", source),
@@ -287,6 +289,20 @@ def _choice(name: str, value: str, allowed: Sequence[str]) -> None:
             f"{option.env} / {option.flag}: {value!r} is not one of: {', '.join(allowed)}",
             setting=option.env,
             allowed=list(allowed),
+        )
+
+
+def _pushable(uri: str) -> None:
+    """A destination reference is the tag the model is pushed under: one naming a digest
+    (`repo@sha256:…`, `repo:v1@sha256:…`) cannot be pushed (a manifest's digest is what its
+    bytes hash to, known once the model is copied; the registry refuses the push), so it is
+    refused before anything is registered or copied."""
+    if "@" in uri.removeprefix("oci://").partition("/")[2]:
+        raise ConfigError(
+            f"MODEL_SYNC_DESTINATION_OCI_URI / --destination-oci-uri: {uri!r} names a digest; "
+            "a destination is the tag to push the model under (host/repository:tag): the "
+            "digest is the copy's, told in the result's uri",
+            setting="MODEL_SYNC_DESTINATION_OCI_URI",
         )
 
 
