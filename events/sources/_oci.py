@@ -19,6 +19,7 @@ __all__ = [
     "check_digest",
     "deleted",
     "is_digest",
+    "is_pullable_digest",
     "is_referrer_tag",
     "is_url_host",
     "pushed",
@@ -76,6 +77,19 @@ def is_digest(reference: str) -> bool:
     algorithm, _, encoded = reference.partition(":")
     encoding = _ENCODED.get(algorithm)
     return encoding is None or bool(encoding.fullmatch(encoded))
+
+
+def is_pullable_digest(reference: str) -> bool:
+    """A digest the registries take in a URL: sha256 or sha512 (the algorithms image-spec
+    and distribution register), in the lower-case hex of its size. Any other (`md5:abc`,
+    `sha512:` of 64 digits, upper-case hex) was sent as written and answered 400, or taken
+    for a tag (distribution 2.8 looked for `tags/md5:abc` on its disk), read as the registry
+    failing.
+
+    >>> is_pullable_digest("sha256:" + "a" * 64), is_pullable_digest("blake3:" + "a" * 64)
+    (True, False)
+    """
+    return is_digest(reference) and reference.partition(":")[0] in _ENCODED
 
 
 def is_referrer_tag(tag: str) -> bool:

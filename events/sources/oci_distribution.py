@@ -47,6 +47,7 @@ from modelhooks.events.sources._oci import (
     check_digest,
     deleted,
     is_digest,
+    is_pullable_digest,
     is_referrer_tag,
     is_url_host,
     pushed,
@@ -61,6 +62,7 @@ __all__ = [
     "from_distribution_notification",
     "from_zot_event",
     "is_distribution_notification",
+    "is_pullable_digest",
     "is_url_host",
 ]
 

@@ -19,6 +19,7 @@ DIGEST = "sha256:" + "a" * 64
         (f"oci://[::1]:5000/a@{DIGEST}", ("[::1]:5000", "a", DIGEST)),
         (f"oci://h/a/b:v1@{DIGEST}", ("h", "a/b", DIGEST)),  # the digest wins
         ("oci://h/a__b/c-d.e", ("h", "a__b/c-d.e", "latest")),
+        ("oci://h/a@sha512:" + "b" * 128, ("h", "a", "sha512:" + "b" * 128)),
     ],
 )
 def test_valid_references(uri: str, parsed: tuple[str, str, str]) -> None:
@@ -35,6 +36,9 @@ def test_valid_references(uri: str, parsed: tuple[str, str, str]) -> None:
         ("oci://h/a:" + "x" * 129, "tag or digest"),
         ("oci://h/a:-x", "tag or digest"),
         ("oci://h/a@sha256", "tag or digest"),
+        ("oci://h/a@md5:abc", "tag or digest"),  # not sha256 or sha512
+        ("oci://h/a@sha512:" + "a" * 64, "tag or digest"),  # sha512's hex is 128 long
+        ("oci://h/a@sha256:" + "A" * 64, "tag or digest"),  # upper-case hex
         ("oci://h h/a", "host"),
         ("oci://h:port/a", "host"),
         ("oci://[1:2:3]:5000/a", "host"),  # urlsplit's ValueError, a 500, where a URL was made

@@ -34,6 +34,7 @@ from modelhooks.core.records import Manifest, Tag
 from modelhooks.events.sources.oci_distribution import (
     UNTAG_PLACEHOLDER,
     UNTAG_PLACEHOLDER_DIGEST,
+    is_pullable_digest,
     is_url_host,
 )
 
@@ -481,7 +482,6 @@ _TAG_STRIPES = tuple(threading.Lock() for _ in range(64))
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REPO = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-_DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[A-Za-z0-9=_-]+")
 _HOST = re.compile(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
 )
@@ -518,7 +518,8 @@ def _next_link(headers: dict[str, str]) -> str | None:
 def parse_uri(uri: str) -> tuple[str, str, str]:
     """(host, repository, tag or digest) of `oci://host[:port]/repo[:tag|@digest]`, each as
     the distribution spec's grammar allows (lower-case path components, tags of at most 128
-    word characters, `algorithm:encoded` digests); BadRequest naming the part otherwise.
+    word characters, sha256 or sha512 digests in lower-case hex of their size:
+    `is_pullable_digest`); BadRequest naming the part otherwise.
 
     >>> parse_uri("oci://r.example:5000/models/bert:v1@sha256:" + "a" * 64)[:2]
     ('r.example:5000', 'models/bert')
@@ -528,12 +529,12 @@ def parse_uri(uri: str) -> tuple[str, str, str]:
         repo, _, ref = rest.partition("@")
         if ":" in repo.rsplit("/", 1)[-1]:
             repo = repo.rpartition(":")[0]
-        valid_ref = _DIGEST.fullmatch(ref)
+        valid_ref = is_pullable_digest(ref)
     elif ":" in rest.rsplit("/", 1)[-1]:
         repo, _, ref = rest.rpartition(":")
-        valid_ref = _TAG.fullmatch(ref)
+        valid_ref = bool(_TAG.fullmatch(ref))
     else:
-        repo, ref, valid_ref = rest, "latest", _TAG.fullmatch("latest")
+        repo, ref, valid_ref = rest, "latest", True
     if not host or not repo:
         raise BadRequest(f"{uri!r}: expected oci://host/repository[:tag|@digest]")
     host_ok = _HOST.fullmatch(host) and is_url_host(host)
@@ -541,5 +542,9 @@ def parse_uri(uri: str) -> tuple[str, str, str]:
         if not ok:
             raise BadRequest(f"{uri!r}: not a valid registry {part}", field=part)
     if not valid_ref:
-        raise BadRequest(f"{uri!r}: not a valid tag or digest", field="reference")
+        raise BadRequest(
+            f"{uri!r}: not a valid tag or digest (a digest is sha256:<64> or sha512:<128> "
+            "lower-case hex digits)",
+            field="reference",
+        )
     return host, repo, ref
