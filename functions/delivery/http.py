@@ -88,6 +88,14 @@ def _for_good(status: int) -> bool:
     return status in (400, 403, 409, 422)
 
 
+def not_post(method: str, path: str) -> Response:
+    """Deliveries are POSTs: any other method is refused 405 (`modelhooks serve`'s routes and
+    each functions-framework target alike), its body never read as an event."""
+    doc = {"error": "method_not_allowed", "message": f"{method} {path}: use POST"}
+    answer = json_response(405, doc)
+    return Response(405, {**answer.headers, "Allow": "POST"}, answer.body)
+
+
 def function_delivery(name: str, delivery: Delivery) -> Handler:
     """One function's endpoint: events of types it does not accept are acknowledged."""
 
@@ -100,6 +108,8 @@ def function_delivery(name: str, delivery: Delivery) -> Handler:
                 limit = delivery.max_review_bytes
                 return refused(PayloadTooLarge(f"review over the limit of {limit} bytes"))
             return admission_endpoint(fn.handle)(method, path, headers, body)
+        if method != "POST":  # a functions-framework target's too, as serve's routes
+            return not_post(method, path)
         return deliver(headers, body, delivery, partial(single, fn, delivery), path)
 
     return guarded(handle, f"function {name}")
@@ -146,8 +156,7 @@ def routes(broker: Broker, only: frozenset[str] = frozenset()) -> Handler:
         if path.rstrip("/") in ADMISSION_PATHS and "admission" in functions:
             return functions["admission"](method, path, headers, body)
         if method != "POST":
-            doc = {"error": "method_not_allowed", "message": f"{method} {path}: use POST"}
-            return json_response(405, doc)
+            return not_post(method, path)
         if path.startswith("/functions/"):
             name = path.removeprefix("/functions/").rstrip("/")
             if name not in functions:
