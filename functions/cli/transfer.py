@@ -75,10 +75,17 @@ def run(args: argparse.Namespace) -> int:
     with common.interruptible(
         lambda: f"{progress.so_far()}; the artifact is ABANDONED, a re-run resumes"
     ):
+        ok = False
         try:
             result = transfer(cfg, progress, registry=registry)
+            ok = True
         finally:
-            progress.close()
+            # a copy that stopped ends its progress as failed, not finished: a Job's log
+            # (and what reads its JSON lines) tells the two apart without the exit code
+            if ok:
+                progress.close()
+            else:
+                progress.fail()
     result["registry"] = registry.name
     write_termination_message(
         cfg.get("termination_message_path"),
@@ -149,6 +156,9 @@ class Bar(progress.Bar):
     def so_far(self) -> str:
         return f"transfer: {self._bar.n if self._bar else 0} bytes copied"
 
+    def fail(self) -> None:
+        self.close()
+
 
 class JsonProgress:
     """One JSON line on stderr at most every `every` seconds, and one at the end."""
@@ -174,6 +184,9 @@ class JsonProgress:
 
     def close(self) -> None:
         self._emit("finished")
+
+    def fail(self) -> None:
+        self._emit("failed")
 
     def so_far(self) -> str:
         return f"transfer: {self.done} bytes copied"

@@ -138,6 +138,42 @@ def bucket(minio: Minio) -> str:
     return name
 
 
+def test_a_refused_copy_ends_its_progress_as_failed_not_finished(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    minio: Minio,
+    bucket: str,
+) -> None:
+    """MinIO refusing the destination's credentials: exit 2 naming the refusal, the
+    artifact ABANDONED, and the Job's JSON progress ending `failed` (it said `finished`)."""
+    name = f"refused-{secrets.token_hex(4)}"
+    model(tmp_path / "model")
+    destination = s3_destination(minio, bucket, f"{name}/v1")
+    destination["MODEL_SYNC_DESTINATION_AWS_SECRET_ACCESS_KEY"] = "not-the-key"
+    env = job_env(
+        tmp_path,
+        model_registry,
+        source=tmp_path / "model",
+        MODEL_SYNC_MODEL_UPLOAD_INTENT="create_model",
+        MODEL_SYNC_METADATA_CONFIGMAP_PATH=str(metadata(tmp_path, name, "v1")),
+        **destination,
+    )
+    failed = transfer(env)
+    assert failed.returncode == 2, failed.stderr
+    assert "forbidden: S3 denied access" in failed.stderr
+    progress = [json.loads(line) for line in failed.stderr.splitlines() if line.startswith("{")]
+    assert progress[0]["progress"] == "started"
+    assert progress[-1]["progress"] == "failed"
+    assert all(p["progress"] != "finished" for p in progress)
+    found = kubeflow.get_model(name)
+    assert found is not None
+    version = kubeflow.get_version(found.id, "v1")
+    assert version is not None
+    (artifact,) = kubeflow.list_artifacts(version.id)
+    assert artifact.state == ArtifactState.ABANDONED
+
+
 def test_create_model_registers_live_and_a_rerun_resumes_the_same_ids(
     tmp_path: Path,
     model_registry: ModelRegistryServer,
