@@ -16,9 +16,22 @@ from functools import cached_property
 
 import msgspec
 
-__all__ = ["ModelPath", "ObjectLayout"]
+__all__ = ["ModelPath", "ObjectLayout", "file_name_refusal"]
 
 _FIELD = re.compile(r"\{(name|version)\}")
+
+
+def file_name_refusal(name: str) -> str | None:
+    """Why `name` is not a plain file name in a model's prefix (the ready marker's, the
+    signature's), or None: empty, a `/`, `.` or `..` (a name outside the prefix, or none),
+    a NUL.
+
+    >>> file_name_refusal("model.sig"), file_name_refusal("../model.sig")
+    (None, "'../model.sig' must be a plain file name (no '/', not '.' or '..', no NUL)")
+    """
+    if not name or "/" in name or name in (".", "..") or "\0" in name:
+        return f"{name!r} must be a plain file name (no '/', not '.' or '..', no NUL)"
+    return None
 
 
 class ModelPath(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a dataclass
@@ -38,8 +51,9 @@ class ObjectLayout(msgspec.Struct, frozen=True, dict=True):  # dict: its cached 
                 f"layout pattern {self.pattern!r} must contain {{name}} and {{version}} once "
                 "each and end with '/'"
             )
-        if not self.marker or "/" in self.marker:
-            raise ValueError(f"ready marker {self.marker!r} must be a plain file name")
+        refused = file_name_refusal(self.marker)
+        if refused:
+            raise ValueError(f"ready marker {refused}")
 
     @cached_property
     def _regex(self) -> re.Pattern[str]:

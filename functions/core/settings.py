@@ -26,7 +26,7 @@ from msgspec import Meta, field
 from msgspec._core import Factory  # how a Struct keeps a default_factory
 
 from modelhooks.core.errors import ConfigError
-from modelhooks.events.layout import ObjectLayout
+from modelhooks.events.layout import ObjectLayout, file_name_refusal
 
 __all__ = ["SettingSpec", "Settings", "describe", "load_settings"]
 
@@ -320,6 +320,11 @@ class SigningSettings(_Section, frozen=True, kw_only=True):
     shard_size: Annotated[
         int, doc("hash files in shards of this many bytes (0 = one digest per file)", ge=0)
     ] = 0
+
+    def __post_init__(self) -> None:
+        refused = file_name_refusal(self.signature_name)
+        if refused:  # "<field>: …" names the field
+            raise ValueError(f"signature_name: {refused}")
 
 
 class OciSettings(_Section, frozen=True, kw_only=True):
