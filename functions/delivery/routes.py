@@ -80,6 +80,8 @@ class RouteAuth(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than 
                 )
             kind_table[path] = frozenset(KINDS) if "*" in wanted else frozenset(wanted)
         tenants = dict(_pairs(namespaces, "MODELHOOKS_INGRESS_ROUTE_NAMESPACES", "/path=namespace"))
+        specs = dict(_pairs(routes, "MODELHOOKS_INGRESS_ROUTE_AUTH", "/path=spec"))
+        _own_credentials(tenants, specs, default, open_paths)
         return cls(
             from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"),
             table,
@@ -145,6 +147,31 @@ def bind_tenant(routes: RouteAuth, path: str, event: CanonicalEvent) -> Canonica
     if hasattr(data, "namespace") and named != tenant:
         return event.replace(data=data.replace(namespace=tenant))
     return event
+
+
+def _own_credentials(
+    tenants: Mapping[str, str], specs: Mapping[str, str], default: str, open_paths: set[str]
+) -> None:
+    """ConfigError when routes bound to different tenants take the same credential: a
+    signature (HMAC, a token) covers a delivery's body, not the path it is posted to, so a
+    delivery signed for one tenant's route, replayed to another's, was taken as that
+    tenant's (and either tenant could send as the other). Routes left open (`none`) have no
+    trust to bind; an authenticated one needs a spec of its own (`ingress.route_auth`)."""
+    by_credential: dict[str, dict[str, str]] = {}
+    for path, namespace in tenants.items():
+        route = _longest(specs, path)
+        if (route or "") in open_paths:
+            continue
+        spec = (default if route is None else specs[route]).strip()
+        by_credential.setdefault(spec, {})[path] = namespace
+    for paths in by_credential.values():
+        if len(set(paths.values())) > 1:
+            named = ", ".join(f"{p} ({n})" for p, n in sorted(paths.items()))
+            raise ConfigError(
+                f"MODELHOOKS_INGRESS_ROUTE_NAMESPACES: routes of different namespaces take the "
+                f"same credential ({named}): a delivery signed for one would be taken on the "
+                "other; give each its own in MODELHOOKS_INGRESS_ROUTE_AUTH"
+            )
 
 
 def _pairs(spec: str, setting: str, shape: str) -> list[tuple[str, str]]:
