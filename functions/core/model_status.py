@@ -20,12 +20,14 @@ from modelhooks.events.model import ArtifactPurged, ModelRefused, ModelRegistere
 
 __all__ = [
     "OWNED",
+    "REFUSALS",
     "cleaned_up",
     "cleanup_failed",
     "cleanup_report",
     "progress",
     "ready_stale",
     "refreshed",
+    "refusal_reason",
     "registration_refused",
     "rollout_version",
 ]
@@ -75,21 +77,58 @@ def progress(
     return status
 
 
+# A refusal's reason, by the code its `refused` begins with (`<code>: <message>`, as the
+# refusal's 4xx said it), and what to do about it; any other code: RegistrationRefused.
+_CAUSES = {
+    "conflict": (
+        "VersionConflict",
+        "a registered version is immutable: set a new spec.version, or archive the registered "
+        "one first (modelhooks registry archive)",
+    ),
+    "forbidden": (
+        "SourceForbidden",
+        "the namespace's tenancy does not allow spec.source: point it at a bucket or "
+        "repository the namespace may use, or have the operator allow this one",
+    ),
+    "bad_request": (
+        "InvalidSpec",
+        "fix the field the reason names (spec.source or spec.version)",
+    ),
+}
+_OTHER = (
+    "RegistrationRefused",
+    "push the model as a new spec.version (or fix spec.source, or the namespace's tenancy), "
+    "or archive the registered one first",
+)
+REFUSALS = frozenset(reason for reason, _ in (*_CAUSES.values(), _OTHER))
+
+
+def refusal_reason(refused: str) -> tuple[str, str]:
+    """The condition's reason for a refusal saying `refused`, and what to do about it.
+
+    >>> refusal_reason("conflict: version '1' of 'bert' was registered from another source")[0]
+    'VersionConflict'
+    >>> refusal_reason("anything else")[0]
+    'RegistrationRefused'
+    """
+    return _CAUSES.get(refused.partition(":")[0].strip(), _OTHER)
+
+
 def registration_refused(model: dict[str, Any], data: ModelRefused, now: str) -> dict[str, Any]:
     """The status after register refused the Model's version for good: Registered False,
-    reason RegistrationRefused, saying why and what to do (a function of the report alone:
-    told again, the status is the one stored), and Ready computed from it."""
+    its reason naming the cause (VersionConflict, SourceForbidden, InvalidSpec, else
+    RegistrationRefused: `refusal_reason`), saying why and what to do (a function of the
+    report alone: told again, the status is the one stored), and Ready computed from it."""
     status, generation = _owned(model)
     version = model["spec"].get("version", data.version)
     source = f" from {data.uri}" if data.uri else ""
+    reason, fix = refusal_reason(data.refused)
     message = (
         f"register refused version {version}{source} for good: {data.refused}. Nothing was "
-        "registered for this Model; a registered version is immutable: push the model as a "
-        "new spec.version (or fix spec.source, or the namespace's tenancy), or archive the "
-        "registered one first, then touch the Model (kubectl annotate model "
+        f"registered for this Model; {fix}; then touch the Model (kubectl annotate model "
         f"{model['metadata']['name']} modelhooks.dev/retry=$(date +%s) --overwrite)"
     )
-    new = Condition("Registered", "False", "RegistrationRefused", message[:32768], generation)
+    new = Condition("Registered", "False", reason, message[:32768], generation)
     conditions = merge(status["conditions"], [new], now=now)
     status["conditions"] = merge(conditions, [_ready(model, conditions, generation)], now=now)
     return status

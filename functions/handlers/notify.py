@@ -21,7 +21,8 @@
   takes no new finalizer) a late one changes nothing, so the end does not depend on order.
 - `model.refused` (register refused the Model's version for good: registered from another
   source, a source its namespace's tenancy refuses or that register cannot read): Registered
-  False, reason RegistrationRefused, saying why and what to do, and a Warning Event — unless
+  False, its reason naming the cause (VersionConflict, SourceForbidden, InvalidSpec, else
+  RegistrationRefused), saying why and what to do, and a Warning Event — unless
   the Model's Registered already says something else (a registration, a digest mismatch):
   a late refusal never undoes one, so the end does not depend on order; a later
   registration replaces it. Told only to the Model of the event's uid and version.
@@ -61,6 +62,7 @@ from modelhooks.core.conditions import (
 from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.model_status import (
+    REFUSALS,
     cleaned_up,
     cleanup_failed,
     cleanup_report,
@@ -227,14 +229,14 @@ def _refused(event: CanonicalEvent, data: ModelRefused, cluster: Cluster, model:
         # told meanwhile (a Conflict, read again) stands
         _same_model(data, found)
         registered = _condition(found, "Registered")
-        if registered and registered.get("reason") != "RegistrationRefused":
+        if registered and registered.get("reason") not in REFUSALS:
             raise Skip(f"Model {ns}/{name}'s Registered says {registered.get('reason')}: kept")
         return registration_refused(found, data, _now(event))
 
     model = _apply(cluster, model, told)
     registered = _condition(model, "Registered")
     # its Event named after the report, not the delivery: a redelivery records none
-    _record(event, cluster, model, "RegistrationRefused", "Register", registered["message"],
+    _record(event, cluster, model, registered["reason"], "Register", registered["message"],
             "Warning", report=registered["message"])  # fmt: skip
 
 

@@ -35,7 +35,8 @@ and a Model being deleted arrives as model.deleted (the ApiServerSource translat
 A Model's version refused for good (registered from another source, its namespace's tenancy
 refusing its source, a source register cannot read as one) is told, not only dead-lettered:
 `refused` answers it with a `model.refused` that says why, so notify sets Registered False
-(reason RegistrationRefused) on that Model and records a Warning Event. A push's refusal
+(reason VersionConflict, SourceForbidden or InvalidSpec) on that Model and records a Warning
+Event. A push's refusal
 (no Model waits on it) stays a 4xx.
 """
 

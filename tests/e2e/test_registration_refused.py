@@ -2,7 +2,7 @@
 watch-models --raw` → `modelhooks serve` (Kubernetes registry, tenancy for the namespace) →
 register refuses (a source outside the namespace's tenancy; a version registered already
 from another source) and answers with a `model.refused` → notify: Registered and Ready False
-with reason RegistrationRefused saying why, and one Warning Event, however often the Model's
+with a reason naming the cause (SourceForbidden, VersionConflict) saying why, and one Warning Event, however often the Model's
 events are delivered again. Before, the refusal was a 4xx, dead-lettered, and the Model said
 nothing."""
 
@@ -30,7 +30,7 @@ def _conditions(models: Cluster, name: str) -> dict[str, dict[str, Any]]:
 
 def _refused(models: Cluster, name: str) -> dict[str, Any] | None:
     registered = _conditions(models, name).get("Registered", {})
-    return registered if registered.get("reason") == "RegistrationRefused" else None
+    return registered if registered.get("status") == "False" else None
 
 
 def _touch(models: Cluster, name: str, n: int) -> None:
@@ -47,14 +47,14 @@ def test_a_source_outside_the_namespace_is_told_on_the_model(
     digest = push_model(distribution3, repo, name, tmp_path, tag="v1")
     source = {"oci": {"reference": f"{distribution3.host}/{repo}@{digest}"}}
     cluster.create(name, {"source": source, "version": "1"}, [])
-    condition = served.wait_for(f"{name} RegistrationRefused", lambda: _refused(cluster, name))
+    condition = served.wait_for(f"{name} refused", lambda: _refused(cluster, name))
     location = f"oci://{distribution3.host}/{repo}"
-    assert condition["status"] == "False"
+    assert (condition["status"], condition["reason"]) == ("False", "SourceForbidden")
     assert f"namespace '{cluster.namespace}' may not act on {location}" in condition["message"]
     assert "kubectl annotate model" in condition["message"]
     ready = _conditions(cluster, name)["Ready"]
-    assert (ready["status"], ready["reason"]) == ("False", "RegistrationRefused")
-    assert cluster.column(name, "Reason") == "RegistrationRefused"  # kubectl get -o wide
+    assert (ready["status"], ready["reason"]) == ("False", "SourceForbidden")
+    assert cluster.column(name, "Reason") == "SourceForbidden"  # kubectl get -o wide
     for n in range(2):  # its events again (updates): refused alike, told once
         _touch(cluster, name, n)
     served.wait_for(
@@ -62,7 +62,7 @@ def test_a_source_outside_the_namespace_is_told_on_the_model(
         lambda: served.log.read_text().count("register refused dev.modelhooks.model.updated") >= 2,
     )
     (warning,) = cluster.warnings(name)
-    assert warning.reason == "RegistrationRefused" and warning.action == "Register"
+    assert warning.reason == "SourceForbidden" and warning.action == "Register"
     assert _refused(cluster, name) == condition  # nothing rewritten
     cluster.delete(name)
     served.wait_for(f"{name} gone", lambda: cluster.get(name) is None)
@@ -93,9 +93,10 @@ def test_a_version_registered_from_another_source_is_told_on_the_model(
     cluster.delete(name)
     served.wait_for(f"{name} gone", lambda: cluster.get(name) is None)
     cluster.create(name, {"source": sources[1], "version": "1"}, [])
-    condition = served.wait_for(f"{name} RegistrationRefused", lambda: _refused(cluster, name))
+    condition = served.wait_for(f"{name} refused", lambda: _refused(cluster, name))
+    assert condition["reason"] == "VersionConflict"
     assert "conflict" in condition["message"] and "version 1" in condition["message"]
     assert sources[1]["oci"]["reference"].split("@")[0] in condition["message"]
-    (warning,) = [w for w in cluster.warnings(name) if w.reason == "RegistrationRefused"]
+    (warning,) = [w for w in cluster.warnings(name) if w.reason == "VersionConflict"]
     model = cluster.get(name)
     assert model is not None and warning.regarding.uid == model["metadata"]["uid"]

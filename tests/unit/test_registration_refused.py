@@ -1,5 +1,6 @@
 """notify on `model.refused` (register refused a Model's version for good), over the
-in-memory cluster: Registered and Ready False, reason RegistrationRefused, one Warning Event
+in-memory cluster: Registered and Ready False, a reason naming the cause (VersionConflict, …),
+one Warning Event
 however often it is told; a registration or a digest mismatch is never undone by it, in any
 order; a refusal for another uid or version is not told."""
 
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelhooks.core.function import Skip
+from modelhooks.core.model_status import REFUSALS, refusal_reason
 from modelhooks.events.model import EventData, ModelRefused
 from tests.unit.test_notify import NS, World, _event, _registered, _signed
 
@@ -38,15 +40,15 @@ def test_a_refusal_is_told_once_and_a_registration_replaces_it(tmp_path: Path) -
     world.notify.handle(_event(_refusal(), "r1"))
     conditions = world.conditions()
     registered, ready = conditions["Registered"], conditions["Ready"]
-    assert (registered["status"], registered["reason"]) == ("False", "RegistrationRefused")
+    assert (registered["status"], registered["reason"]) == ("False", "VersionConflict")
     assert REASON in registered["message"] and "new spec.version" in registered["message"]
-    assert (ready["status"], ready["reason"]) == ("False", "RegistrationRefused")
+    assert (ready["status"], ready["reason"]) == ("False", "VersionConflict")
     before = world.get()
     for n in range(3):  # redelivered, and the Model's next events refused alike
         world.notify.handle(_event(_refusal(), f"r-again-{n}"))
     assert world.get() == before  # nothing written again
     events = list(world.cluster.events.values())
-    assert [(e.reason, e.type) for e in events] == [("RegistrationRefused", "Warning")]
+    assert [(e.reason, e.type) for e in events] == [("VersionConflict", "Warning")]
     world.notify.handle(_event(_registered(), "ok"))  # the cause fixed: registered
     assert world.conditions()["Registered"]["status"] == "True"
     assert world.conditions()["Ready"]["status"] == "True"
@@ -102,7 +104,7 @@ def test_a_refusal_of_another_model_or_version_is_not_told(tmp_path: Path) -> No
         world.notify.handle(_event(_refusal(version="2"), "v2"))
     assert "status" not in world.get() and not world.cluster.events
     world.notify.handle(_event(_refusal(model_uid=created["metadata"]["uid"]), "mine"))
-    assert world.conditions()["Registered"]["reason"] == "RegistrationRefused"
+    assert world.conditions()["Registered"]["reason"] == "VersionConflict"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,4 +137,43 @@ def test_any_refusal_is_told_or_skipped(
         return
     registered = world.conditions()["Registered"]
     assert (model, version) == ("bert", "1")
-    assert registered["reason"] == "RegistrationRefused" and len(registered["message"]) <= 32768
+    assert (
+        registered["reason"] == refusal_reason(refused)[0] and len(registered["message"]) <= 32768
+    )
+    assert registered["reason"] in REFUSALS
+
+
+@pytest.mark.parametrize(
+    ("refused", "reason", "fix"),
+    [
+        (REASON, "VersionConflict", "archive the registered one"),
+        ("forbidden: namespace 'team-a' may not act on oci://x/y", "SourceForbidden", "tenancy"),
+        ("bad_request: spec.version: over 128 characters", "InvalidSpec", "spec.version"),
+        ("bad_request : spec.source: no scheme", "InvalidSpec", "spec.source"),
+        ("verification_failed: no", "RegistrationRefused", "new spec.version"),
+        ("no code at all", "RegistrationRefused", "new spec.version"),
+    ],
+)
+def test_the_reason_names_the_cause(tmp_path: Path, refused: str, reason: str, fix: str) -> None:
+    """Each cause its reason (on Registered, Ready and the Warning Event) and what to do."""
+    world = World(tmp_path)
+    world.model()
+    world.notify.handle(_event(_refusal(refused=refused), "r"))
+    registered, ready = world.conditions()["Registered"], world.conditions()["Ready"]
+    assert (registered["reason"], ready["reason"]) == (reason, reason)
+    assert refused in registered["message"] and fix in registered["message"]
+    assert [e.reason for e in world.cluster.events.values()] == [reason]
+
+
+def test_a_refusal_for_another_cause_replaces_the_first(tmp_path: Path) -> None:
+    """The Model fixed for one refusal and refused for another: the second is told (one
+    Warning Event each); a registration then replaces it."""
+    world = World(tmp_path)
+    world.model()
+    world.notify.handle(_event(_refusal(), "r1"))
+    world.notify.handle(_event(_refusal(refused="forbidden: no"), "r2"))
+    assert world.conditions()["Registered"]["reason"] == "SourceForbidden"
+    reasons = sorted(e.reason for e in world.cluster.events.values())
+    assert reasons == ["SourceForbidden", "VersionConflict"]
+    world.notify.handle(_event(_registered(), "ok"))
+    assert world.conditions()["Ready"]["status"] == "True"
