@@ -15,9 +15,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from modelhooks.bootstrap import build
+from modelhooks.core.errors import (
+    BadRequest,
+    Conflict,
+    CredentialsRefused,
+    Forbidden,
+    Throttled,
+    Unavailable,
+)
 from modelhooks.core.function import Skip
 from modelhooks.core.model_status import REFUSALS, refusal_reason
-from modelhooks.events.model import EventData, ModelRefused
+from modelhooks.core.settings import load_settings
+from modelhooks.delivery.runtime import run
+from modelhooks.events.model import (
+    ArtifactPushed,
+    CanonicalEvent,
+    EventData,
+    ModelCreated,
+    ModelRefused,
+)
 from tests.unit.test_notify import NS, World, _event, _registered, _signed
 
 REASON = "conflict: registry: version '1' of 'bert' was registered from another source"
@@ -177,3 +194,54 @@ def test_a_refusal_for_another_cause_replaces_the_first(tmp_path: Path) -> None:
     assert reasons == ["SourceForbidden", "VersionConflict"]
     world.notify.handle(_event(_registered(), "ok"))
     assert world.conditions()["Ready"]["status"] == "True"
+
+
+def _raising(error: Exception) -> Any:
+    def handle(event: Any) -> list[Any]:
+        raise error
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "reason"),
+    [
+        (
+            Conflict("version '1' of 'bert' was registered from another source"),
+            200,
+            "VersionConflict",
+        ),
+        (Forbidden("namespace 'ml' may not act on oci://x/y"), 200, "SourceForbidden"),
+        (BadRequest("spec.version: over 128 characters"), 200, "InvalidSpec"),
+        (Unavailable("the registry answered 503"), 503, None),
+        (CredentialsRefused("the registry refused our token"), 503, None),
+        (Throttled("slow down"), 429, None),
+    ],
+)
+def test_a_model_refusal_is_told_exactly_when_it_is_for_good(
+    tmp_path: Path, error: Exception, status: int, reason: str | None
+) -> None:
+    """Through the delivery runtime: a permanent refusal of a Model's event answers 200 with
+    one model.refused (routed on to notify), whose reason notify names the cause by; a
+    transient failure keeps its 5xx/429 and tells nothing (the platform redelivers); a push's
+    permanent refusal (no Model waits on it) keeps its 4xx."""
+    import msgspec
+
+    app = build(load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}))
+    fn = msgspec.structs.replace(app.function("register"), handle=_raising(error))
+    spec = {"source": {"oci": {"reference": "reg:5000/models/bert:v1"}}, "version": "1"}
+    data = ModelCreated(name="bert", namespace=NS, spec=spec, uid="u-1")
+    outcome = run(fn, CanonicalEvent(id="m", source="k8s", type=data.TYPE, data=data), app.delivery)
+    assert outcome.status == status
+    if reason is None:
+        assert outcome.replies == ()
+        return
+    (told,) = outcome.replies
+    assert isinstance(told.data, ModelRefused) and told.data.model_uid == "u-1"
+    assert refusal_reason(told.data.refused)[0] == reason
+    pushed = ArtifactPushed(
+        model="bert", version="1", uri="oci://reg:5000/models/bert", digest="", store="oci"
+    )
+    push = CanonicalEvent(id="p", source="reg", type=pushed.TYPE, data=pushed)
+    outcome = run(fn, push, app.delivery)
+    assert 400 <= outcome.status < 500 and outcome.replies == ()
