@@ -267,6 +267,36 @@ def test_update_artifact_and_create_version(
     assert kubeflow.list_artifacts(v2.id)[0].state == ArtifactState.LIVE
 
 
+def test_update_artifact_of_another_version_or_model_is_refused(
+    tmp_path: Path, model_registry: ModelRegistryServer, kubeflow: KubeflowModelRegistry
+) -> None:
+    """update_artifact naming an artifact that is not in the version (or model) it names:
+    refused before anything is copied, the artifact untouched (it was copied over and made
+    LIVE, the result naming the other version)."""
+    _, _, theirs = new_artifact(kubeflow, "theirs", "model", "s3://b/theirs", "sha256:" + "0" * 64)
+    mine, my_version, my_artifact = new_artifact(kubeflow, "mine")
+    src = tmp_path / "model"
+    model(src)
+    env = job_env(tmp_path, model_registry, source=src, out=tmp_path / "out")
+    for ids in (
+        ["--model-version-id", my_version.id],
+        ["--model-id", mine.id, "--model-version-id", my_version.id],
+        ["--model-id", mine.id],
+    ):
+        refused = transfer(env, "--model-artifact-id", theirs.id, *ids)
+        assert refused.returncode == 2, (ids, refused.stdout, refused.stderr)
+        assert f"no ModelArtifact {theirs.id!r} in" in refused.stderr
+    assert not (tmp_path / "out").exists()
+    after = kubeflow.get_artifact(theirs.id)
+    assert after is not None
+    assert (after.uri, after.digest, after.state) == (theirs.uri, theirs.digest, theirs.state)
+    # named with its own version and model, the artifact is updated
+    done = transfer(env, "--model-artifact-id", my_artifact.id, "--model-id", mine.id,
+                    "--model-version-id", my_version.id)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "LIVE"
+
+
 def test_two_concurrent_runs_make_one_version_and_one_copy(
     tmp_path: Path,
     model_registry: ModelRegistryServer,

@@ -113,6 +113,40 @@ def _claimed(props: Mapping[str, str], at: str) -> dict[str, str]:
     return {**props, TRANSFER_CLAIM: claim} if claim else dict(props)
 
 
+def _in_named(registry: Any, config: TransferConfig, artifact: ModelArtifact) -> None:
+    """NotFound unless the artifact is in the version and model the run names (when it
+    names them): an artifact of another model would be copied over and made LIVE while
+    the signature and the result named the version given."""
+    ids = config.model
+    version_id = artifact.version_id  # '' where the backend does not say (Kubeflow's GET)
+    if ids.version_id:
+        if version_id:
+            inside = version_id == ids.version_id
+        else:
+            inside = any(a.id == artifact.id for a in registry.list_artifacts(ids.version_id))
+        if not inside:
+            raise NotFound(
+                f"model registry: no ModelArtifact {artifact.id!r} in ModelVersion "
+                f"{ids.version_id!r} (MODEL_SYNC_MODEL_VERSION_ID)"
+            )
+        version_id = ids.version_id
+    if ids.model_id:
+        if version_id:
+            version = registry.get_version_by_id(version_id)
+            inside = version is not None and version.model_id == ids.model_id
+        else:  # the model's versions' artifacts
+            inside = any(
+                a.id == artifact.id
+                for v in registry.list_versions(ids.model_id)
+                for a in registry.list_artifacts(v.id)
+            )
+        if not inside:
+            raise NotFound(
+                f"model registry: no ModelArtifact {artifact.id!r} in RegisteredModel "
+                f"{ids.model_id!r} (MODEL_SYNC_MODEL_ID)"
+            )
+
+
 def begin(registry: Any, config: TransferConfig, uri: str, *, at: str = "") -> Target:
     """The model, version and artifact of the intent, found or created; the artifact PENDING
     and claimed by a request sent at `at` (Skip when a newer one claimed it: moot)."""
@@ -122,6 +156,7 @@ def begin(registry: Any, config: TransferConfig, uri: str, *, at: str = "") -> T
             artifact = registry.get_artifact(config.model.artifact_id)
             if artifact is None:
                 raise NotFound(f"model registry: no ModelArtifact {config.model.artifact_id!r}")
+            _in_named(registry, config, artifact)
             if newer(artifact, at):
                 raise _moot(artifact, at, "nothing is copied")
             props = _claimed(artifact.custom_properties, at)
