@@ -28,8 +28,9 @@ def entries(
     text: str, origin: str, *, selector: str, options: set[str]
 ) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(where, glob, options) of each entry, in order; `where` names the entry for errors.
-    Text that is no YAML (a syntax error, nesting past the parser's recursion) is a
-    ValueError naming the file too: it was an internal error, and serve did not start."""
+    Text that is no YAML (a syntax error, nesting past the parser's recursion, a value it
+    cannot build: 2026-02-30, an integer of 5,000 digits) is a ValueError naming the file
+    too: it was an internal error, and serve did not start."""
     import yaml
 
     try:
@@ -38,6 +39,8 @@ def entries(
         raise ValueError(f"{origin}: not YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise ValueError(f"{origin}: not YAML: nested too deep") from None
+    except ValueError as exc:  # a value YAML reads but cannot build: 2026-02-30, 5,000 digits
+        raise ValueError(f"{origin}: not YAML: a value that is none: {exc}") from None
     found = doc.get("policies") if isinstance(doc, dict) else None
     if not isinstance(found, list):
         raise ValueError(f"{origin}: expected `policies:` with a list of policies")
@@ -71,10 +74,12 @@ def flag(key: str, value: object) -> bool:
 
 
 def count(key: str, value: object) -> int:
-    """A whole number, 0 or more (or its text), else a ValueError naming `key`: `keep:
-    true` was 1 and `keep: 2.5` 2."""
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
+    """A whole number, 0 or more (or its text, ASCII digits), else a ValueError naming
+    `key`: `keep: true` was 1 and `keep: 2.5` 2, `keep: "²"` int()'s ValueError naming no
+    key."""
+    text = value.strip() if isinstance(value, str) else ""
+    if text.isascii() and text.isdigit() and len(text) <= 18:  # "²" is a digit to str
+        value = int(text)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{key}: a whole number, 0 or more, not {value!r}")
     return value

@@ -694,6 +694,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     except RecursionError:
         raise ConfigError(f"cannot read config file {path}: nested too deep") from None
+    except ValueError as exc:  # a value YAML reads but cannot build: 2026-02-30, 5,000 digits
+        raise ConfigError(f"cannot read config file {path}: a value that is none: {exc}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {path} must hold a mapping of settings")
     return doc
