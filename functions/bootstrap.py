@@ -90,6 +90,7 @@ class Deps:
     cleanup: Cleanup  # cleanup's policies by model name, and the ready marker
     secrets: Secrets | None  # Models' namespaces' Secrets (cleanup); None: no cluster access
     cluster: Cluster | None  # Models' status, finalizer, Events (notify); None: no cluster
+    models: Cluster | None  # the Models cleanup spares the sources of; None: no cluster
     rollout: bool  # notify rolls out the workloads of a Model that becomes Ready
     policies: PolicySource  # admission: VerificationPolicies (none outside a cluster)
     model_verifier: ModelVerifier  # admission: a model decided from its signature and digests
@@ -311,6 +312,13 @@ NEEDS: dict[str, tuple[_Need, ...]] = {
         ),
     ),
     "model_verifier": (("signing", "admission verifying signatures", None),),
+    "models": (
+        (
+            "k8s",
+            "cleanup reading Models (cleanup.kubeconfig, or in a cluster)",
+            lambda s: bool(s.cleanup.kubeconfig) or _in_cluster(),
+        ),
+    ),
     "cluster": (
         (
             "k8s",
@@ -391,6 +399,7 @@ def _deps(settings: Settings, overrides: dict[str, Any]) -> Deps:
         "cleanup": lambda _: _cleanup(settings),
         "secrets": lambda _: _secrets(settings),
         "cluster": lambda _: _cluster(settings),
+        "models": lambda _: _models(settings),
         "rollout": lambda _: settings.notify.rollout,
         "policies": lambda _: _policies(settings),
         "model_verifier": lambda d: _model_verifier(settings, d.oci, d.stores),
@@ -505,6 +514,18 @@ def _cluster(settings: Settings) -> Cluster | None:
     from modelhooks.adapters.kubernetes.cluster import kubernetes_cluster
 
     return kubernetes_cluster(settings.notify.kubeconfig)
+
+
+def _models(settings: Settings) -> Cluster | None:
+    """The Models cleanup reads (a live Model's source is not deleted) through
+    cleanup.kubeconfig, else the pod's in-cluster config; None outside a cluster."""
+    from modelhooks.adapters.kubernetes.cluster import KubernetesCluster
+    from modelhooks.adapters.kubernetes.connection import Connection
+
+    connection = Connection.configured(
+        settings.cleanup.kubeconfig, variable="MODELHOOKS_CLEANUP_KUBECONFIG", needs="cleanup"
+    )
+    return None if connection is None else KubernetesCluster(connection=connection)
 
 
 def _policy_file(path: str, variable: str, parse: Callable[[str, str], T]) -> T:

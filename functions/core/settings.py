@@ -394,8 +394,10 @@ class CleanupSettings(_Section, frozen=True, kw_only=True):
         str,
         doc(
             "kubeconfig through which cleanup reads the Secret a Model's spec.source.secretRef "
-            "names, in the Model's namespace; empty: the pod's in-cluster config when running "
-            "in Kubernetes, else none (a Model naming a secretRef is then a configuration error)"
+            "names, in the Model's namespace, and the namespace's Models (a source another "
+            "live Model names is kept); empty: the pod's in-cluster config when running in "
+            "Kubernetes, else none (a Model naming a secretRef is then a configuration error, "
+            "and no Model is read)"
         ),
     ] = ""
 

@@ -8,7 +8,10 @@ registry's webhook), every version the registry holds of the model that was push
 the deletion — one registered later, its push older than the deletion, gets the deletion
 said again by `register`, so the effect does not depend on the order. Never deleted: anything a live version of another model, or a version of
 this one pushed after the deletion, uses; anything outside the locations the Model's
-namespace may act on (tenancy: 403 naming it). One `artifact.purged` reply per location,
+namespace may act on (tenancy: 403 naming it); anything another Model of the namespace, live
+in the cluster now (`models`: read through cleanup.kubeconfig or in a cluster), names in its
+spec.source (`live_sources`), so a Model deleted and created again under its name keeps its
+source whether cleanup runs before or after register heard of the new one. One `artifact.purged` reply per location,
 listing what went, what stayed and what failed; a transient failure answers 5xx so a
 redelivery finishes the job, and a second delivery deletes nothing. A delivery deletes at
 most MAX_DELETES objects a location (its listing read no further): a version of more
@@ -50,7 +53,14 @@ from modelhooks.core.cleanup import (
     plan_objects,
     plan_oci,
 )
-from modelhooks.core.errors import BadRequest, Forbidden, Permanent, Throttled, Unavailable
+from modelhooks.core.errors import (
+    BadRequest,
+    Forbidden,
+    NotFound,
+    Permanent,
+    Throttled,
+    Unavailable,
+)
 from modelhooks.core.function import Function
 from modelhooks.core.records import PUSHED_AT, ModelState, owner_of, stamp
 from modelhooks.core.sources import model_source
@@ -59,12 +69,13 @@ from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
 
 if TYPE_CHECKING:
-    from modelhooks.core.ports import ModelRegistry, Secrets
+    from modelhooks.core.ports import Cluster, ModelRegistry, Secrets
 
 __all__ = [
     "FUNCTION",
     "Target",
     "in_use",
+    "live_sources",
     "plan",
     "policy_of",
     "refused",
@@ -89,6 +100,7 @@ def handle(
     tenancy: Tenancy,
     cleanup: Cleanup,
     secrets: Secrets | None,
+    models: Cluster | None = None,
 ) -> list[CanonicalEvent]:
     data = event.data
     if not isinstance(data, ModelDeleted):
@@ -99,6 +111,9 @@ def handle(
     if policy.name == "Retain":  # nothing is deleted, so no store or registry is reached
         kept = [(t, Purge(t.uri, kept=((t.uri, "deletionPolicy Retain"),))) for t in found]
         return [_purged(event, data, policy, *done, n) for n, done in enumerate(kept)]
+    spared = live_sources(data, found, models) if found and models is not None else {}
+    if spared:  # another Model, live in the cluster now, names it: its own deletion decides
+        found = [t for t in found if t.uri not in spared]
     for target in found:  # every location is checked before anything is deleted
         if _external(target):
             continue
@@ -120,6 +135,7 @@ def handle(
         for target in found
     ]  # fmt: skip
     done = [(target, apply(purge, lambda _: None)) for target, purge, apply in planned]
+    done += [(Target(uri), Purge(uri, kept=((uri, why),))) for uri, why in spared.items()]
     if unfinished := [target.uri for target, purge in done if purge.more]:
         gone = sum(len(purge.deletions) for _, purge in done)
         raise Throttled(
@@ -311,6 +327,66 @@ def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
         if isinstance(resolved, str) and resolved.startswith("sha256:"):
             return Target(found.uri, resolved)
     return Target(found.uri, found.digest if found.store == "oci" else "")
+
+
+def live_sources(data: ModelDeleted, found: list[Target], models: Cluster) -> dict[str, str]:
+    """The targets another Model of the namespace, live in the cluster now, names (its
+    source overlaps), each with why it is kept. Another Model: one of another uid (the
+    deletion's `uid`; without one, any Model not being deleted, the deleted one itself being
+    gone or Terminating), not being deleted itself. So a Model deleted and created again
+    under its name with the same source keeps it, whether cleanup runs before or after
+    register has heard of the new one: the cluster, not the order of deliveries, says it."""
+    spared: dict[str, str] = {}
+    try:
+        listed = models.list_models(data.namespace)
+    except NotFound:  # no Model resource in this cluster: no Model names anything
+        return spared
+    except Forbidden as exc:  # nothing is deleted unknowing what else names it
+        raise Forbidden(
+            f"cleanup may not list the Models of namespace {data.namespace!r}, so it deletes "
+            "nothing: its ServiceAccount needs the ClusterRole modelhooks-cleanup "
+            "(infra/k8s/rbac/cleanup.yaml)",
+            namespace=data.namespace,
+        ) from exc
+    for model in listed:
+        meta = model.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (data.uid and meta.get("uid") == data.uid):
+            continue
+        spec = model.get("spec")
+        named = spec.get("source") if isinstance(spec, dict) else None
+        try:
+            source = _from_source(named if isinstance(named, dict) else {}, {})
+        except Permanent:
+            continue  # a source no one can act on names nothing
+        for target in found:
+            if target.uri not in spared and _overlaps(target, source):
+                spared[target.uri] = (
+                    f"in use by Model {data.namespace}/{meta.get('name')} "
+                    f"(uid {meta.get('uid')}), live in the cluster"
+                )
+    return spared
+
+
+def _overlaps(target: Target, source: Target) -> bool:
+    """`source` names what `target` would delete: an OCI repository's same tag or digest,
+    an object-store prefix inside or around the other."""
+    if target.uri.startswith("oci://") or source.uri.startswith("oci://"):
+        (repo, tag), (other, other_tag) = _oci_ref(target.uri), _oci_ref(source.uri)
+        if repo != other:
+            return False
+        digests = {target.digest} - {""}
+        return bool(tag and tag == other_tag) or bool(digests & ({source.digest, other_tag}))
+    a, b = (u if u.endswith("/") else f"{u}/" for u in (target.uri, source.uri))
+    return a.startswith(b) or b.startswith(a)
+
+
+def _oci_ref(uri: str) -> tuple[str, str]:
+    """(oci://host/repo, tag or digest) of an OCI reference."""
+    if "@" in uri:
+        return uri.split("@", 1)[0], uri.split("@", 1)[1]
+    head, _, last = uri.rpartition("/")
+    name, _, tag = last.partition(":")
+    return f"{head}/{name}", tag
 
 
 def policy_of(data: ModelDeleted, cleanup: Cleanup) -> Policy:

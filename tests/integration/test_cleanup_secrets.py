@@ -108,22 +108,34 @@ def cluster(
     from kubernetes import client
 
     with kube_apiserver.api_client() as api:
-        (role,) = [
+        roles = [
             d
             for d in yaml.safe_load_all(RBAC.read_text())
-            if d["kind"] == "ClusterRole" and d["metadata"]["name"] == GRANT
+            if d["kind"] == "ClusterRole" and d["metadata"]["name"] in (GRANT, ACCOUNT)
         ]
         rbac = client.RbacAuthorizationV1Api(api)
-        try:
-            rbac.create_cluster_role(role)  # the file's role itself, as deployed
-        except client.ApiException as exc:
-            if exc.status != 409:  # another module of the session created it
-                raise
+        for role in roles:
+            try:
+                rbac.create_cluster_role(role)  # the file's roles themselves, as deployed
+            except client.ApiException as exc:
+                if exc.status != 409:  # another module of the session created it
+                    raise
         core = client.CoreV1Api(api)
         home = f"modelhooks-{uuid.uuid4().hex[:8]}"  # where the functions run
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=home)))
         core.create_namespaced_service_account(
             home, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=ACCOUNT))
+        )
+        rbac.create_cluster_role_binding(  # the file's binding, for this run's ServiceAccount
+            {
+                "metadata": {"name": home},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": ACCOUNT,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": home}],
+            }
         )
         token = kube_apiserver.token_for(ACCOUNT, home, seconds=3600)
         path = tmp_path_factory.mktemp("cleanup-kube") / "kubeconfig"
