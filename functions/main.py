@@ -47,7 +47,7 @@ def _target(name: str) -> Callable[[flask.Request], flask.typing.ResponseReturnV
     def target(request: flask.Request) -> flask.Response:
         if request.method == "GET" and request.path == "/healthz":  # as `modelhooks serve`
             return to_flask(json_response(200, {"status": "ok", "function": name}))
-        return to_flask(call_function(name, request, build().delivery))
+        return call_function(name, request, build().delivery)
 
     target.__name__ = target.__qualname__ = name
     return functions_framework.http(target)

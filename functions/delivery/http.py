@@ -172,10 +172,13 @@ def routes(broker: Broker, only: frozenset[str] = frozenset()) -> Handler:
 # --- Flask (functions-framework targets, and the test client) ------------------------------
 
 
-def to_flask(resp: Response) -> flask.Response:
+def to_flask(resp: Response, *, streamed: bool = False) -> flask.Response:
+    """`resp` for Flask; `streamed`, as an iterable (functions-framework then leaves the rest
+    of the request body unread)."""
     import flask
 
-    return flask.Response(resp.body, status=resp.status, headers=resp.headers)
+    body = iter([resp.body]) if streamed else resp.body
+    return flask.Response(body, status=resp.status, headers=resp.headers)
 
 
 def read_body(request: flask.Request, limit: int) -> bytes:
@@ -237,8 +240,11 @@ def flask_view(handler: Handler, limit: int) -> Callable[[], flask.Response]:
     return view
 
 
-def call_function(name: str, request: flask.Request, delivery: Delivery) -> Response:
-    """A functions-framework target: one delivery to one function."""
+def call_function(name: str, request: flask.Request, delivery: Delivery) -> flask.Response:
+    """A functions-framework target: one delivery to one function. A body refused as too
+    large is answered without reading on: functions-framework reads every request's whole
+    body into memory after the answer (its after_request), but not a streamed answer's, so
+    the refusal streams (the WSGI server discards the rest, a chunk at a time)."""
     webhook = delivery.function(name).kind == "admission"
     try:
         body = read_body(request, delivery.max_review_bytes if webhook else delivery.max_body_bytes)
@@ -246,10 +252,18 @@ def call_function(name: str, request: flask.Request, delivery: Delivery) -> Resp
         if webhook:
             from modelhooks.delivery.admission import refused
 
-            return refused(exc)
-        return error_response(exc)
+            return to_flask(refused(exc), streamed=True)
+        return to_flask(error_response(exc), streamed=True)
+    limit = delivery.max_review_bytes if webhook else delivery.max_body_bytes
+    if request.content_length is None and len(body) > limit:  # a stream read past the limit
+        too_large = PayloadTooLarge(f"body over the limit of {limit} bytes")
+        if webhook:
+            from modelhooks.delivery.admission import refused
+
+            return to_flask(refused(too_large), streamed=True)
+        return to_flask(error_response(too_large), streamed=True)
     handler = function_delivery(name, delivery)
-    return handler(request.method, request.path, headers_of(request.environ), body)
+    return to_flask(handler(request.method, request.path, headers_of(request.environ), body))
 
 
 def create_app(broker: Broker) -> flask.Flask:
