@@ -519,13 +519,16 @@ def _cluster(settings: Settings) -> Cluster | None:
 def _models(settings: Settings) -> Cluster | None:
     """The Models cleanup reads (a live Model's source is not deleted) through
     cleanup.kubeconfig, else the pod's in-cluster config; None outside a cluster."""
-    from modelhooks.adapters.kubernetes.cluster import KubernetesCluster
     from modelhooks.adapters.kubernetes.connection import Connection
 
     connection = Connection.configured(
         settings.cleanup.kubeconfig, variable="MODELHOOKS_CLEANUP_KUBECONFIG", needs="cleanup"
     )
-    return None if connection is None else KubernetesCluster(connection=connection)
+    if connection is None:
+        return None
+    from modelhooks.adapters.kubernetes.cluster import KubernetesCluster  # in a cluster only
+
+    return KubernetesCluster(connection=connection)
 
 
 def _policy_file(path: str, variable: str, parse: Callable[[str, str], T]) -> T:

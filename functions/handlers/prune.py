@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from modelhooks.adapters.oci.clients import OciClients
-from modelhooks.adapters.oci.distribution import listed
 from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import INTERNAL_PREFIX, ModelState, ModelVersion, Tag
@@ -339,6 +338,8 @@ def _with_pushed(
         manifest, digest, _ = client.manifest(repo, digest)
     except NotFound:
         return tags
+    from modelhooks.adapters.oci.distribution import listed  # a late push's: not at start
+
     return [*tags, Tag(tag, digest, at, listed(manifest, client, repo))]
 
 
