@@ -60,8 +60,17 @@ def cached_venv(key: str, *requirements: str, cwd: Path | None = None) -> Path:
             fresh_venv(where, *requirements, cwd=cwd)
             (where / ".complete").touch()
         os.utime(where)
+        if key not in _IN_USE:  # taken under the lock: no prune is between its check and us
+            _IN_USE[key] = (VENVS / f"{key}.use").open("w")
+            fcntl.flock(_IN_USE[key], fcntl.LOCK_SH)
     _prune_venvs()
     return where / "bin"
+
+
+# Each venv this process was given, its <key>.use file held with a shared lock until the
+# process ends: another process's prune removes none of them while this one runs them (it
+# removed a bench's venv between its runs: FileNotFoundError .../bin/functions-framework).
+_IN_USE: dict[str, Any] = {}
 
 
 def _prune_venvs() -> None:
@@ -71,8 +80,15 @@ def _prune_venvs() -> None:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                continue  # in use by another session
-            shutil.rmtree(old, ignore_errors=True)
+                continue  # being made or checked by another session
+            if old.name in _IN_USE:
+                continue  # in use here
+            with (VENVS / f"{old.name}.use").open("w") as use:
+                try:
+                    fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # in use by another process
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def fresh_venv(where: Path, *requirements: str, cwd: Path | None = None) -> Path:
