@@ -371,22 +371,21 @@ def _overlaps(target: Target, source: Target) -> bool:
     """`source` names what `target` would delete: an OCI repository's same tag or digest,
     an object-store prefix inside or around the other."""
     if target.uri.startswith("oci://") or source.uri.startswith("oci://"):
-        (repo, tag), (other, other_tag) = _oci_ref(target.uri), _oci_ref(source.uri)
+        (repo, tag, digest), (other, other_tag, other_digest) = map(_oci_ref, (target, source))
         if repo != other:
             return False
-        digests = {target.digest} - {""}
-        return bool(tag and tag == other_tag) or bool(digests & ({source.digest, other_tag}))
+        return bool(tag and tag == other_tag) or bool(digest and digest == other_digest)
     a, b = (u if u.endswith("/") else f"{u}/" for u in (target.uri, source.uri))
     return a.startswith(b) or b.startswith(a)
 
 
-def _oci_ref(uri: str) -> tuple[str, str]:
-    """(oci://host/repo, tag or digest) of an OCI reference."""
-    if "@" in uri:
-        return uri.split("@", 1)[0], uri.split("@", 1)[1]
-    head, _, last = uri.rpartition("/")
-    name, _, tag = last.partition(":")
-    return f"{head}/{name}", tag
+def _oci_ref(target: Target) -> tuple[str, str, str]:
+    """(oci://host/repo, tag, digest) of an OCI reference, its digest the target's when the
+    reference names none: `repo:tag@digest` is the repository `repo`, not `repo:tag`."""
+    name, _, digest = target.uri.partition("@")
+    head, _, last = name.rpartition("/")
+    repo, _, tag = last.partition(":")
+    return f"{head}/{repo}", tag, digest or target.digest
 
 
 def policy_of(data: ModelDeleted, cleanup: Cleanup) -> Policy:

@@ -19,6 +19,7 @@ from modelhooks.bootstrap import build
 from modelhooks.core.errors import Forbidden
 from modelhooks.core.settings import load_settings
 from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
+from modelhooks.handlers.cleanup import Target, live_sources
 from tests.fakes.memory_cluster import InMemoryCluster
 from tests.fakes.memory_registry import InMemoryModelRegistry
 
@@ -124,3 +125,35 @@ def test_models_it_may_not_list_delete_nothing_and_name_the_role(tmp_path: Path)
             CanonicalEvent(id="d", source="t", type=gone.TYPE, data=gone, time=T0)
         )
     assert (root / "bert/1/weights.bin").exists()
+
+
+@pytest.mark.parametrize(
+    ("deleted", "live"),
+    [
+        (
+            "r.example:5000/models/bert:v1@sha256:" + "a" * 64,
+            "r.example:5000/models/bert@sha256:" + "a" * 64,
+        ),
+        (
+            "r.example:5000/models/bert@sha256:" + "a" * 64,
+            "r.example:5000/models/bert:v2@sha256:" + "a" * 64,
+        ),
+        ("r.example:5000/models/bert:v1@sha256:" + "a" * 64, "r.example:5000/models/bert:v1"),
+    ],
+)
+def test_a_digest_or_tag_another_model_names_is_kept_whatever_else_its_reference_says(
+    deleted: str, live: str
+) -> None:
+    """A reference `repo:tag@digest` is the repository `repo`: a live Model naming the same
+    digest (or tag) keeps it. Before, the tag stayed in the repository's name
+    (`models/bert:v1`), so no other reference of that repository overlapped it."""
+    cluster = InMemoryCluster()
+    cluster.create(
+        "default", {"metadata": {"name": "other"}, "spec": {"source": {"oci": {"reference": live}}}}
+    )
+    gone = ModelDeleted(
+        uid="old", name="bert", namespace="default", version="1",
+        spec={"source": {"oci": {"reference": deleted}}},
+    )  # fmt: skip
+    target = Target(f"oci://{deleted}", "sha256:" + "a" * 64)
+    assert list(live_sources(gone, [target], cluster)) == [target.uri]
