@@ -216,8 +216,9 @@ class ModelRegistered(EventData, frozen=True, kw_only=True):
 class ModelRefused(EventData, frozen=True, kw_only=True):
     """Emitted by `register` when it refuses a Model's version for good (the version is
     registered from another source, the namespace's tenancy forbids the source, the source
-    is malformed): why, for notify to say it on that Model (condition Registered False,
-    reason RegistrationRefused)."""
+    is malformed): why, for notify to say it on that Model (condition Registered False, its
+    reason naming the cause: VersionConflict, SourceForbidden, InvalidSpec, else
+    RegistrationRefused)."""
 
     TYPE = "dev.modelhooks.model.refused"
     model: Annotated[str, _doc("the Model's name")]
