@@ -246,22 +246,17 @@ def call_function(name: str, request: flask.Request, delivery: Delivery) -> flas
     body into memory after the answer (its after_request), but not a streamed answer's, so
     the refusal streams (the WSGI server discards the rest, a chunk at a time)."""
     webhook = delivery.function(name).kind == "admission"
+    limit = delivery.max_review_bytes if webhook else delivery.max_body_bytes
     try:
-        body = read_body(request, delivery.max_review_bytes if webhook else delivery.max_body_bytes)
+        body = read_body(request, limit)
+        if request.content_length is None and len(body) > limit:  # a stream read past it
+            raise PayloadTooLarge(f"body over the limit of {limit} bytes")
     except ModelhooksError as exc:
         if webhook:
             from modelhooks.delivery.admission import refused
 
             return to_flask(refused(exc), streamed=True)
         return to_flask(error_response(exc), streamed=True)
-    limit = delivery.max_review_bytes if webhook else delivery.max_body_bytes
-    if request.content_length is None and len(body) > limit:  # a stream read past the limit
-        too_large = PayloadTooLarge(f"body over the limit of {limit} bytes")
-        if webhook:
-            from modelhooks.delivery.admission import refused
-
-            return to_flask(refused(too_large), streamed=True)
-        return to_flask(error_response(too_large), streamed=True)
     handler = function_delivery(name, delivery)
     return to_flask(handler(request.method, request.path, headers_of(request.environ), body))
 
