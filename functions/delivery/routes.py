@@ -59,8 +59,9 @@ class RouteAuth(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than 
         cls, default: str, routes: str, kinds: str = "", namespaces: str = ""
     ) -> RouteAuth:
         table: dict[str, Authenticator] = {}
+        pairs = _pairs(routes, "MODELHOOKS_INGRESS_ROUTE_AUTH", "/path=spec")
         open_paths = {""} if default.strip() == "none" else set()
-        for path, spec in _pairs(routes, "MODELHOOKS_INGRESS_ROUTE_AUTH", "/path=spec"):
+        for path, spec in pairs:
             table[path] = from_spec(spec, origin=f"MODELHOOKS_INGRESS_ROUTE_AUTH ({path})")
             if spec.strip() == "none":
                 open_paths.add(path)
@@ -80,8 +81,7 @@ class RouteAuth(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than 
                 )
             kind_table[path] = frozenset(KINDS) if "*" in wanted else frozenset(wanted)
         tenants = dict(_pairs(namespaces, "MODELHOOKS_INGRESS_ROUTE_NAMESPACES", "/path=namespace"))
-        specs = dict(_pairs(routes, "MODELHOOKS_INGRESS_ROUTE_AUTH", "/path=spec"))
-        _own_credentials(tenants, specs, default, open_paths)
+        _own_credentials(tenants, dict(pairs), default, open_paths)
         return cls(
             from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"),
             table,
