@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from modelhooks.adapters.oci.distribution import MAX_NESTING, OCI_INDEX, OCI_MANIFEST, listed
-from modelhooks.core.errors import NotFound
+from modelhooks.adapters.oci.distribution import (
+    MAX_INDEX_READS,
+    MAX_NESTING,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    listed,
+)
+from modelhooks.core.errors import BadRequest, NotFound
 
 
 class Manifests:
@@ -46,11 +52,28 @@ def test_grandchildren_are_reached_once_and_a_gone_index_lists_nothing() -> None
     assert listed(top, registry, "r") == ("i1", "gone", "m1", "i2", "m2")
 
 
-def test_nesting_is_bounded() -> None:
+def test_nesting_is_bounded_and_past_it_nothing_is_decided() -> None:
+    """Indexes nested MAX_NESTING - 1 deep are followed; one more, or more than
+    MAX_INDEX_READS indexes, is a BadRequest (a shorter list would let cleanup or prune
+    delete what a tag still reaches)."""
     chain = {f"i{n}": index((OCI_INDEX, f"i{n + 1}")) for n in range(MAX_NESTING * 3)}
+    chain[f"i{MAX_NESTING - 2}"] = index((OCI_MANIFEST, "leaf"))
     registry = Manifests(**chain)
     found = listed(index((OCI_INDEX, "i0")), registry, "r")
-    assert len(found) == MAX_NESTING and registry.reads == MAX_NESTING
+    assert found[-1] == "leaf" and registry.reads == MAX_NESTING - 1
+    with pytest.raises(BadRequest, match="past"):
+        listed(
+            index((OCI_INDEX, "i0")),
+            Manifests(**{**chain, f"i{MAX_NESTING - 2}": index((OCI_INDEX, "x"))}),
+            "r",
+        )
+    wide = index(*((OCI_INDEX, f"w{n}") for n in range(MAX_INDEX_READS + 1)))
+    with pytest.raises(BadRequest):
+        listed(wide, Manifests(), "r")
+    assert (
+        len(listed(index(*((OCI_MANIFEST, f"m{n}") for n in range(5000))), Manifests(), "r"))
+        == 5000
+    )
 
 
 @pytest.mark.parametrize(

@@ -72,17 +72,20 @@ CREATED = "org.opencontainers.image.created"  # the manifest annotation of the p
 
 INDEXES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
 MAX_NESTING = 8  # levels of indexes listing indexes that `listed` follows
+MAX_INDEX_READS = 256  # listed indexes `listed` reads for one index
 
 
 def listed(manifest: Mapping[str, Any], registry: OciRegistry, repo: str) -> tuple[str, ...]:
     """The digests an index of `repo` lists, then those each index among them lists in turn
     (an index may list indexes: a grandchild deleted leaves the tag naming what no one can
-    pull), down to MAX_NESTING levels, each once, in the order found; () for a manifest that
-    lists nothing. Only entries whose mediaType is an index are read (one gone since lists
-    nothing), so a plain multi-platform index costs no read."""
+    pull), each once, in the order found; () for a manifest that lists nothing. Only entries
+    whose mediaType is an index are read (one gone since lists nothing), so a plain
+    multi-platform index costs no read. Past MAX_NESTING levels or MAX_INDEX_READS reads (a
+    registry is anyone's: an index of 4 MiB lists ~25,000 indexes) BadRequest, not a
+    shorter list: what it would leave out could be deleted while a tag still reaches it."""
     found: dict[str, None] = {}
-    level = [manifest]
-    for _ in range(MAX_NESTING):
+    level, reads = [manifest], 0
+    for depth in range(MAX_NESTING):
         deeper: list[Mapping[str, Any]] = []
         for index in level:
             entries = index.get("manifests") if isinstance(index, Mapping) else None
@@ -91,9 +94,17 @@ def listed(manifest: Mapping[str, Any], registry: OciRegistry, repo: str) -> tup
                 if not isinstance(digest, str) or not digest or digest in found:
                     continue
                 found[digest] = None
-                if entry.get("mediaType") in INDEXES:  # one gone since lists nothing
-                    with contextlib.suppress(NotFound):
-                        deeper.append(registry.manifest(repo, digest)[0])
+                if entry.get("mediaType") not in INDEXES:
+                    continue
+                reads += 1
+                if reads > MAX_INDEX_READS or depth == MAX_NESTING - 1:
+                    raise BadRequest(
+                        f"{repo}: an index lists indexes past {MAX_NESTING} levels or "
+                        f"{MAX_INDEX_READS} indexes; nothing it reaches is decided on",
+                        repository=repo,
+                    )
+                with contextlib.suppress(NotFound):  # one gone since lists nothing
+                    deeper.append(registry.manifest(repo, digest)[0])
         if not deeper:
             break
         level = deeper
