@@ -431,8 +431,13 @@ class DistributionRegistry:
 
     def delete_manifest(self, repo: str, digest: str) -> None:
         """Delete a manifest by digest; deleting what is gone succeeds. Delete its tags
-        first (`delete_tag`): not every registry drops them with it (cue-labs' does not)."""
-        status, _, body = self.request("DELETE", f"/v2/{repo}/manifests/{digest}")
+        first (`delete_tag`): not every registry drops them with it (cue-labs' does not).
+        A 5xx to a DELETE racing another of the same manifest (distribution v3 answers 500
+        UNKNOWN to the one that lost) is a success when the manifest is gone by then."""
+        path = f"/v2/{repo}/manifests/{digest}"
+        status, _, body = self.request("DELETE", path)
+        if status >= 500 and self.request("HEAD", path, Accept=_ACCEPT)[0] == 404:
+            return
         if status != 404:
             self._check(status, body, f"manifest delete {repo}@{digest}")
 
