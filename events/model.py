@@ -41,6 +41,8 @@ __all__ = [
     "TransferRequested",
     "data_class",
     "fit_id",
+    "is_digest",
+    "is_pullable_digest",
     "parse",
 ]
 
@@ -64,6 +66,39 @@ VersionName = Annotated[
     str,
     Meta(min_length=1, max_length=128, pattern=VERSION_PATTERN, description="a version name"),
 ]
+# An OCI digest, `algorithm:encoded` (image-spec descriptor.md); the registered algorithms'
+# encodings are the lower-case hex of their size. Patterns, not compiled here: `re` compiles
+# them on first use (a function's start compiles nothing it may never read).
+_DIGEST = r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+"
+_ENCODED = {"sha256": r"[a-f0-9]{64}", "sha512": r"[a-f0-9]{128}"}
+
+
+def is_digest(reference: str) -> bool:
+    """`algorithm:encoded`; for sha256 and sha512, the lower-case hex of their size."""
+    if not re.fullmatch(_DIGEST, reference):  # fullmatch: '$' takes a final '\n' too
+        return False
+    algorithm, _, encoded = reference.partition(":")
+    encoding = _ENCODED.get(algorithm)
+    return encoding is None or bool(re.fullmatch(encoding, encoded))
+
+
+def is_pullable_digest(reference: str) -> bool:
+    """Is this reference a digest: one the registries take in a URL, sha256 or sha512 (the
+    algorithms image-spec and distribution register), in the lower-case hex of its size.
+    What every function asks of an OCI reference's tag-or-digest (a tag has no ':'), of a
+    status's resolvedDigest or an artifact's digest (`gcs-generation:…` is none): sha512
+    alike, never `startswith("sha256:")`. Any other (`md5:abc`, `sha512:` of 64 digits,
+    upper-case hex) was sent as written and answered 400, or taken for a tag (distribution
+    2.8 looked for `tags/md5:abc` on its disk), read as the registry failing.
+
+    >>> is_pullable_digest("sha256:" + "a" * 64), is_pullable_digest("sha512:" + "a" * 128)
+    (True, True)
+    >>> is_pullable_digest("blake3:" + "a" * 64), is_pullable_digest("v1")
+    (False, False)
+    """
+    return is_digest(reference) and reference.partition(":")[0] in _ENCODED
+
+
 # A Kubernetes namespace (DNS label): the tenant.
 Namespace = Annotated[
     str, Meta(min_length=1, max_length=63, pattern=rf"^[a-z0-9]([-a-z0-9]*[a-z0-9])?{END}")

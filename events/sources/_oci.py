@@ -9,7 +9,14 @@ from datetime import datetime
 from urllib.parse import urlsplit
 
 from modelhooks.events.errors import BadRequest
-from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
+from modelhooks.events.model import (
+    ArtifactDeleted,
+    ArtifactPushed,
+    CanonicalEvent,
+    EventData,
+    is_digest,
+    is_pullable_digest,
+)
 from modelhooks.events.sources._common import canonical, payload
 
 __all__ = [
@@ -55,9 +62,6 @@ UNTAG_PLACEHOLDER = json.dumps(
 ).encode()
 UNTAG_PLACEHOLDER_DIGEST = "sha256:" + hashlib.sha256(UNTAG_PLACEHOLDER).hexdigest()
 
-_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")
-# The registered algorithms' encodings (image-spec descriptor.md): lower-case hex of their size
-_ENCODED = {"sha256": re.compile(r"[a-f0-9]{64}"), "sha512": re.compile(r"[a-f0-9]{128}")}
 # A registry host (name or bracketed IPv6, optional port) and a repository's path components,
 # as the distribution spec names them: what the registry adapters will accept of the URI
 _HOST = re.compile(
@@ -68,28 +72,6 @@ _REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 # The referrers fallback scheme (distribution-spec 1.1) tags an index `<alg>-<hex>`;
 # cosign-style tools add a suffix (`sha256-<hex>.sig`, `.att`, `.sbom`).
 _REFERRER_TAG = re.compile(r"(?:sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})(?:\.[\w.-]+)?")
-
-
-def is_digest(reference: str) -> bool:
-    """`algorithm:encoded`; for sha256 and sha512, the lower-case hex of their size."""
-    if not _DIGEST.fullmatch(reference):  # fullmatch: '$' takes a final '\n' too
-        return False
-    algorithm, _, encoded = reference.partition(":")
-    encoding = _ENCODED.get(algorithm)
-    return encoding is None or bool(encoding.fullmatch(encoded))
-
-
-def is_pullable_digest(reference: str) -> bool:
-    """A digest the registries take in a URL: sha256 or sha512 (the algorithms image-spec
-    and distribution register), in the lower-case hex of its size. Any other (`md5:abc`,
-    `sha512:` of 64 digits, upper-case hex) was sent as written and answered 400, or taken
-    for a tag (distribution 2.8 looked for `tags/md5:abc` on its disk), read as the registry
-    failing.
-
-    >>> is_pullable_digest("sha256:" + "a" * 64), is_pullable_digest("blake3:" + "a" * 64)
-    (True, False)
-    """
-    return is_digest(reference) and reference.partition(":")[0] in _ENCODED
 
 
 def is_referrer_tag(tag: str) -> bool:

@@ -2,7 +2,8 @@
 registers it, cleanup deletes it, notify matches a purge to its Model).
 
 Exactly one of:
-- `oci.reference`: `host/repository[:tag][@sha256:…]` → `oci://…` (the digest, if written);
+- `oci.reference`: `host/repository[:tag][@digest]` → `oci://…` (the digest, if written:
+  sha256 or sha512);
 - `gcs.uri` / `s3.uri`: `gs://…` / `s3://…` (or `file://…` in the embedded local store);
 - `http.url` + `http.sha256`: a tarball or zip the publisher serves over HTTPS, named by its
   sha256 — resolved by the spec itself, never fetched to be named; a URL with credentials
@@ -22,7 +23,7 @@ from typing import Any
 import msgspec
 
 from modelhooks.core.errors import BadRequest
-from modelhooks.events.model import StoreKind
+from modelhooks.events.model import StoreKind, is_pullable_digest
 
 __all__ = ["Source", "model_source"]
 
@@ -33,7 +34,7 @@ _USERINFO = re.compile(r"https://[^/?#]*@")  # an authority with a user (and pas
 class Source(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than a dataclass
     uri: str
     store: StoreKind
-    digest: str = ""  # known from the spec alone: an @sha256 reference, http's sha256
+    digest: str = ""  # known from the spec alone: an @digest reference, http's sha256
 
 
 def model_source(source: Any) -> Source:
@@ -43,7 +44,8 @@ def model_source(source: Any) -> Source:
     oci, http = source.get("oci"), source.get("http")
     if isinstance(oci, dict) and isinstance(oci.get("reference"), str):
         reference = oci["reference"]
-        digest = reference.rpartition("@")[2] if "@sha256:" in reference else ""
+        pinned = reference.rpartition("@")[2] if "@" in reference else ""
+        digest = pinned if is_pullable_digest(pinned) else ""
         return Source(f"oci://{reference}", "oci", digest)
     if isinstance(http, dict):
         url, sha = http.get("url"), http.get("sha256")

@@ -66,7 +66,12 @@ from modelhooks.core.records import PUSHED_AT, ModelState, owner_of, stamp
 from modelhooks.core.sources import model_source
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
-from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
+from modelhooks.events.model import (
+    ArtifactPurged,
+    CanonicalEvent,
+    ModelDeleted,
+    is_pullable_digest,
+)
 
 if TYPE_CHECKING:
     from modelhooks.core.ports import Cluster, ModelRegistry, Secrets
@@ -211,9 +216,7 @@ def plan(
     stores.check_location(target.uri)
     if target.uri.startswith("oci://"):
         registry, repo, ref = oci.registry_for(target.uri)
-        digest = target.digest or (
-            ref if ref.startswith("sha256:") else registry.resolve(repo, ref)
-        )
+        digest = target.digest or (ref if is_pullable_digest(ref) else registry.resolve(repo, ref))
         if digest is None:  # the tag is gone and nothing else names the digest: done
             return Purge(target.uri), lambda planned, _: planned
         history = registry.history(repo)[0]
@@ -324,7 +327,7 @@ def _from_source(source: dict[str, Any], status: dict[str, Any]) -> Target:
         parse_uri(found.uri)  # BadRequest for a malformed reference
         if found.digest:  # pinned by the spec (immutable): never a digest a status names
             return Target(found.uri, found.digest)
-        if isinstance(resolved, str) and resolved.startswith("sha256:"):
+        if isinstance(resolved, str) and is_pullable_digest(resolved):
             return Target(found.uri, resolved)
     return Target(found.uri, found.digest if found.store == "oci" else "")
 
@@ -417,7 +420,7 @@ def in_use(
                 continue
             for artifact in registry.list_artifacts(version.id):
                 used.add(artifact.uri)
-                if artifact.digest.startswith("sha256:"):
+                if is_pullable_digest(artifact.digest):
                     used.add(artifact.digest)
     return frozenset(used)
 

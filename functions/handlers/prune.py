@@ -68,6 +68,7 @@ from modelhooks.events.model import (
     ModelUpdated,
     PruneRequested,
     TagsPruned,
+    is_pullable_digest,
 )
 
 if TYPE_CHECKING:
@@ -330,7 +331,7 @@ def _with_pushed(
     wrote its tag long since, so one it does not list was deleted (a duplicate or a replay
     delivered late counted it among the newest, and an older tag went for it)."""
     tag, digest = pushed.tag, pushed.uri.rpartition("@")[2]
-    if not tag or not digest.startswith("sha256:") or any(t.name == tag for t in tags):
+    if not tag or not is_pullable_digest(digest) or any(t.name == tag for t in tags):
         return tags
     if at is None or datetime.now(UTC) - at > PUSH_LAG:
         return tags
@@ -357,10 +358,10 @@ def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[
     if source.store != "oci":
         return None  # retention is for OCI repositories
     host, repo, ref = _parse_uri(source.uri)
-    if not ref.startswith("sha256:"):
+    if not is_pullable_digest(ref):
         policy = msgspec.structs.replace(policy, protect=(*policy.protect, f"^{re.escape(ref)}$"))
     resolved = model.status.get("resolvedDigest")
-    pinned = {d for d in (ref, resolved) if isinstance(d, str) and d.startswith("sha256:")}
+    pinned = {d for d in (ref, resolved) if isinstance(d, str) and is_pullable_digest(d)}
     return f"oci://{host}/{repo}", policy, pinned
 
 

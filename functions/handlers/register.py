@@ -27,7 +27,7 @@ Conflict (a stale one, older than the model's deletion, is moot and ignored).
 A `Model` (model.created / .updated) registers its spec.version exactly as an artifact.pushed
 of that version would (model = the Model's name, in its namespace), its source resolved ONCE
 into a digest: status.resolvedDigest when set (never fetched again), else an OCI
-`@sha256:` reference as written, else the OCI tag's digest now, or the object-store prefix's
+digest reference (@sha256 or @sha512) as written, else the OCI tag's digest now, or the object-store prefix's
 content digest (the identity ingress gives bucket notifications). The reply keeps the
 Model's subject, so notify finds it. A paused Model never gets here (the delivery skips it),
 and a Model being deleted arrives as model.deleted (the ApiServerSource translation).
@@ -83,6 +83,7 @@ from modelhooks.events.model import (
     ModelRefused,
     ModelRegistered,
     ModelUpdated,
+    is_pullable_digest,
 )
 
 if TYPE_CHECKING:
@@ -246,11 +247,11 @@ def pushed_of(
 def _oci_source(
     uri: str, resolved: str | None, *, stores: Stores, oci: OciClients
 ) -> tuple[str, str, str | None]:
-    """(oci://host/repo@digest, digest, tag): a `@sha256:` reference as written, a tag
+    """(oci://host/repo@digest, digest, tag): a digest reference as written, a tag
     resolved now, unless the Model resolved it already."""
     stores.check_location(uri)
     client, repo, ref = oci.registry_for(uri)
-    tag = None if ref.startswith("sha256:") else ref
+    tag = None if is_pullable_digest(ref) else ref
     digest = resolved or (client.resolve(repo, tag) if tag else ref)
     if digest is None:
         raise NotFound(f"{uri}: no such tag", uri=uri)

@@ -79,12 +79,14 @@ def test_an_oci_tag_is_resolved_once_and_registered_as_a_push_of_the_models_vers
     assert oci.resolved == [("m/bert", "v1")]
 
 
+@pytest.mark.parametrize("digest", [DIGEST, "sha512:" + "b" * 128])
 def test_a_digest_reference_is_taken_as_written(
-    world: tuple[Function, InMemoryModelRegistry, Oci, Path],
+    world: tuple[Function, InMemoryModelRegistry, Oci, Path], digest: str
 ) -> None:
     register, _, oci, _ = world
-    data = registered(register.handle(model_event({"oci": {"reference": f"r.example/m@{DIGEST}"}})))
-    assert data.digest == DIGEST and oci.resolved == []
+    data = registered(register.handle(model_event({"oci": {"reference": f"r.example/m@{digest}"}})))
+    assert (data.digest, data.uri) == (digest, f"oci://r.example/m@{digest}")
+    assert oci.resolved == []
 
 
 def test_an_absent_tag_or_prefix_registers_nothing_yet(

@@ -38,6 +38,7 @@ from modelhooks.core.ports import Verifier
 from modelhooks.core.records import ObjectInfo
 from modelhooks.core.stores import Stores
 from modelhooks.core.verification import Policy
+from modelhooks.events.model import is_pullable_digest
 
 __all__ = ["StoreModelVerifier"]
 
@@ -67,11 +68,11 @@ class StoreModelVerifier:
         if not uri.startswith("oci://"):
             return self._listing(uri)
         client, repo, ref = self._oci.for_uri(uri)
-        if ref.startswith("sha256:"):
-            return ref
-        if ":" in ref:  # a digest of another algorithm (a tag has no ':')
-            # containerd pulls by it and checks it; what sha256 digest it names would be the
-            # registry's word, which any registry may give for a signed model's
+        if is_pullable_digest(ref):
+            if ref.startswith("sha256:"):
+                return ref
+            # sha512: containerd pulls by it and checks it; what sha256 digest it names would
+            # be the registry's word, which any registry may give for a signed model's
             raise VerificationFailed(
                 f"{uri}: a {ref.partition(':')[0]} digest cannot be verified (signatures name "
                 "sha256 digests); pin it by its sha256 digest"

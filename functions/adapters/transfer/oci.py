@@ -44,6 +44,7 @@ from modelhooks.adapters.transfer.files import (
     safe_path,
 )
 from modelhooks.core.errors import BadRequest, NotFound, Unavailable
+from modelhooks.events.model import is_pullable_digest
 
 __all__ = ["OciEnd", "RangeReader"]
 
@@ -138,7 +139,7 @@ class OciEnd:
 
     @property
     def uri(self) -> str:
-        sep = "@" if self.ref.startswith("sha256:") else ":"
+        sep = "@" if is_pullable_digest(self.ref) else ":"
         return f"oci://{self.host}/{self.repo}{sep}{self.ref}"
 
     # -- source -------------------------------------------------------------------------
