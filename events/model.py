@@ -40,6 +40,7 @@ __all__ = [
     "TagsPruned",
     "TransferRequested",
     "data_class",
+    "destination_refusal",
     "fit_id",
     "is_digest",
     "is_pullable_digest",
@@ -406,11 +407,28 @@ class TransferDestination(_Part, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _needs(self, {"s3": ("bucket", "key"), "gcs": ("bucket",), "oci": ("uri",)})
-        if self.type == "oci" and "@" in (self.uri or "").removeprefix("oci://").partition("/")[2]:
-            raise ValueError(
-                "uri: a destination is the tag to push the model under (host/repository:tag), "
-                "not a digest: the copy's digest is told in model.registered"
-            )
+        refused = destination_refusal(self.uri or "") if self.type == "oci" else None
+        if refused:
+            raise ValueError(f"uri: {refused}")
+
+
+def destination_refusal(uri: str) -> str | None:
+    """Why an OCI reference cannot be a transfer's destination, or None: one naming a digest
+    (`repo@sha256:…`, `repo:v1@sha256:…`) cannot be pushed (a manifest's digest is what its
+    bytes hash to, known once the model is copied; the registry refuses the push), so it is
+    refused before anything is registered or copied. The one rule for the event's
+    destination.uri and the Job's MODEL_SYNC_DESTINATION_OCI_URI.
+
+    >>> destination_refusal("r.io/m:v1") is None, destination_refusal("r.io/m@sha256:ab")[:26]
+    (True, "'r.io/m@sha256:ab' names a")
+    """
+    if "@" in uri.removeprefix("oci://").partition("/")[2]:
+        return (
+            f"{uri!r} names a digest; a destination is the tag to push the model under "
+            "(host/repository:tag): the digest is the copy's, told in the result's uri "
+            "(model.registered's)"
+        )
+    return None
 
 
 def _location(part: TransferSource | TransferDestination) -> str:

@@ -261,6 +261,32 @@ def test_bad_data_is_400_naming_the_field(changes: dict[str, Any], field: str) -
     assert caught.value.as_json()["details"]["field"] == field
 
 
+@pytest.mark.parametrize(
+    "uri",
+    [f"r.example/m:v1@sha256:{'ab' * 32}", f"oci://r.example/m@sha256:{'ab' * 32}",
+     f"r.example/m@sha512:{'ab' * 64}", "r.example/m:v1"],
+)  # fmt: skip
+def test_the_event_and_the_job_refuse_the_same_destinations_for_the_same_reason(uri: str) -> None:
+    """One rule (events.model.destination_refusal): the function's destination.uri and the
+    Job's MODEL_SYNC_DESTINATION_OCI_URI are refused alike, saying the same."""
+    from modelhooks.adapters.transfer.config import _pushable  # the Job's check of the setting
+    from modelhooks.core.errors import ConfigError
+
+    event: str | None = None
+    try:
+        request(destination={"type": "oci", "uri": uri})
+    except BadRequest as exc:
+        event = exc.message
+    job: str | None = None
+    try:
+        _pushable(uri)
+    except ConfigError as exc:
+        job = exc.message
+    assert (event is None) == (job is None) == uri.endswith(":v1")
+    if event and job:
+        assert event.partition(f"{uri!r}")[2] == job.partition(f"{uri!r}")[2] != ""
+
+
 def test_a_malformed_oci_reference_is_400(local: Transfers) -> None:
     bad = request(destination={"type": "oci", "uri": "Registry.example.com/UPPER case"})
     with pytest.raises(BadRequest):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhooks.core.errors import ConfigError
+from modelhooks.events.model import destination_refusal
 
 __all__ = [
     "DEFAULT_TOKEN_PATH",
@@ -293,15 +294,12 @@ def _choice(name: str, value: str, allowed: Sequence[str]) -> None:
 
 
 def _pushable(uri: str) -> None:
-    """A destination reference is the tag the model is pushed under: one naming a digest
-    (`repo@sha256:…`, `repo:v1@sha256:…`) cannot be pushed (a manifest's digest is what its
-    bytes hash to, known once the model is copied; the registry refuses the push), so it is
-    refused before anything is registered or copied."""
-    if "@" in uri.removeprefix("oci://").partition("/")[2]:
+    """A destination reference is the tag the model is pushed under
+    (events.model.destination_refusal, the event's rule)."""
+    refused = destination_refusal(uri)
+    if refused:
         raise ConfigError(
-            f"MODEL_SYNC_DESTINATION_OCI_URI / --destination-oci-uri: {uri!r} names a digest; "
-            "a destination is the tag to push the model under (host/repository:tag): the "
-            "digest is the copy's, told in the result's uri",
+            f"MODEL_SYNC_DESTINATION_OCI_URI / --destination-oci-uri: {refused}",
             setting="MODEL_SYNC_DESTINATION_OCI_URI",
         )
 
