@@ -313,9 +313,9 @@ class SigningSettings(_Section, frozen=True, kw_only=True):
     ] = ""
     identity: Annotated[str, doc("keyless verify: the signer identity expected")] = ""
     issuer: Annotated[str, doc("keyless verify: the OIDC issuer expected")] = ""
-    signature_name: Annotated[str, doc("the signature's file name inside the model prefix")] = (
-        "model.sig"
-    )
+    signature_name: Annotated[
+        str, doc("the signature's file name inside the model prefix (not layout.marker's)")
+    ] = "model.sig"
     hash: Annotated[Literal["sha256", "blake3"], doc("digest of each file")] = "sha256"
     shard_size: Annotated[
         int, doc("hash files in shards of this many bytes (0 = one digest per file)", ge=0)
@@ -618,7 +618,7 @@ def load_settings(
             raise ConfigError(f"unknown setting {name!r}")
         put(spec.path, value, f"{spec.flag}={value!r} (command line)")
     try:
-        return msgspec.convert(merged, Settings, strict=False, dec_hook=_decode)
+        settings = msgspec.convert(merged, Settings, strict=False, dec_hook=_decode)
     except msgspec.ValidationError as exc:
         m = re.match(_ERROR, str(exc))
         msg, loc = (
@@ -635,6 +635,19 @@ def load_settings(
         elif spec is not None and isinstance(spec.default, bool):
             msg += " (on or off: true, yes, on, 1 / false, no, off, 0)"
         raise ConfigError(f"invalid setting {where}: {msg}") from None
+    if settings.signing.signature_name == settings.layout.marker:
+        # the signature written over the ready marker: a push again, signed again, …
+        env_of = {spec.path: spec.env for spec in specs}
+        sig, marker = (
+            origin.get(path) or f"{env_of[path]} (its default)"
+            for path in (("signing", "signature_name"), ("layout", "marker"))
+        )
+        raise ConfigError(
+            f"invalid settings {sig} and {marker}: the signature and the ready marker are "
+            f"the same file {settings.layout.marker!r} (signing would write over the marker); "
+            "name them apart"
+        )
+    return settings
 
 
 # A validation error's parts: patterns compiled when an error first needs them (re's own

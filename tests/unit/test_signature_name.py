@@ -36,3 +36,30 @@ def test_the_cli_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> 
 def test_file_names_are_taken(name: str) -> None:
     settings = load_settings(env={"MODELHOOKS_SIGNING_SIGNATURE_NAME": name})
     assert settings.signing.signature_name == name
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MODELHOOKS_SIGNING_SIGNATURE_NAME": "_SUCCESS"},  # the marker's default
+        {"MODELHOOKS_LAYOUT_MARKER": "model.sig"},  # the signature's default
+        {"MODELHOOKS_SIGNING_SIGNATURE_NAME": "READY", "MODELHOOKS_LAYOUT_MARKER": "READY"},
+    ],
+)
+def test_a_signature_named_as_the_ready_marker_is_a_config_error_naming_both(
+    env: dict[str, str],
+) -> None:
+    """Signing would write the signature over the ready marker: a push again, signed again."""
+    with pytest.raises(ConfigError) as err:
+        load_settings(env=env)
+    text = str(err.value)
+    assert "MODELHOOKS_SIGNING_SIGNATURE_NAME" in text and "MODELHOOKS_LAYOUT_MARKER" in text
+    assert "same file" in text
+
+
+def test_the_cli_refuses_a_signature_named_as_the_marker_naming_both_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(capsys, "settings", "--signing-signature-name", "READY",
+                       "--layout-marker", "READY")  # fmt: skip
+    assert code == 2 and "--signing-signature-name" in err and "--layout-marker" in err, err
