@@ -341,7 +341,7 @@ def _with_pushed(
         return tags
     from modelhooks.adapters.oci.distribution import listed  # a late push's: not at start
 
-    return [*tags, Tag(tag, digest, at, listed(manifest, client, repo))]
+    return [*tags, Tag(tag, digest, at, listed(manifest, client, repo, ref=tag))]
 
 
 def _model_policy(model: ModelCreated | ModelUpdated) -> tuple[str, Policy, set[str]] | None:

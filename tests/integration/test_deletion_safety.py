@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from modelhooks.adapters.oci.distribution import (
+    MAX_NESTING,
     OCI_INDEX,
     OCI_MANIFEST,
     DistributionRegistry,
     digest_of,
 )
-from modelhooks.core.errors import NotFound
+from modelhooks.core.errors import BadRequest, NotFound
 from modelhooks.core.retention import Policy, apply, model_policy, plan, referrers
 from modelhooks.events.model import ArtifactPurged, CanonicalEvent, ModelDeleted
 from tests.integration.test_cleanup_stores import T0, World
@@ -104,6 +105,32 @@ def test_cleanup_keeps_a_manifest_an_index_lists_through_another_index(
     assert digest in reply.kept
     assert client.manifest(repo, digest)[1] == digest  # what `multi` reaches is all there
     assert client.manifest(repo, inner)[1] == inner
+
+
+def push_nested(client: DistributionRegistry, repo: str, tag: str, leaf: str, levels: int) -> None:
+    """An index tagged `tag` over `levels` untagged indexes, each listing the next, the last
+    listing the manifest `leaf`."""
+    digest, media = leaf, OCI_MANIFEST
+    for n in range(levels + 1):
+        size = client.manifest(repo, digest)[2]
+        body = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+                "manifests": [{"mediaType": media, "digest": digest, "size": size}]}  # fmt: skip
+        ref = tag if n == levels else digest_of(json.dumps(body, separators=(",", ":")).encode())
+        digest, media = client.push_manifest(repo, ref, body), OCI_INDEX
+
+
+def test_indexes_nested_past_the_bound_are_refused_naming_the_tag(oci: Any) -> None:
+    """A tag's index is followed MAX_NESTING indexes deep (what the last lists is one of its
+    children); one level more is a BadRequest naming the repository and the tag (which tag
+    to fix), not a shorter list: prune and cleanup decide nothing on this repository."""
+    client, repo = DistributionRegistry(oci.url), f"nested/{uuid.uuid4().hex[:8]}"
+    leaf = push(client, repo, "v1", created=T0, content="weights v1")
+    push_nested(client, repo, "deep", leaf, MAX_NESTING)
+    (deep,) = [t for t in client.history(repo)[0] if t.name == "deep"]
+    assert leaf in deep.children and len(deep.children) == MAX_NESTING + 1
+    push_nested(client, repo, "deeper", leaf, MAX_NESTING + 1)
+    with pytest.raises(BadRequest, match=rf"^{repo}:deeper: .* past {MAX_NESTING} levels"):
+        client.history(repo)
 
 
 def test_cleanup_deletes_a_manifest_once_no_index_lists_it(tmp_path: Path, oci: Any) -> None:

@@ -53,20 +53,24 @@ def test_grandchildren_are_reached_once_and_a_gone_index_lists_nothing() -> None
 
 
 def test_nesting_is_bounded_and_past_it_nothing_is_decided() -> None:
-    """Indexes nested MAX_NESTING - 1 deep are followed; one more, or more than
-    MAX_INDEX_READS indexes, is a BadRequest (a shorter list would let cleanup or prune
-    delete what a tag still reaches)."""
+    """Indexes nested MAX_NESTING deep under the one read are followed (MAX_NESTING reads);
+    one more, or more than MAX_INDEX_READS indexes, is a BadRequest naming the bound and
+    the reference (a shorter list would let cleanup or prune delete what a tag still
+    reaches)."""
+    assert MAX_NESTING == 7  # README and the closing notes say 7 levels
     chain = {f"i{n}": index((OCI_INDEX, f"i{n + 1}")) for n in range(MAX_NESTING * 3)}
-    chain[f"i{MAX_NESTING - 2}"] = index((OCI_MANIFEST, "leaf"))
+    chain[f"i{MAX_NESTING - 1}"] = index((OCI_MANIFEST, "leaf"))
     registry = Manifests(**chain)
     found = listed(index((OCI_INDEX, "i0")), registry, "r")
-    assert found[-1] == "leaf" and registry.reads == MAX_NESTING - 1
-    with pytest.raises(BadRequest, match="past"):
-        listed(
-            index((OCI_INDEX, "i0")),
-            Manifests(**{**chain, f"i{MAX_NESTING - 2}": index((OCI_INDEX, "x"))}),
-            "r",
-        )
+    assert found[-1] == "leaf" and registry.reads == MAX_NESTING
+    deeper = Manifests(**{**chain, f"i{MAX_NESTING - 1}": index((OCI_INDEX, "x"))})
+    with pytest.raises(BadRequest, match=f"^r:v1: .* past {MAX_NESTING} levels") as caught:
+        listed(index((OCI_INDEX, "i0")), deeper, "r", ref="v1")
+    assert caught.value.details == {"repository": "r", "reference": "v1"}
+    assert deeper.reads == MAX_NESTING  # refused before the read one level too deep
+    digest = "sha256:" + "a" * 64
+    with pytest.raises(BadRequest, match=f"^r@{digest}: "):
+        listed(index((OCI_INDEX, "i0")), deeper, "r", ref=digest)
     wide = index(*((OCI_INDEX, f"w{n}") for n in range(MAX_INDEX_READS + 1)))
     with pytest.raises(BadRequest):
         listed(wide, Manifests(), "r")

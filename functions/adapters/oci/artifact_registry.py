@@ -142,7 +142,11 @@ class ArtifactRegistry:
                     if len(names) >= _RELATED_TAGS:
                         names = self._tags_of(version.name)
                     media = (version.metadata or {}).get("mediaType")
-                    children = self._children(repo, digest) if media in INDEXES else ()
+                    children = (
+                        self._children(repo, digest, names[0] if names else digest)
+                        if media in INDEXES
+                        else ()
+                    )
                     tags += [Tag(name, digest, at, children) for name in names]
                     if not names:
                         untagged.append(Manifest(digest, at, children))
@@ -155,12 +159,14 @@ class ArtifactRegistry:
         request = {"parent": parent, "filter": f'version="{version}"', "page_size": _PAGE}
         return [_last(t.name) for t in self._api().list_tags(request=request, timeout=self.timeout)]
 
-    def _children(self, repo: str, digest: str) -> tuple[str, ...]:
+    def _children(self, repo: str, digest: str, ref: str) -> tuple[str, ...]:
+        """What the index `digest` lists (`ref`: a tag of it, else its digest, named by a
+        refusal)."""
         try:
             index, _, _ = self.docker.manifest(repo, digest)
         except NotFound:  # deleted since it was listed
             return ()
-        return listed(index, self.docker, repo)
+        return listed(index, self.docker, repo, ref=ref)
 
     def manifest(self, repo: str, ref: str) -> tuple[dict[str, Any], str, int]:
         """(manifest JSON, digest, size) through the Docker path."""

@@ -71,21 +71,25 @@ CREATED = "org.opencontainers.image.created"  # the manifest annotation of the p
 
 
 INDEXES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
-MAX_NESTING = 8  # levels of indexes listing indexes that `listed` follows
+MAX_NESTING = 7  # levels of indexes listed under an index that `listed` reads
 MAX_INDEX_READS = 256  # listed indexes `listed` reads for one index
 
 
-def listed(manifest: Mapping[str, Any], registry: OciRegistry, repo: str) -> tuple[str, ...]:
+def listed(
+    manifest: Mapping[str, Any], registry: OciRegistry, repo: str, *, ref: str = ""
+) -> tuple[str, ...]:
     """The digests an index of `repo` lists, then those each index among them lists in turn
     (an index may list indexes: a grandchild deleted leaves the tag naming what no one can
     pull), each once, in the order found; () for a manifest that lists nothing. Only entries
     whose mediaType is an index are read (one gone since lists nothing), so a plain
-    multi-platform index costs no read. Past MAX_NESTING levels or MAX_INDEX_READS reads (a
-    registry is anyone's: an index of 4 MiB lists ~25,000 indexes) BadRequest, not a
-    shorter list: what it would leave out could be deleted while a tag still reaches it."""
+    multi-platform index costs no read. An index listed MAX_NESTING levels down, or more
+    than MAX_INDEX_READS indexes to read (a registry is anyone's: an index of 4 MiB lists
+    ~25,000 indexes), is a BadRequest naming `ref` (the tag or digest `manifest` was read
+    by), not a shorter list: what it would leave out could be deleted while a tag still
+    reaches it."""
     found: dict[str, None] = {}
     level, reads = [manifest], 0
-    for depth in range(MAX_NESTING):
+    for depth in range(MAX_NESTING + 1):
         deeper: list[Mapping[str, Any]] = []
         for index in level:
             entries = index.get("manifests") if isinstance(index, Mapping) else None
@@ -97,11 +101,14 @@ def listed(manifest: Mapping[str, Any], registry: OciRegistry, repo: str) -> tup
                 if entry.get("mediaType") not in INDEXES:
                     continue
                 reads += 1
-                if reads > MAX_INDEX_READS or depth == MAX_NESTING - 1:
+                if reads > MAX_INDEX_READS or depth == MAX_NESTING:
+                    sep = "@" if is_pullable_digest(ref) else ":"
                     raise BadRequest(
-                        f"{repo}: an index lists indexes past {MAX_NESTING} levels or "
-                        f"{MAX_INDEX_READS} indexes; nothing it reaches is decided on",
+                        f"{repo}{sep if ref else ''}{ref}: an index lists indexes past "
+                        f"{MAX_NESTING} levels or {MAX_INDEX_READS} indexes; nothing it "
+                        "reaches is decided on",
                         repository=repo,
+                        **({"reference": ref} if ref else {}),
                     )
                 with contextlib.suppress(NotFound):  # one gone since lists nothing
                     deeper.append(registry.manifest(repo, digest)[0])
@@ -423,7 +430,7 @@ class DistributionRegistry:
                 manifest, digest, _ = self.manifest(repo, name)
             except NotFound:  # deleted since it was listed (a concurrent run): not a tag
                 return None
-            return Tag(name, digest, _created(manifest), listed(manifest, self, repo))
+            return Tag(name, digest, _created(manifest), listed(manifest, self, repo, ref=name))
 
         with ThreadPoolExecutor(self.workers) as pool:
             found = list(pool.map(read, list(self.tags(repo))))
