@@ -34,7 +34,15 @@ A literal cannot contain ","; put such values in ``env:`` or ``file:``. A secret
 during rotation); a literal one as ``#<position>``.
 """
 
-from modelhooks.events.auth._base import Authenticator, Clock, Principal, Secrets
+from modelhooks.events.auth._base import (
+    Authenticator,
+    Clock,
+    Principal,
+    Secrets,
+    Trust,
+    shares,
+    trust_of,
+)
 from modelhooks.events.auth.oidc import GOOGLE_ISSUERS, GOOGLE_JWKS_URL, OidcAuthenticator
 from modelhooks.events.auth.shared_secret import (
     AllowAll,
@@ -58,6 +66,9 @@ __all__ = [
     "Principal",
     "SecretHeaderAuthenticator",
     "Secrets",
+    "Trust",
     "from_spec",
     "resolve_value",
+    "shares",
+    "trust_of",
 ]

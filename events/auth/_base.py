@@ -29,6 +29,34 @@ class Authenticator(Protocol):
     def __call__(self, headers: Mapping[str, str], body: bytes, /) -> Principal: ...
 
 
+Trust = frozenset[tuple[str, ...]]
+"""What a delivery an authenticator accepts may be signed with, compared by value, never
+shown: ``("secret", <sha256 hex of it>)`` for each shared secret (HMAC, MLflow, bearer,
+header: one secret under two schemes is one secret), ``("oidc", iss, aud, email)`` for
+each OIDC issuer, audience and email (``"*"``: any). Two authenticators whose trust
+overlaps (`shares`) accept each other's deliveries."""
+
+
+def trust_of(auth: object) -> Trust:
+    """`auth`'s `Trust` (its `trust()`); none for one that has none (accepts everything,
+    or a callable of another kind)."""
+    trust = getattr(auth, "trust", None)
+    return trust() if callable(trust) else frozenset()
+
+
+def shares(a: Trust, b: Trust) -> bool:
+    """Would a delivery one accepts pass the other: a secret in both, or an OIDC issuer and
+    audience in both whose emails meet (the same one, or `*` on either side)."""
+    if a & b:
+        return True
+    oidc = [u for u in b if u[0] == "oidc"]
+    return any(t[0] == "oidc" and t[1:3] == u[1:3] and "*" in (t[3], u[3]) for t in a for u in oidc)
+
+
+def _secret_trust(secrets: Sequence[bytes]) -> Trust:
+    return frozenset(("secret", hashlib.sha256(s).hexdigest()) for s in secrets)
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name)
     if value is None:

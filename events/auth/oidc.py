@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from modelhooks.events.auth._base import Clock, Principal, _bearer
+from modelhooks.events.auth._base import Clock, Principal, Trust, _bearer
 from modelhooks.events.errors import ConfigError, Unauthenticated, Unavailable
 
 if TYPE_CHECKING:
@@ -101,6 +101,13 @@ class OidcAuthenticator:
         self._any = "*" in self.emails
         self.leeway, self._clock = leeway, clock
         self._jwks = _Jwks(jwks_url, jwks_ttl, jwks_min_interval, clock)
+
+    def trust(self) -> Trust:
+        emails = self.emails or {"*"}  # none: a non-Google issuer's any verified email
+        return frozenset(
+            ("oidc", iss, aud, email) for iss in self.issuers for aud in self.audience
+            for email in emails
+        )  # fmt: skip
 
     def __call__(self, headers: Mapping[str, str], body: bytes, /) -> Principal:
         import jwt

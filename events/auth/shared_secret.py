@@ -13,11 +13,13 @@ from modelhooks.events.auth._base import (
     Clock,
     Principal,
     Secrets,
+    Trust,
     _bearer,
     _fresh,
     _keyed,
     _match,
     _required,
+    _secret_trust,
 )
 from modelhooks.events.errors import Unauthenticated
 
@@ -46,6 +48,9 @@ class HmacAuthenticator:
         message = ts.encode() + b"." + body
         return _match(self._keyed, message, hexdigest.encode(), "hmac", lambda d: d.hex().encode())
 
+    def trust(self) -> Trust:
+        return _secret_trust([s for _, s in self._keyed])
+
 
 class MlflowAuthenticator:
     """MLflow 3 webhooks: ``X-MLflow-Signature: v1,<base64 HMAC(secret, "{id}.{ts}.{body}")>``."""
@@ -63,6 +68,9 @@ class MlflowAuthenticator:
         given = signature[3:].encode("ascii", "replace")
         return _match(self._keyed, message, given, "mlflow", base64.b64encode)
 
+    def trust(self) -> Trust:
+        return _secret_trust([s for _, s in self._keyed])
+
 
 class SecretHeaderAuthenticator:
     """A shared secret sent verbatim in ``header`` (Hugging Face: ``X-Webhook-Secret``)."""
@@ -73,6 +81,9 @@ class SecretHeaderAuthenticator:
         # Compare digests so the comparison time does not depend on the secret's length.
         self.header = header
         self._digests = tuple((n, hashlib.sha256(s).digest()) for n, s in _keyed(secrets))
+
+    def trust(self) -> Trust:
+        return frozenset(("secret", digest.hex()) for _, digest in self._digests)
 
     def _value(self, headers: Mapping[str, str]) -> str:
         return _required(headers, self.header)

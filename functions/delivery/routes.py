@@ -37,7 +37,7 @@ from typing import TypeVar
 import msgspec
 
 from modelhooks.core.errors import ConfigError, Forbidden
-from modelhooks.events.auth import Authenticator, Principal, from_spec
+from modelhooks.events.auth import Authenticator, Principal, from_spec, shares, trust_of
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources import KINDS
 
@@ -81,14 +81,9 @@ class RouteAuth(msgspec.Struct, frozen=True):  # a Struct: cheaper to make than 
                 )
             kind_table[path] = frozenset(KINDS) if "*" in wanted else frozenset(wanted)
         tenants = dict(_pairs(namespaces, "MODELHOOKS_INGRESS_ROUTE_NAMESPACES", "/path=namespace"))
-        _own_credentials(tenants, dict(pairs), default, open_paths)
-        return cls(
-            from_spec(default, origin="MODELHOOKS_INGRESS_AUTH"),
-            table,
-            kind_table,
-            frozenset(open_paths),
-            tenants,
-        )
+        fallback = from_spec(default, origin="MODELHOOKS_INGRESS_AUTH")
+        _own_credentials(tenants, table, fallback, open_paths)
+        return cls(fallback, table, kind_table, frozenset(open_paths), tenants)
 
     def check(self, path: str, headers: Mapping[str, str], body: bytes) -> Principal:
         """Who sent this delivery; Unauthenticated when nobody we trust did."""
@@ -150,23 +145,30 @@ def bind_tenant(routes: RouteAuth, path: str, event: CanonicalEvent) -> Canonica
 
 
 def _own_credentials(
-    tenants: Mapping[str, str], specs: Mapping[str, str], default: str, open_paths: set[str]
+    tenants: Mapping[str, str],
+    routes: Mapping[str, Authenticator],
+    default: Authenticator,
+    open_paths: set[str],
 ) -> None:
     """ConfigError when routes bound to different tenants take the same credential: a
     signature (HMAC, a token) covers a delivery's body, not the path it is posted to, so a
     delivery signed for one tenant's route, replayed to another's, was taken as that
-    tenant's (and either tenant could send as the other). Routes left open (`none`) have no
-    trust to bind; an authenticated one needs a spec of its own (`ingress.route_auth`)."""
-    by_credential: dict[str, dict[str, str]] = {}
-    for path, namespace in tenants.items():
-        route = _longest(specs, path)
-        if (route or "") in open_paths:
-            continue
-        spec = (default if route is None else specs[route]).strip()
-        by_credential.setdefault(spec, {})[path] = namespace
-    for paths in by_credential.values():
-        if len(set(paths.values())) > 1:
-            named = ", ".join(f"{p} ({n})" for p, n in sorted(paths.items()))
+    tenant's (and either tenant could send as the other). Compared by what each route's
+    authenticator resolved (events.auth.trust_of: a digest of each secret, OIDC's issuer,
+    audience and emails), not its spec's text: `env:A` and `env:B` holding one secret are
+    one credential. Routes left open (`none`) have no trust to bind; an authenticated one
+    needs a credential of its own (`ingress.route_auth`)."""
+    bound = []
+    for path, namespace in sorted(tenants.items()):
+        route = _longest(routes, path)
+        if (route or "") not in open_paths:
+            bound.append((path, namespace, trust_of(default if route is None else routes[route])))
+    for n, (path, namespace, trust) in enumerate(bound):
+        paths = {path: namespace} | {
+            p: ns for p, ns, t in bound[n + 1 :] if ns != namespace and shares(trust, t)
+        }
+        if len(paths) > 1:
+            named = ", ".join(f"{p} ({ns})" for p, ns in sorted(paths.items()))
             raise ConfigError(
                 f"MODELHOOKS_INGRESS_ROUTE_NAMESPACES: routes of different namespaces take the "
                 f"same credential ({named}): a delivery signed for one would be taken on the "

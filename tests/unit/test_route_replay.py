@@ -67,6 +67,55 @@ def test_tenant_routes_sharing_a_credential_are_refused_at_start(
     assert "/team-a (team-a)" in str(raised.value) and "/team-b (team-b)" in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "routes",
+    [
+        "/team-a=hmac:secret=env:SECRET_A;/team-b=hmac:secret=env:SECRET_B",
+        "/team-a=hmac:secret=env:SECRET_A;/team-b=hmac:secret=env:OLD,secret=env:SECRET_B",
+        "/team-a=bearer:token=env:SECRET_A;/team-b=bearer:token=file:{file}",
+        "/team-a=hmac:secret=env:SECRET_A;/team-b=bearer:token=s3cret-shared",
+        "/team-a=oidc:aud=https://h.example,email=*;"
+        "/team-b=oidc:aud=https://h.example,email=push@p.iam.gserviceaccount.com",
+    ],
+)
+def test_routes_whose_references_resolve_to_one_secret_are_refused_without_showing_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch, routes: str, tmp_path: Path
+) -> None:
+    """Compared as resolved, not as spec text: env:SECRET_A and env:SECRET_B (or a file)
+    holding the same secret are one credential, as are an OIDC route taking any email and
+    one taking a single email for the same audience. The refusal names the routes, never
+    the secret."""
+    (tmp_path / "token").write_text("s3cret-shared\n")
+    env = {**TENANTS, "SECRET_A": "s3cret-shared", "SECRET_B": "s3cret-shared", "OLD": "old",
+           "MODELHOOKS_INGRESS_AUTH": "hmac:secret=ops",
+           "MODELHOOKS_INGRESS_ROUTE_AUTH": routes.format(file=tmp_path / "token")}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="MODELHOOKS_INGRESS_ROUTE_NAMESPACES") as raised:
+        build().broker()
+    assert "/team-a (team-a)" in str(raised.value) and "/team-b (team-b)" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "routes",
+    [
+        "/team-a=hmac:secret=env:SECRET_A;/team-b=hmac:secret=env:SECRET_B",
+        "/team-a=oidc:aud=https://h.example/a,email=*;/team-b=oidc:aud=https://h.example/b,email=*",
+        "/team-a=oidc:aud=https://h.example,email=a@p.iam.gserviceaccount.com;"
+        "/team-b=oidc:aud=https://h.example,email=b@p.iam.gserviceaccount.com",
+    ],
+)
+def test_routes_with_credentials_of_their_own_start(
+    home: Path, monkeypatch: pytest.MonkeyPatch, routes: str
+) -> None:
+    env = {**TENANTS, "SECRET_A": "a-secret", "SECRET_B": "b-secret",
+           "MODELHOOKS_INGRESS_AUTH": "hmac:secret=ops", "MODELHOOKS_INGRESS_ROUTE_AUTH": routes}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    build().broker()
+
+
 def test_a_delivery_signed_for_one_tenants_route_is_not_taken_on_anothers(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
