@@ -74,21 +74,29 @@ _IN_USE: dict[str, Any] = {}
 
 
 def _prune_venvs() -> None:
+    """Remove the venvs past the KEEP most recently used that no process uses, each with its
+    <key>.use file (and a <key>.use left by a venv removed before, its venv gone): they
+    were left behind, one per venv ever made. Not the <key>.lock: a process may be waiting
+    on it, and one made anew would be a second lock for the same venv."""
     kept = sorted((p for p in VENVS.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-    for old in kept[:-KEEP]:
+    left = [VENVS / u.stem for u in VENVS.glob("*.use") if not (VENVS / u.stem).is_dir()]
+    for old in [*kept[:-KEEP], *left]:
         with (VENVS / f"{old.name}.lock").open("w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # being made or checked by another session
-            if old.name in _IN_USE:
-                continue  # in use here
-            with (VENVS / f"{old.name}.use").open("w") as use:
+            if old.name in _IN_USE or (old in left and old.is_dir()):
+                continue  # in use here; or made again since it was seen gone
+            use = VENVS / f"{old.name}.use"
+            with use.open("w") as held:
                 try:
-                    fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # in use by another process
                 shutil.rmtree(old, ignore_errors=True)
+                # under both locks: no process holds it, and none opens it but under the .lock
+                use.unlink(missing_ok=True)
 
 
 def fresh_venv(where: Path, *requirements: str, cwd: Path | None = None) -> Path:

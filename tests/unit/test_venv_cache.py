@@ -62,3 +62,18 @@ def test_a_venv_in_use_by_another_process_is_not_pruned(
         user.communicate("")
     packaging._prune_venvs()  # no longer in use: pruned as the oldest
     assert not used.exists()
+    # each pruned venv's .use file goes with it (one was left per venv ever made)
+    assert sorted(p.name for p in venvs.glob("*.use")) == []
+
+
+def test_a_use_file_left_by_a_venv_pruned_before_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venvs = tmp_path / "venvs"
+    _venv(venvs, "folder-live", age=1)
+    (venvs / "folder-gone.use").touch()  # its venv removed by an older harness
+    (venvs / "folder-live.use").touch()
+    monkeypatch.setattr(packaging, "VENVS", venvs)
+    packaging._prune_venvs()
+    assert sorted(p.name for p in venvs.glob("*.use")) == ["folder-live.use"]
+    assert (venvs / "folder-live").is_dir()
