@@ -5,6 +5,7 @@ before the deletion lose their objects."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from modelhooks.bootstrap import build
 from modelhooks.core.settings import load_settings
 from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelDeleted
+from tests.fakes.broker import route_to_cleanup
 from tests.fakes.memory_registry import InMemoryModelRegistry
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -29,7 +31,7 @@ DELETED = T0 + timedelta(hours=10)
     duplicates=st.lists(st.integers(0, 10), max_size=4),
 )
 def test_the_versions_pushed_before_the_deletion_go_whatever_the_order(
-    tmp_path_factory: object, hours: list[int], order: object, duplicates: list[int]
+    tmp_path_factory: object, hours: list[int], order: random.Random, duplicates: list[int]
 ) -> None:
     home: Path = tmp_path_factory.mktemp("order")  # type: ignore[attr-defined]
     root = home / "store" / "models"
@@ -48,14 +50,7 @@ def test_the_versions_pushed_before_the_deletion_go_whatever_the_order(
                                      time=T0 + timedelta(hours=h)))  # fmt: skip
     gone = ModelDeleted(name="bert", namespace="default", spec={"deletionPolicy": "Delete"})
     events.append(CanonicalEvent(id="d", source="t", type=gone.TYPE, data=gone, time=DELETED))
-    events += [events[i % len(events)] for i in duplicates]  # at least once
-    order.shuffle(events)  # type: ignore[attr-defined]
-    queue = list(events)
-    while queue:  # as the broker routes: register first, then cleanup, replies onward
-        event = queue.pop(0)
-        queue += [r for r in register.handle(event) if isinstance(r.data, ModelDeleted)]
-        if isinstance(event.data, ModelDeleted):
-            cleanup.handle(event)
+    route_to_cleanup(events, register, cleanup, order=order, duplicates=duplicates)
     for n, h in enumerate(hours):
         left = sorted(p.name for p in (root / f"bert/{n}").iterdir())
         assert left == ([] if h < 10 else ["_SUCCESS", "weights.bin"]), (n, h)

@@ -20,6 +20,7 @@ from modelhooks.core.errors import Forbidden
 from modelhooks.core.settings import load_settings
 from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
 from modelhooks.handlers.cleanup import Target, live_sources
+from tests.fakes.broker import route_to_cleanup
 from tests.fakes.memory_cluster import InMemoryCluster
 from tests.fakes.memory_registry import InMemoryModelRegistry
 
@@ -67,14 +68,7 @@ def test_a_recreated_models_source_stays_whatever_the_order(
         event("old-deleted", ModelDeleted(uid="old", **common), 1),
         event("new-created", ModelCreated(uid=new["metadata"]["uid"], **common), 2),
     ]
-    events += [events[i % len(events)] for i in duplicates]  # at least once
-    order.shuffle(events)
-    queue = list(events)
-    while queue:  # as the broker routes: register first, then cleanup, replies onward
-        now = queue.pop(0)
-        queue += [r for r in register.handle(now) if isinstance(r.data, ModelDeleted)]
-        if isinstance(now.data, ModelDeleted):
-            cleanup.handle(now)
+    route_to_cleanup(events, register, cleanup, order=order, duplicates=duplicates)
     assert sorted(p.name for p in (root / "bert/1").iterdir()) == ["_SUCCESS", "weights.bin"]
 
 
