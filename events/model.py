@@ -252,14 +252,20 @@ class ModelRegistered(EventData, frozen=True, kw_only=True):
 class ModelRefused(EventData, frozen=True, kw_only=True):
     """Emitted by `register` when it refuses a Model's version for good (the version is
     registered from another source, the namespace's tenancy forbids the source, the source
-    is malformed): why, for notify to say it on that Model (condition Registered False, its
-    reason naming the cause: VersionConflict, SourceForbidden, InvalidSpec, else
-    RegistrationRefused)."""
+    is malformed), and by `sign` when it refuses a push for good (its content written again
+    since, another signature in its place, the version registered with another digest, a
+    source the tenancy forbids): why, for notify to say it on that Model (condition
+    Registered, or Signed for sign's, False, its reason naming the cause: VersionConflict,
+    SourceForbidden, InvalidSpec, else RegistrationRefused; ContentChanged,
+    SignatureExists, VersionConflict, SourceForbidden, InvalidSource, else
+    SigningRefused)."""
 
     TYPE = "dev.modelhooks.model.refused"
     model: Annotated[str, _doc("the Model's name")]
     version: str = ""
-    uri: Annotated[str, _doc("the Model's spec.source, as register read it")] = ""
+    uri: Annotated[
+        str, _doc("the Model's spec.source as register read it; sign's: the push's location")
+    ] = ""
     namespace: str = "default"
     refused: Annotated[str, _doc("why, as the refusal's 4xx said it (`<code>: <message>`)")]
     model_uid: Annotated[
@@ -269,6 +275,13 @@ class ModelRefused(EventData, frozen=True, kw_only=True):
             " Model only, never a Model created since under the same name"
         ),
     ] = ""
+    function: Annotated[
+        Literal["register", "sign"],
+        _doc(
+            "the function that refused: register (notify sets Registered) or sign (Signed:"
+            " told to the Model of the push's name, version and location)"
+        ),
+    ] = "register"
 
 
 class ModelSigned(EventData, frozen=True, kw_only=True):

@@ -13,6 +13,8 @@
         ├── Forbidden          a tenant acting outside its allowed buckets/repositories
         ├── NotFound           a thing the request names does not exist
         ├── Conflict           the same identity with different content
+        │   ├── ContentChanged the bytes an event names are not in its store any more
+        │   └── SignatureExists another signature is where sign would write its own
         ├── PayloadTooLarge    a body over the configured limit
         └── VerificationFailed a signature does not match the model
 
@@ -42,6 +44,7 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "Conflict",
+    "ContentChanged",
     "CredentialsRefused",
     "Forbidden",
     "ModelhooksError",
@@ -49,6 +52,7 @@ __all__ = [
     "PartlyBad",
     "PayloadTooLarge",
     "Permanent",
+    "SignatureExists",
     "Throttled",
     "Transient",
     "Unauthenticated",
@@ -97,6 +101,21 @@ class NotFound(Permanent):
 
 class Conflict(Permanent):
     code = "conflict"
+
+
+class ContentChanged(Conflict):
+    """The model's files were written again with other bytes after the push that names
+    them (its content digest, or a file cut short while it was read): that push's content
+    is not there to sign any more (the new content's own push names it)."""
+
+    code = "content_changed"
+
+
+class SignatureExists(Conflict):
+    """Another signature (of other content, or by another signer) is where sign would write
+    its own: never overwritten by the function (`modelhooks sign --replace` does)."""
+
+    code = "signature_exists"
 
 
 class VerificationFailed(Permanent):

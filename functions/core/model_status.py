@@ -21,6 +21,7 @@ from modelhooks.events.model import ArtifactPurged, ModelRefused, ModelRegistere
 __all__ = [
     "OWNED",
     "REFUSALS",
+    "SIGNING_REFUSALS",
     "cleaned_up",
     "cleanup_failed",
     "cleanup_report",
@@ -30,6 +31,7 @@ __all__ = [
     "refusal_reason",
     "registration_refused",
     "rollout_version",
+    "signing_refused",
 ]
 
 OWNED = ("Registered", "Signed", "Ready", "CleanupFailed")
@@ -103,15 +105,53 @@ _OTHER = (
 REFUSALS = frozenset(reason for reason, _ in (*_CAUSES.values(), _OTHER))
 
 
-def refusal_reason(refused: str) -> tuple[str, str]:
-    """The condition's reason for a refusal saying `refused`, and what to do about it.
+# sign's refusals, by the same code: its Conflicts say which one they are
+_SIGN_CAUSES = {
+    "content_changed": (
+        "ContentChanged",
+        "its files were written again with other bytes after that push, so the content it "
+        "names is not there to sign: upload the registered content again, or push the new "
+        "content as a new spec.version (a registered version is immutable)",
+    ),
+    "signature_exists": (
+        "SignatureExists",
+        "another signature (of other content, or by another signer) is where sign writes "
+        "its own, and sign never overwrites one: remove it, or sign the model yourself "
+        "(modelhooks sign --replace)",
+    ),
+    "conflict": (
+        "VersionConflict",
+        "the version is registered with another digest: that push is other content under a "
+        "registered version, which is immutable; push it as a new spec.version",
+    ),
+    "forbidden": _CAUSES["forbidden"],
+    "bad_request": (
+        "InvalidSource",
+        "fix what the reason names (no model files, an OCI manifest without titled layers, "
+        "a location sign cannot read as one)",
+    ),
+}
+_SIGN_OTHER = ("SigningRefused", "fix the cause the reason names")
+SIGNING_REFUSALS = frozenset(reason for reason, _ in (*_SIGN_CAUSES.values(), _SIGN_OTHER))
+
+
+def refusal_reason(refused: str, function: str = "register") -> tuple[str, str]:
+    """The condition's reason for a refusal of `function` saying `refused`, and what to do
+    about it.
 
     >>> refusal_reason("conflict: version '1' of 'bert' was registered from another source")[0]
     'VersionConflict'
     >>> refusal_reason("anything else")[0]
     'RegistrationRefused'
+    >>> refusal_reason("content_changed: the model under s3://b/m/1/ is no longer …", "sign")[0]
+    'ContentChanged'
+    >>> refusal_reason("anything else", "sign")[0]
+    'SigningRefused'
     """
-    return _CAUSES.get(refused.partition(":")[0].strip(), _OTHER)
+    code = refused.partition(":")[0].strip()
+    if function == "sign":
+        return _SIGN_CAUSES.get(code, _SIGN_OTHER)
+    return _CAUSES.get(code, _OTHER)
 
 
 def registration_refused(model: dict[str, Any], data: ModelRefused, now: str) -> dict[str, Any]:
@@ -129,6 +169,27 @@ def registration_refused(model: dict[str, Any], data: ModelRefused, now: str) ->
         f"{model['metadata']['name']} modelhooks.dev/retry=$(date +%s) --overwrite)"
     )
     new = Condition("Registered", "False", reason, message[:32768], generation)
+    conditions = merge(status["conditions"], [new], now=now)
+    status["conditions"] = merge(conditions, [_ready(model, conditions, generation)], now=now)
+    return status
+
+
+def signing_refused(model: dict[str, Any], data: ModelRefused, now: str) -> dict[str, Any]:
+    """The status after sign refused a push of the Model's version for good: Signed False,
+    its reason naming the cause (ContentChanged, SignatureExists, VersionConflict,
+    SourceForbidden, InvalidSource, else SigningRefused), saying why and what to do (a
+    function of the report alone), and Ready computed from it (False while
+    spec.signing.enabled asks for the signature)."""
+    status, generation = _owned(model)
+    version = model["spec"].get("version", data.version)
+    source = f" of {data.uri}" if data.uri else ""
+    reason, fix = refusal_reason(data.refused, "sign")
+    message = (
+        f"sign refused the push{source} (version {version}) for good: {data.refused}. "
+        f"Nothing was signed for it; {fix}; then push the version again (write its ready "
+        "marker again, or push its OCI manifest again): sign signs that push"
+    )
+    new = Condition("Signed", "False", reason, message[:32768], generation)
     conditions = merge(status["conditions"], [new], now=now)
     status["conditions"] = merge(conditions, [_ready(model, conditions, generation)], now=now)
     return status

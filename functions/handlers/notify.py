@@ -26,6 +26,12 @@
   the Model's Registered already says something else (a registration, a digest mismatch):
   a late refusal never undoes one, so the end does not depend on order; a later
   registration replaces it. Told only to the Model of the event's uid and version.
+  sign's `model.refused` (`function: sign`: a push's content written again since, another
+  signature in its place, the version registered with another digest, a source the tenancy
+  refuses…) alike on Signed (ContentChanged, SignatureExists, VersionConflict,
+  SourceForbidden, InvalidSource, else SigningRefused; Ready False while
+  spec.signing.enabled asks for it): never over a signature or a digest mismatch, replaced
+  by a later signature; told only to the Model of the push's name, version and location.
 - `tags.pruned`: an Event on the Model (when the event names one).
 
 Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/namespaces/
@@ -63,6 +69,7 @@ from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.model_status import (
     REFUSALS,
+    SIGNING_REFUSALS,
     cleaned_up,
     cleanup_failed,
     cleanup_report,
@@ -71,6 +78,7 @@ from modelhooks.core.model_status import (
     refreshed,
     registration_refused,
     rollout_version,
+    signing_refused,
 )
 from modelhooks.core.sources import model_source
 from modelhooks.events.model import (
@@ -224,20 +232,25 @@ def _purged(event: CanonicalEvent, data: ArtifactPurged, cluster: Cluster, model
 
 def _refused(event: CanonicalEvent, data: ModelRefused, cluster: Cluster, model: Any) -> None:
     ns, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    kind, refusals, status, action = (
+        ("Signed", SIGNING_REFUSALS, signing_refused, "Sign")
+        if data.function == "sign"
+        else ("Registered", REFUSALS, registration_refused, "Register")
+    )
 
-    def told(found: dict[str, Any]) -> dict[str, Any]:  # on each read: a registration
-        # told meanwhile (a Conflict, read again) stands
+    def told(found: dict[str, Any]) -> dict[str, Any]:  # on each read: a registration (a
+        # signature) told meanwhile (a Conflict, read again) stands
         _same_model(data, found)
-        registered = _condition(found, "Registered")
-        if registered and registered.get("reason") not in REFUSALS:
-            raise Skip(f"Model {ns}/{name}'s Registered says {registered.get('reason')}: kept")
-        return registration_refused(found, data, _now(event))
+        said = _condition(found, kind)
+        if said and said.get("reason") not in refusals:
+            raise Skip(f"Model {ns}/{name}'s {kind} says {said.get('reason')}: kept")
+        return status(found, data, _now(event))
 
     model = _apply(cluster, model, told)
-    registered = _condition(model, "Registered")
+    said = _condition(model, kind)
     # its Event named after the report, not the delivery: a redelivery records none
-    _record(event, cluster, model, registered["reason"], "Register", registered["message"],
-            "Warning", report=registered["message"])  # fmt: skip
+    _record(event, cluster, model, said["reason"], action, said["message"], "Warning",
+            report=said["message"])  # fmt: skip
 
 
 def _same_model(data: ArtifactPurged | ModelRefused, model: dict[str, Any]) -> None:
@@ -262,6 +275,10 @@ def _model_for(event: CanonicalEvent, cluster: Cluster) -> dict[str, Any] | None
         where = named or ((data.namespace, data.model) if is_resource_name(data.model) else None)
         found = cluster.get_model(*where) if where else None
         if found is None or found["spec"].get("version") != data.version:
+            return None
+        if data.function == "sign" and _location(data.uri) != _location(
+            _source_uri(found["spec"].get("source"))
+        ):  # a push of another location under its name and version: not its source's
             return None
         return found
     if isinstance(data, ModelRegistered | ModelSigned):

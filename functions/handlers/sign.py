@@ -15,10 +15,19 @@ are a Conflict, and nothing is written next to them.
 The version must be registered first (events are unordered): until `register` has recorded
 this push (its time on the version), this answers Unavailable so the platform redelivers.
 Signing off (no signer) → no reply.
+
+A push refused for good (its content written again since: ContentChanged; another signature
+where model.sig goes: SignatureExists; the version registered with another digest; a
+location its namespace's tenancy refuses; nothing to sign) is told, not only dead-lettered:
+`refused` answers it with a `model.refused` (`function: sign`) that says why, so notify sets
+Signed False on the Model of that name, version and location. What a retry may fix (a
+backend down, credentials refused, throttled, the version not registered yet) stays a
+5xx/429, redelivered, and tells nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -30,17 +39,17 @@ from modelhooks.adapters.oci.clients import OciClients
 from modelhooks.adapters.signing.streaming import HashOptions
 from modelhooks.core.content import PREFIX as CONTENT
 from modelhooks.core.content import content_digest
-from modelhooks.core.errors import Conflict, Unavailable
+from modelhooks.core.errors import Conflict, ContentChanged, Permanent, Unavailable
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import PUSHED_AT, ModelState, ModelVersion, stamp
 from modelhooks.core.stores import Stores
-from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelSigned
+from modelhooks.events.model import ArtifactPushed, CanonicalEvent, ModelRefused, ModelSigned
 
 if TYPE_CHECKING:  # the ports' Protocols: type hints only (test_cold_start)
     from modelhooks.core.ports import ModelRegistry, Signer
     from modelhooks.core.records import ObjectInfo
 
-__all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "sign_artifact"]
+__all__ = ["FUNCTION", "SIGNATURE_PROPERTIES", "refused", "sign_artifact"]
 
 _log = logging.getLogger("modelhooks.sign")
 
@@ -171,7 +180,7 @@ def _the_pushed_content(
     def check(objects: list[ObjectInfo]) -> None:
         found = content_digest(objects, prefix, exclude)
         if found != pushed.digest:
-            raise Conflict(
+            raise ContentChanged(
                 f"the model under {pushed.uri} is no longer the content this push names: it "
                 "was written again since (its own push names the new content)",
                 pushed=pushed.digest,
@@ -250,9 +259,31 @@ def _reply(
     return event.reply(signed, source="modelhooks/sign", name="signed")
 
 
+def refused(event: CanonicalEvent, error: Permanent) -> list[CanonicalEvent]:
+    """A push refused for good, told to the Model waiting on its signature: one
+    `model.refused` (function sign) saying why, named after the event and the reason (a
+    redelivery refused alike answers the same). notify tells it to the Model of the push's
+    name, version and location, if there is one (a push no Model waits on: nothing)."""
+    data = event.data
+    if not isinstance(data, ArtifactPushed):
+        return []
+    reason = f"{error.code}: {error.message}"
+    reply = ModelRefused(
+        model=data.model,
+        version=data.version,
+        uri=data.uri,
+        namespace=data.namespace or "default",
+        refused=reason,
+        function="sign",
+    )
+    name = "refused/" + hashlib.sha256(reason.encode()).hexdigest()[:16]
+    return [event.reply(reply, source="modelhooks/sign", name=name)]
+
+
 FUNCTION = Function(
     name="sign",
     accepts=frozenset({ArtifactPushed.TYPE}),
     handle=handle,
     extras=("gcp", "aws", "signing"),
+    refused=refused,
 )

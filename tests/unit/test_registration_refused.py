@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +25,7 @@ from modelhooks.core.errors import (
     Unavailable,
 )
 from modelhooks.core.function import Skip
-from modelhooks.core.model_status import REFUSALS, refusal_reason
+from modelhooks.core.model_status import REFUSALS, SIGNING_REFUSALS, refusal_reason
 from modelhooks.core.settings import load_settings
 from modelhooks.delivery.runtime import run
 from modelhooks.events.model import (
@@ -124,13 +124,28 @@ def test_a_refusal_of_another_model_or_version_is_not_told(tmp_path: Path) -> No
     assert world.conditions()["Registered"]["reason"] == "VersionConflict"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOURCE = "oci://registry.local:5000/models/demo"  # the test Model's spec.source, untagged
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     model=st.one_of(st.just("bert"), st.text(max_size=80)),
     version=st.one_of(st.just("1"), st.text(max_size=40)),
-    uri=st.text(max_size=80),
-    refused=st.text(max_size=40_000),
+    uri=st.one_of(
+        st.sampled_from([SOURCE, SOURCE + ":1", SOURCE + "@sha256:" + "a" * 64]),
+        st.text(max_size=80),
+        st.text(max_size=80).map(lambda tail: SOURCE + tail),
+    ),
+    refused=st.one_of(
+        st.text(max_size=40_000),
+        st.tuples(
+            st.sampled_from(["content_changed", "signature_exists", "conflict", "forbidden"]),
+            st.text(max_size=200),
+        ).map(": ".join),
+    ),
     uid=st.one_of(st.just(""), st.text(max_size=40)),
+    function=st.sampled_from(["register", "sign"]),
+    signed=st.booleans(),
 )
 def test_any_refusal_is_told_or_skipped(
     tmp_path_factory: pytest.TempPathFactory,
@@ -139,25 +154,44 @@ def test_any_refusal_is_told_or_skipped(
     uri: str,
     refused: str,
     uid: str,
+    function: Literal["register", "sign"],
+    signed: bool,
 ) -> None:
-    """Whatever a model.refused says (a hostile sender's on a route taking canonical events):
-    told on the Model it names, within the condition's bounds, or skipped; nothing else."""
+    """Whatever a model.refused says (a hostile sender's on a route taking canonical events),
+    register's or sign's: told on the Model it names (sign's: only where the Model's source
+    is), on that function's condition alone, within the condition's bounds, never over a
+    signature told before; or skipped; nothing else."""
     world = World(tmp_path_factory.mktemp("w"))
-    world.model()
+    world.model(signing={"enabled": True, "method": "keyless"})
+    if signed:
+        world.notify.handle(_event(_signed(), "signed"))
+    before = world.get()
     data = ModelRefused(
-        model=model, version=version, uri=uri, namespace=NS, refused=refused, model_uid=uid
+        model=model,
+        version=version,
+        uri=uri,
+        namespace=NS,
+        refused=refused,
+        model_uid=uid,
+        function=function,
     )
     try:
         world.notify.handle(_event(data, "fuzz"))
     except Skip:
-        assert "status" not in world.get()
+        assert world.get() == before
         return
-    registered = world.conditions()["Registered"]
     assert (model, version) == ("bert", "1")
-    assert (
-        registered["reason"] == refusal_reason(refused)[0] and len(registered["message"]) <= 32768
+    kind, refusals = (
+        ("Signed", SIGNING_REFUSALS) if function == "sign" else ("Registered", REFUSALS)
     )
-    assert registered["reason"] in REFUSALS
+    told = world.conditions()[kind]
+    assert told["reason"] == refusal_reason(refused, function)[0] and told["reason"] in refusals
+    assert len(told["message"]) <= 32768 and told["status"] == "False"
+    assert not (function == "sign" and signed)  # a signature is never undone by a refusal
+    if function == "sign":
+        assert uri.startswith(SOURCE) and "Registered" not in world.conditions()
+    else:
+        assert world.conditions().get("Signed", {}).get("status") in (None, "True")
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from modelhooks.core.errors import (
     BadRequest,
     Conflict,
     NotFound,
+    SignatureExists,
     Unavailable,
     VerificationFailed,
 )
@@ -127,9 +128,10 @@ def sign_model(
 
     Idempotent: when this signer's signature for the same root digest is already there,
     nothing is signed again (`created=False`). Any other signature (other content, other
-    signer, forged) is a Conflict, unless `replace`. `check` is given every object the
-    listing after hashing found (the same as before it) before anything is written: it
-    raises to sign nothing (the `sign` function: not the content the push names).
+    signer, forged) is SignatureExists (a Conflict), unless `replace`. `check` is given
+    every object the listing after hashing found (the same as before it) before anything
+    is written: it raises to sign nothing (the `sign` function: not the content the push
+    names).
     """
     require("signing", "signing models")  # before hashing: the bundle needs its libraries
     opts = options or HashOptions()
@@ -163,7 +165,7 @@ def sign_model(
             return Signed(out.bucket, out.key, claimed, signer_of(bundle), False, manifest)
         if replace:
             return None
-        raise Conflict(
+        raise SignatureExists(
             "another signature already exists (other content or other signer); "
             "`modelhooks sign --replace` overwrites it",
             bucket=out.bucket,

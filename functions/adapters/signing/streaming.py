@@ -36,7 +36,7 @@ from modelhooks.adapters.signing.manifest import (
     Serialization,
     is_ignored,
 )
-from modelhooks.core.errors import Conflict, PayloadTooLarge, Transient
+from modelhooks.core.errors import ContentChanged, PayloadTooLarge, Transient
 
 if TYPE_CHECKING:
     from modelhooks.core.ports import ObjectReader
@@ -268,8 +268,9 @@ def hash_model(
     """The manifest of the model under `bucket/prefix`, hashed as `serialization` says.
 
     Ignores `serialization.ignore_paths`, git metadata and the extra `ignore` names.
-    Conflict when an object shrinks while it is read. `files`: the model's listing when
-    the caller has it (list_model, with the same ignored names), not listed again.
+    ContentChanged (a Conflict) when an object shrinks while it is read. `files`: the
+    model's listing when the caller has it (list_model, with the same ignored names), not
+    listed again.
     """
     opts = (options or HashOptions()).tuned(store)
     chunk = opts.chunk_size or MiB
@@ -322,7 +323,7 @@ def hash_model(
                 finally:
                     getattr(pieces, "close", lambda: None)()  # ends the request
             if done != end - start and not failed.is_set():
-                raise Conflict(
+                raise ContentChanged(
                     f"{key} changed while it was being hashed",
                     bucket=bucket,
                     key=key,
