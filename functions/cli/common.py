@@ -63,7 +63,8 @@ def settings(args: argparse.Namespace) -> Settings:
 
 def local_sender(settings: Settings) -> Any:
     """Send into this process's broker; (status, reason) per event: the worst status of
-    the functions that failed (a transient one when any was), 200 when none did."""
+    the functions that failed (a transient one when any was), 200 when none did, with the
+    reason of each refusal for good a function told as a reply (see `told_refusals`)."""
     from modelhooks.bootstrap import build
     from modelhooks.core.logs import configure
     from modelhooks.delivery.encoding import outcome_reason
@@ -73,10 +74,13 @@ def local_sender(settings: Settings) -> Any:
     configure("WARNING")  # the progress bar and summary speak; per-event logs would drown them
 
     def send(event: Any) -> tuple[int, str]:
-        failed = [o for o in broker.publish(event) if o.status >= 300]
-        if not failed:
-            return 200, ""
-        return max(o.status for o in failed), "; ".join(outcome_reason(o.as_json()) for o in failed)
+        outcomes = broker.publish(event)
+        failed = [o for o in outcomes if o.status >= 300]
+        if failed:
+            worst = max(o.status for o in failed)
+            return worst, "; ".join(outcome_reason(o.as_json()) for o in failed)
+        told = [o for o in outcomes if o.error]  # refused for good, told as a reply (a 200)
+        return 200, "; ".join(f"{TOLD}{o.function}: {o.error['message']}" for o in told if o.error)
 
     return send
 
@@ -140,9 +144,33 @@ def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int
     finally:
         resp.release_conn()  # its connection closed if some of it was left unread
     if resp.status < 300:
-        return resp.status, ""
+        return resp.status, told_refusals(dict(resp.headers), data)
     reason = http_reason(resp.status, data.decode(errors="replace"))
     return resp.status, _cut(reason, MAX_REASON_CHARS)
+
+
+TOLD = "refused, told on the Model: "
+
+
+def told_refusals(headers: dict[str, str], body: bytes) -> str:
+    """The refusals for good a 2xx answer's replies tell: register, sign and cleanup answer
+    a Model's version or deletion they refuse with 200 and a reply carrying why (`refused`
+    of a `model.refused` or `artifact.purged`), so that the platform routes it to notify;
+    nothing was done, and `replay` counts it as refused. "" when the answer tells none
+    (or is no reply of ours: a sink took the replies, a skip, an error page)."""
+    from modelhooks.core.errors import ModelhooksError
+    from modelhooks.events.ingress import decode
+
+    try:
+        replies = decode(headers, body, max_bytes=MAX_ANSWER_BYTES)
+    except ModelhooksError:
+        return ""
+    reasons = [
+        TOLD + str(r.data["refused"])
+        for r in replies
+        if isinstance(r.data, dict) and r.data.get("refused")
+    ]
+    return "; ".join(reasons)
 
 
 def _answer(resp: Any, deadline: float) -> bytes:

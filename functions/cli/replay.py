@@ -7,7 +7,8 @@ filters apply to canonical types and times. Replaying twice changes nothing the 
 time: canonical ids are derived from upstream ids and every effect is idempotent.
 
 A document that cannot be read or translated is reported and the rest is sent. Exit status:
-0 every event succeeded, 2 some were refused (bad input: sending them again will not help),
+0 every event succeeded, 2 some were refused (bad input, or a Model's version or deletion a
+function refused for good and told on the Model: sending them again will not help),
 3 some failed transiently or the target did not answer (run it again), 130 interrupted.
 """
 
@@ -295,7 +296,8 @@ def replay(
 ) -> Summary:
     """Send each event (at most `rate` per second); `send` says (HTTP-like status,
     reason), or raises Transient when the target did not answer (then the rest is not
-    sent). Documents that did not translate count as failed, with their reason."""
+    sent). Documents that did not translate count as failed, with their reason; so does a
+    2xx with a reason: a refusal for good told as a reply (common.told_refusals)."""
     summary = Summary() if summary is None else summary
     interval = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
@@ -314,7 +316,7 @@ def replay(
             summary.stopped = exc.message
             break
         summary.sent += 1
-        if status < 300:
+        if status < 300 and not reason:
             summary.succeeded += 1
         else:
             summary.failed += 1

@@ -237,7 +237,9 @@ def _delivered(
         except Unavailable as exc:
             status, reason = 503, exc.message
         if status < 500 and status != 429:
-            return "ok" if status < 300 else reason
+            if status < 300:  # a 2xx with a reason: a refusal told on the Model
+                return reason or "ok"
+            return reason
         what = f"{doc['type']} {doc['subject']}"
         if attempt == RETRIES:
             error = Unavailable(f"{what} not delivered after {RETRIES} retries: {reason}")

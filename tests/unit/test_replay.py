@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.cli import main
 from modelhooks.events import samples
+from tests.local_store import lay_model
 
 pytestmark = pytest.mark.usefixtures("sample_models")
 
@@ -198,3 +200,60 @@ def test_only_regular_files_of_a_directory_are_read_and_huge_ones_refused(
     assert not blocked.is_set()
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert out[0]["id"] == "replay-0001" and "huge.json: over 1073741824 bytes" in out[1]["error"]
+
+
+def test_a_model_refused_for_good_and_told_on_it_is_counted_refused(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """register answers a Model's version it refuses for good with 200 and a `model.refused`
+    (so notify can say why on the Model); replay counted it as succeeded and exited 0."""
+    created = samples.load("k8s-resource-add")
+    assert replay(home, str(SAMPLES / "k8s-resource-add.json")) == 0
+    capsys.readouterr()
+    other = json.loads(json.dumps(created))  # the same name and version, another source
+    other["id"] = "another-delivery"
+    other["data"]["metadata"]["uid"] = "another-uid"
+    other["data"]["spec"]["source"] = {"gcs": {"uri": "gs://models/models/other/1/"}}
+    lay_model(home, "models", "models/other/1")
+    source = tmp_path / "other.json"
+    source.write_text(json.dumps(other))
+    assert replay(home, str(source)) == 2  # refused: sending it again will not help
+    err = capsys.readouterr().err
+    assert "sent 1, succeeded 0, failed 1" in err, err
+    assert "refused, told on the Model: register:" in err and "another digest" in err, err
+
+
+def test_a_refusal_told_in_an_answer_is_read_from_its_replies() -> None:
+    """Sent to a server (`--to`), the refusal is in the 200's reply: one (binary mode) or a
+    batch; other replies, a skip's body and an error page tell none."""
+    from modelhooks.cli.common import told_refusals
+    from modelhooks.delivery.encoding import encode_replies
+    from modelhooks.events.model import CanonicalEvent, ModelRefused, ModelRegistered
+
+    def event(data: Any, id_: str) -> CanonicalEvent:
+        return CanonicalEvent(id=id_, source="test", type=data.TYPE, data=data)
+
+    refused = event(ModelRefused(model="m", version="1", refused="conflict: taken"), "r")
+    registered = event(
+        ModelRegistered(
+            model="m",
+            version="2",
+            uri="gs://b/m/2/",
+            digest="d",
+            registry="sqlite",
+            registered_model_id="1",
+            model_version_id="2",
+            model_artifact_id="3",
+            created=True,
+        ),
+        "ok",
+    )
+    for replies, told in (
+        ([refused], "refused, told on the Model: conflict: taken"),
+        ([registered, refused], "refused, told on the Model: conflict: taken"),
+        ([registered], ""),
+    ):
+        answer = encode_replies(replies)
+        assert told_refusals(answer.headers, answer.body) == told
+    assert told_refusals({"Content-Type": "application/json"}, b'{"skipped": []}') == ""
+    assert told_refusals({"Content-Type": "text/html"}, b"<html>ok</html>") == ""
