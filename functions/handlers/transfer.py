@@ -7,7 +7,10 @@ registry, http(s) source) may not be this machine, a private network or the meta
 service unless `store.allow_local_targets` / `store.allowed_hosts` (403; the connection
 checks again what the name resolves to), and both locations must be allowed for the
 request's tenant (403 naming the location; a request naming no namespace gets the one that
-owns its source). Then the copy (what the destination already has from
+owns its source), as must the models it names (403 naming the field: another tenant's
+artifact, model or model name; a model it creates records its tenant), and an S3 or GCS
+destination must not hold another source's copy (409 naming it: the destination's claim,
+adapters.transfer.stores). Then the copy (what the destination already has from
 the same source revision is kept), the registration (the artifact PENDING while bytes move,
 LIVE with the URI and digest after, ABANDONED with the reason on a failure) and the
 signature. Another request for the same artifact, or two concurrent deliveries, find the
@@ -70,7 +73,11 @@ def handle(
     delivery = f"{event.source} {event.id}"
     # an older request, delivered late, is moot; one without a time neither is, nor makes one
     at = stamp(event) if event.time else ""
-    done = transfers.run(data, registry=registry, model_id=model_id, event=delivery, at=at)
+    # tenancy on: the models it registers into are its tenant's (another's refused, 403)
+    owner = namespace if tenancy.rules else None
+    done = transfers.run(
+        data, registry=registry, model_id=model_id, event=delivery, at=at, owner=owner
+    )
     result = done.result
     reply = ModelRegistered(
         model=data.model.name or str(result.get("model_id", "")),

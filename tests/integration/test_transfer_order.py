@@ -3,7 +3,9 @@ source and the destination (fake-gcs-server as the destination too), and each re
 backend (SQLite, the Kubernetes resources on the real kube-apiserver, Kubeflow's Model
 Registry over PostgreSQL). An older request whose copy ends after a newer one took effect
 is moot, and one whose copy fails then leaves the newer LIVE; each made the older's
-content LIVE (or the artifact ABANDONED) before."""
+content LIVE (or the artifact ABANDONED) before. Each source copies into its own
+destination prefix: one destination takes one source (a second source's copy into it is
+refused, tests/integration/test_transfer_claim.py)."""
 
 from __future__ import annotations
 
@@ -70,8 +72,8 @@ def hooks(monkeypatch: pytest.MonkeyPatch) -> Hooks:
 
 
 class Ends:
-    """MinIO's staging/<key>/ to one destination prefix (MinIO's or fake-gcs-server's) for
-    every request: the ends a process builds from the request, built in the test."""
+    """MinIO's staging/<key>/ to the destination prefix model-<key>/ (MinIO's or
+    fake-gcs-server's): the ends a process builds from the request, built in the test."""
 
     def __init__(self, minio: Minio, gcs: FakeGcs | None, tmp_path: Path, hooks: Hooks) -> None:
         self.s3 = S3ObjectStore(
@@ -106,13 +108,13 @@ class Ends:
             source = _Vanishing(source, self, key)
         journal = self.tmp_path / "state" / f"{run}.json"
         if self.gcs is not None:
-            return source, GcsEnd(self.gcs, self.out, "model/", journal)
-        return source, S3End(self.s3, self.out, "model/", journal)
+            return source, GcsEnd(self.gcs, self.out, f"model-{key}/", journal)
+        return source, S3End(self.s3, self.out, f"model-{key}/", journal)
 
-    def read(self) -> bytes:
+    def read(self, key: str) -> bytes:
         if self.gcs is not None:
-            return self.gcs.read_range(self.out, "model/w.bin", 0, 1 << 20)
-        return self.s3.read_range(self.out, "model/w.bin", 0, 1 << 20)
+            return self.gcs.read_range(self.out, f"model-{key}/w.bin", 0, 1 << 20)
+        return self.s3.read_range(self.out, f"model-{key}/w.bin", 0, 1 << 20)
 
 
 class _Vanishing:
@@ -167,7 +169,7 @@ def _older_ending_last(registry: Any, ends: Ends, hooks: Hooks, tmp_path: Path) 
     assert isinstance(newer.data, ModelRegistered)
     assert artifact.digest == newer.data.digest == digest_of(CONTENT["b"])
     assert artifact.custom_properties[register.TRANSFER_AT] == stamp(sent("b", 5))
-    assert ends.read() == CONTENT["b"]
+    assert artifact.uri.endswith("/model-b") and ends.read("b") == CONTENT["b"]
 
 
 def test_an_older_copy_ending_after_the_newer_took_effect_is_moot(

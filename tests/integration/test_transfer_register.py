@@ -145,8 +145,10 @@ def test_a_refused_copy_ends_its_progress_as_failed_not_finished(
     minio: Minio,
     bucket: str,
 ) -> None:
-    """MinIO refusing the destination's credentials: exit 2 naming the refusal, the
-    artifact ABANDONED, and the Job's JSON progress ending `failed` (it said `finished`)."""
+    """MinIO refusing the destination's credentials: the Job's JSON progress ends `failed`
+    (it said `finished`). The refusal comes from the destination's claim, before anything
+    is registered (exit 3, credentials refused: the operator's to fix; a HEAD of the first
+    file answered 403, exit 2, with the artifact ABANDONED)."""
     name = f"refused-{secrets.token_hex(4)}"
     model(tmp_path / "model")
     destination = s3_destination(minio, bucket, f"{name}/v1")
@@ -160,18 +162,14 @@ def test_a_refused_copy_ends_its_progress_as_failed_not_finished(
         **destination,
     )
     failed = transfer(env)
-    assert failed.returncode == 2, failed.stderr
-    assert "forbidden: S3 denied access" in failed.stderr
+    assert failed.returncode == 3, failed.stderr
+    assert f"S3 refused the credentials for s3://{bucket}/{name}/v1.transfer-claim" in (
+        failed.stderr
+    )
     progress = [json.loads(line) for line in failed.stderr.splitlines() if line.startswith("{")]
-    assert progress[0]["progress"] == "started"
     assert progress[-1]["progress"] == "failed"
     assert all(p["progress"] != "finished" for p in progress)
-    found = kubeflow.get_model(name)
-    assert found is not None
-    version = kubeflow.get_version(found.id, "v1")
-    assert version is not None
-    (artifact,) = kubeflow.list_artifacts(version.id)
-    assert artifact.state == ArtifactState.ABANDONED
+    assert kubeflow.get_model(name) is None  # refused before anything was registered
 
 
 def test_create_model_registers_live_and_a_rerun_resumes_the_same_ids(
@@ -511,8 +509,12 @@ def test_a_token_registry_through_the_dockerconfigjson_then_on_to_gcs(
     done = transfer(env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["uri"] == f"gs://{bucket}/m/v1"
-    blobs = {b.name: b.download_as_bytes() for b in fake_gcs.storage_client().list_blobs(bucket)}
+    listed = fake_gcs.storage_client().list_blobs(bucket, prefix="m/v1/")
+    blobs = {b.name: b.download_as_bytes() for b in listed}
     assert blobs == {f"m/v1/{name}": data for name, data in files.items()}
+    claim = json.loads(fake_gcs.storage_client().bucket(bucket).blob("m/v1.transfer-claim")
+                       .download_as_bytes())  # fmt: skip
+    assert claim["source"] == f"oci://{host}/{repo}:v1"  # beside the model, not in it
 
 
 def test_a_terminated_job_leaves_the_artifact_abandoned_saying_so(

@@ -13,6 +13,14 @@ when it changed in between), doing nothing for a request older than one begun or
 since (Skip: moot). So an older copy that ends after a newer one never becomes LIVE over
 it, nor marks it ABANDONED. A request without a time neither is moot nor makes one.
 
+Tenancy (the function's, `owner` the request's namespace): a run registers only into a
+model its tenant owns (`records.owner_of`, as register checks an archiving): `check`, before
+the destination is claimed, refuses (Forbidden naming the field) an `update_artifact` of
+another tenant's artifact, a `create_version` under another tenant's model and a
+`create_model` naming another tenant's model; a model `create_model` makes records its
+tenant (`namespace`), as register's do.
+
+>>> check(registry, config, owner="team-a")  # doctest: +SKIP
 >>> target = begin(registry, config, uri)  # doctest: +SKIP
 >>> finish(registry, target, uri, digest)  # doctest: +SKIP
 """
@@ -26,13 +34,14 @@ from typing import Any
 from msgspec.structs import replace
 
 from modelhooks.adapters.transfer.config import TransferConfig
-from modelhooks.core.errors import BadRequest, Conflict, NotFound
+from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from modelhooks.core.function import Skip
 from modelhooks.core.records import (
     ArtifactState,
     ModelArtifact,
     ModelVersion,
     RegisteredModel,
+    owner_of,
     typed,
 )
 
@@ -44,6 +53,7 @@ __all__ = [
     "TRANSFER_EVENT",
     "Target",
     "begin",
+    "check",
     "fail",
     "finish",
     "live_artifact",
@@ -147,9 +157,77 @@ def _in_named(registry: Any, config: TransferConfig, artifact: ModelArtifact) ->
             )
 
 
-def begin(registry: Any, config: TransferConfig, uri: str, *, at: str = "") -> Target:
+def _refuse_unless_owned(model: RegisteredModel, owner: str | None, field: str) -> None:
+    """Forbidden naming `field` unless `owner` (None: no tenancy) owns `model`."""
+    if owner is not None and owner_of(model) != owner:
+        raise Forbidden(
+            f"namespace {owner!r} may not transfer into model {model.name!r} (id {model.id}):"
+            f" it is namespace {owner_of(model)!r}'s ({field})",
+            namespace=owner,
+            owner=owner_of(model),
+            field=field,
+        )
+
+
+def _owned_model(registry: Any, model_id: str, owner: str | None, field: str) -> None:
+    """`model_id`'s model is `owner`'s (Forbidden naming `field`), or there is none (the
+    registry's NotFound comes from the write that needs it)."""
+    if owner is None or not model_id:
+        return
+    model = next((m for m in registry.list_models() if m.id == model_id), None)
+    if model is not None:
+        _refuse_unless_owned(model, owner, field)
+
+
+def _owned_artifact(
+    registry: Any, config: TransferConfig, artifact: ModelArtifact, owner: str | None
+) -> None:
+    """The artifact (in the version and model the run names: `_in_named`) is in a model
+    `owner` owns; where the registry does not say its version and the run names neither,
+    whose it is cannot be told: refused as well."""
+    if owner is None:
+        return
+    version_id = artifact.version_id or config.model.version_id
+    version = registry.get_version_by_id(version_id) if version_id else None
+    model_id = version.model_id if version is not None else config.model.model_id
+    if not model_id:
+        raise Forbidden(
+            f"namespace {owner!r} may not update ModelArtifact {artifact.id!r}: the registry"
+            " does not say which model it is in; name its version (version.id) or model "
+            "(model.id)",
+            namespace=owner,
+            field="artifact.id",
+        )
+    _owned_model(registry, model_id, owner, "artifact.id")
+
+
+def check(registry: Any, config: TransferConfig, *, at: str = "", owner: str | None = None) -> None:
+    """What `begin` would refuse, read only: before a destination is claimed for the run
+    (no destination is claimed by a request the registry refuses). The artifact to update
+    exists in the version and model named, and, with `owner` (tenancy on), every model the
+    run names is `owner`'s (Forbidden naming the field); a request older than one begun
+    on the artifact is moot (Skip)."""
+    if config.intent == "update_artifact":
+        artifact = registry.get_artifact(config.model.artifact_id)
+        if artifact is None:
+            raise NotFound(f"model registry: no ModelArtifact {config.model.artifact_id!r}")
+        _in_named(registry, config, artifact)
+        _owned_artifact(registry, config, artifact, owner)
+        if newer(artifact, at):
+            raise _moot(artifact, at, "nothing is copied")
+    elif config.intent == "create_version":
+        _owned_model(registry, config.model.model_id, owner, "model.id")
+    elif owner is not None and (model := registry.get_model(_model_name(config))) is not None:
+        _refuse_unless_owned(model, owner, "model.name")
+
+
+def begin(
+    registry: Any, config: TransferConfig, uri: str, *, at: str = "", owner: str | None = None
+) -> Target:
     """The model, version and artifact of the intent, found or created; the artifact PENDING
-    and claimed by a request sent at `at` (Skip when a newer one claimed it: moot)."""
+    and claimed by a request sent at `at` (Skip when a newer one claimed it: moot). `owner`:
+    the tenant (`check` refused what is not its own); a model created is recorded as its,
+    one found by name (another's, made since `check`) refused."""
     meta = config.metadata
     if config.intent == "update_artifact":
         with registry.transaction():
@@ -168,11 +246,14 @@ def begin(registry: Any, config: TransferConfig, uri: str, *, at: str = "") -> T
             m = meta.of("RegisteredModel")
             model_name = _model_name(config)
             model_props = _props(m.get("custom_properties", {}), owner=str(m.get("owner", "")))
+            if owner is not None:  # the tenant's, as register records it (never the request's)
+                model_props["namespace"] = owner
             model: RegisteredModel = _ensure(
                 lambda: registry.get_model(model_name),
                 lambda: registry.create_model(model_name, properties=model_props),
                 registry.update_model,
                 str(m.get("description", "")),
+                lambda found: _refuse_unless_owned(found, owner, "model.name"),
             )
             model_id = model.id
         else:
@@ -261,9 +342,11 @@ def _ensure(
     create: Callable[[], Any],
     update: Callable[[Any], Any],
     description: str,
+    check: Callable[[Any], None] = lambda _record: None,
 ) -> Any:
     """A model or version found by name, or created (one created concurrently is found
-    again); its description brought to `description` when one is given."""
+    again), `check`ed (before anything is written to one found); its description brought
+    to `description` when one is given."""
     record = find()
     if record is None:
         try:
@@ -272,6 +355,7 @@ def _ensure(
             record = find()
             if record is None:
                 raise
+    check(record)
     if description and record.description != description:
         record = update(replace(record, description=description))
     return record

@@ -74,14 +74,20 @@ class Transfers:
         model_id: str = "",
         event: str = "",
         at: str = "",
+        owner: str | None = None,
     ) -> Done:
         """`event` names the delivery (its source and id), `at` its time: one that took
         effect already is answered from the registry as the first time, and one older than
         the request that made the artifact LIVE is moot (Skip); nothing is copied for
-        either (its source may be gone by now; copied, it would take the artifact back)."""
+        either (its source may be gone by now; copied, it would take the artifact back).
+        `owner`: the request's tenant (tenancy on): only its models are registered into."""
         from modelhooks.adapters.transfer.run import build_signer, transfer
 
         cfg = self.config(request, model_id=model_id)
+        if owner is not None:  # before a delivery is answered from another tenant's model
+            from modelhooks.adapters.transfer.register import check
+
+            check(registry, cfg, owner=owner)
         if event and (done := self._answered(registry, cfg, event, at)) is not None:
             return done
         try:
@@ -99,6 +105,7 @@ class Transfers:
                 ends=self.ends(cfg) if self.ends else None,
                 event=event,
                 at=at,
+                owner=owner,
             )
         except ConfigError as exc:  # what the request names holds nothing to copy
             raise BadRequest(exc.message, field="source") from None

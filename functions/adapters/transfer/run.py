@@ -1,5 +1,7 @@
 """One transfer: copy (streaming), sign, register, as the configuration says.
 
+    claim  → an S3 or GCS destination claimed for the source (stores.claim): another
+             source's copy there is refused before anything is registered or copied
     begin  → the intent's model, version and artifact found or created, the artifact PENDING
     copy   → each source file streamed to the destination (sha256 on the way); files the
              destination already has from the same source revision are skipped
@@ -17,6 +19,8 @@ import hashlib
 import io
 import json
 import logging
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +40,7 @@ __all__ = [
     "build_source",
     "copy",
     "sign_bundle",
+    "source_key",
     "transfer",
     "write_termination_message",
 ]
@@ -309,17 +314,28 @@ def transfer(
     ends: tuple[Any, Any] | None = None,
     event: str = "",
     at: str = "",
+    owner: str | None = None,
 ) -> dict[str, Any]:
-    """Begin, copy, sign, finish (module docstring); the ids and URI as a dict. `ends`:
-    the source and destination, instead of those the configuration names; `event`, `at`:
-    the delivery this run is and its request's time (recorded on the artifact it makes
-    LIVE: register.finish)."""
+    """Claim, begin, copy, sign, finish (module docstring); the ids and URI as a dict.
+    `ends`: the source and destination, instead of those the configuration names; `event`,
+    `at`: the delivery this run is and its request's time (recorded on the artifact it
+    makes LIVE: register.finish); `owner`: the tenant the request acts for (the function's,
+    tenancy on), whose models alone it may register into (register.begin)."""
     from modelhooks.adapters.transfer import register
 
     source, destination = ends or (build_source(cfg), build_destination(cfg))
     if cfg.sign and signer is None:
         signer = build_signer(cfg)  # before anything moves: a missing signer is an error now
-    target = register.begin(registry, cfg, destination.uri, at=at) if registry is not None else None
+    if registry is not None:  # what the registry refuses claims no destination
+        register.check(registry, cfg, at=at, owner=owner)
+    if hasattr(destination, "claim"):
+        run = event or f"{socket.gethostname()} pid {os.getpid()}"
+        destination.claim(source_key(getattr(source, "uri", "")), run)
+    target = (
+        register.begin(registry, cfg, destination.uri, at=at, owner=owner)
+        if registry is not None
+        else None
+    )
     if after_begin is not None:
         after_begin(target)
     try:
@@ -363,6 +379,23 @@ def transfer(
             {**target.ids(), "model_artifact_id": artifact.id, "state": str(artifact.state)}
         )
     return result
+
+
+def source_key(uri: str) -> str:
+    """A source as a destination's claim names it: its URI, an http(s) one without its
+    query, fragment and user info (a presigned URL's signature changes with each run of
+    the same source, and is a credential), a prefix without its trailing slash.
+
+    >>> source_key("https://u:p@host/m.tar?X-Amz-Signature=1#x"), source_key("s3://b/m/")
+    ('https://host/m.tar', 's3://b/m')
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme.lower() in ("http", "https"):
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme.lower(), host, parts.path, "", ""))
+    return uri.rstrip("/")
 
 
 def _signature(copied: Copied) -> dict[str, str]:

@@ -7,14 +7,27 @@ source revision; S3 files larger than one part go up as multipart uploads, and a
 continues the open upload (listing its parts), sending only the parts whose MD5 (their
 ETag) differs from the source's bytes. GCS files go up as resumable uploads, and a re-run
 continues the session the journal recorded, from what GCS says it committed.
+
+Claim: an S3 or GCS destination belongs to the first source copied into it. Before
+anything is registered or copied, a run creates `<key>.transfer-claim` beside the
+destination's prefix (outside it: no reader of the model sees it) with a conditional write
+(S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`), naming its source and run. A run of
+the same source finds its own claim and goes on (a redelivery, a crash and a retry resume
+as before); a run of another source finds it and is refused (Conflict naming the
+destination and the claim), whether the other run is copying, crashed or done: two
+sources' files never mix in one destination, nor does each mark its artifact LIVE over
+the other's. Nothing deletes a claim but a person handing the destination to another
+source (the refusal says how).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,9 +41,10 @@ from modelhooks.adapters.transfer.files import (
 )
 from modelhooks.core.errors import Conflict, NotFound, Unavailable
 
-__all__ = ["GcsEnd", "LocalEnd", "S3End"]
+__all__ = ["CLAIM", "GcsEnd", "LocalEnd", "S3End", "claim"]
 
 _SHA, _FROM = "sha256", "transfer-source"
+CLAIM = ".transfer-claim"  # the claim object's suffix: `<destination key>.transfer-claim`
 
 
 def _rel(key: str, prefix: str) -> str:
@@ -41,6 +55,46 @@ def _rel(key: str, prefix: str) -> str:
 
 def _key(prefix: str, path: str) -> str:
     return f"{prefix.rstrip('/')}/{path}" if prefix else path
+
+
+def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: str) -> None:
+    """The destination `prefix` claimed for `source` (see the module): created, or found
+    naming `source`; Conflict when it names another source. `run` says which run claimed
+    it (the delivery, or the Job's host and pid), for the person reading a refusal."""
+    key = f"{prefix}{CLAIM}"
+    where, destination = f"{scheme}://{bucket}/{key}", f"{scheme}://{bucket}/{prefix}"
+    since = datetime.now(UTC).isoformat(timespec="seconds")
+    mine = json.dumps({"source": source, "run": run, "since": since}).encode()
+    for _ in range(3):  # a claim deleted between the write and the read: write it again
+        try:
+            store.put(bucket, key, mine, if_absent=True)
+            return
+        except Conflict:
+            pass
+        try:
+            held = store.read_range(bucket, key, 0, 1 << 16)
+        except NotFound:
+            continue
+        try:
+            found = json.loads(held)
+        except ValueError:
+            found = None
+        if not isinstance(found, dict) or not isinstance(found.get("source"), str):
+            found = {"source": "(unreadable)"}
+        if found["source"] == source:
+            return
+        raise Conflict(
+            f"{destination}: the destination holds another source's copy ({found['source']},"
+            f" run {found.get('run', '?')}, claimed {found.get('since', '?')}; {where}): one "
+            f"destination takes one source, so {source} is not copied there. Choose another "
+            f"destination, or, once no transfer of {found['source']} runs and its copy is "
+            f"not wanted, delete {where} and the objects under {destination}/",
+            field="destination",
+            destination=destination,
+            claim=where,
+            claimed_by=str(found["source"]),
+        )
+    raise Unavailable(f"{where}: the claim changed three times while read; try again")
 
 
 class S3End:
@@ -54,6 +108,9 @@ class S3End:
     @property
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
+
+    def claim(self, source: str, run: str) -> None:
+        claim(self.store, "s3", self.bucket, self.prefix, source, run)
 
     def _err(self, exc: Exception, key: str = "") -> Exception:
         from modelhooks.adapters.object_store.s3 import s3_error
@@ -265,6 +322,9 @@ class GcsEnd:
     @property
     def uri(self) -> str:
         return f"gs://{self.bucket}/{self.prefix}"
+
+    def claim(self, source: str, run: str) -> None:
+        claim(self.store, "gs", self.bucket, self.prefix, source, run)
 
     def files(self) -> Iterator[FileEntry]:
         bucket = self.store.client.bucket(self.bucket)
