@@ -80,8 +80,8 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
         except ValueError:
             found = None
         if not isinstance(found, dict) or not isinstance(found.get("source"), str):
-            found = {"source": "(unreadable)"}
-        if found["source"] == source:
+            found = {"source": "(unreadable: no transfer wrote it)"}  # refuses every source
+        elif found["source"] == source:
             return
         raise Conflict(
             f"{destination}: the destination holds another source's copy ({found['source']},"
