@@ -10,6 +10,7 @@ field), and nothing is claimed, copied or changed when refused."""
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.integration
 FILES = {
     "a": {"w.bin": b"\x01" * 5000, "tokenizer.json": b'{"a": 1}', "a-only.bin": b"a" * 100},
     "b": {"w.bin": b"\x02" * 5000, "tokenizer.json": b'{"b": 2}', "b-only.bin": b"b" * 100},
+    "c": {"w.bin": b"\x03" * 5000, "c-only.bin": b"c" * 100},
 }
 
 
@@ -188,6 +190,42 @@ def test_two_sources_copied_into_one_destination_at_once_never_mix(
         assert outcomes[winner].digest
         assert _live(registry, f"claim-{winner}-{where.out}") is not None
         assert registry.get_model(f"claim-{loser}-{where.out}") is None  # nothing registered
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sources_delivered_shuffled_and_duplicated_at_once_leave_one_source_s_copy(
+    seed: int, minio: Minio, registry: SqliteModelRegistry, tmp_path: Path
+) -> None:
+    """Two or three sources' requests (a model each, one destination), each delivered one
+    to three times, shuffled, four at a time: every delivery of one source succeeds (a
+    duplicate finds its claim), every delivery of the others is refused; the destination
+    holds that source's files alone, its artifact LIVE with their digest."""
+    rng = random.Random(seed)
+    where = Stores_(minio, None, tmp_path)
+    runs = _runs(where)
+    sources = rng.sample(sorted(FILES), rng.randint(2, 3))
+    deliveries = [s for s in sources for _ in range(rng.randint(1, 3))]
+    rng.shuffle(deliveries)
+    events = {source: _from(source, where) for source in sources}  # a duplicate is the same
+
+    def run(source: str) -> Any:
+        try:
+            return _handle(events[source], registry, runs, Tenancy())
+        except Conflict as exc:
+            return exc
+
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(run, deliveries))
+    winners = {s for s, o in zip(deliveries, outcomes, strict=True) if not isinstance(o, Conflict)}
+    assert len(winners) == 1, list(zip(deliveries, outcomes, strict=True))
+    (winner,) = winners
+    done = [o for s, o in zip(deliveries, outcomes, strict=True) if s == winner]
+    assert all(isinstance(o, ModelRegistered) for o in done), done
+    assert where.files("model") == FILES[winner]
+    live = _live(registry, f"claim-{winner}-{where.out}")
+    assert live is not None and {o.digest for o in done} == {live.digest}
+    for loser in set(sources) - winners:
+        assert registry.get_model(f"claim-{loser}-{where.out}") is None
 
 
 def test_a_crashed_run_s_source_finishes_it_and_another_source_is_told_how_to_clear(
