@@ -25,16 +25,21 @@ from modelhooks.adapters.object_store.gcs import GcsObjectStore
 from modelhooks.adapters.object_store.s3 import S3ObjectStore
 from modelhooks.adapters.transfer.request import Transfers
 from modelhooks.adapters.transfer.stores import CLAIM, GcsEnd, S3End
+from modelhooks.bootstrap import model_registry
 from modelhooks.core.errors import Conflict, Forbidden
-from modelhooks.core.records import ArtifactState
+from modelhooks.core.records import ArtifactState, owner_of
+from modelhooks.core.settings import load_settings
 from modelhooks.core.stores import Stores
 from modelhooks.core.tenancy import Tenancy
 from modelhooks.events.model import CanonicalEvent, ModelRegistered
 from modelhooks.handlers import transfer
+from tests.servers.kube import KubeApiServer
 from tests.servers.objectstores import FakeGcs, Minio
 from tests.unit.test_transfer_function import ENV, request
 
 pytestmark = pytest.mark.integration
+
+CRDS = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "crds"
 
 FILES = {
     "a": {"w.bin": b"\x01" * 5000, "tokenizer.json": b'{"a": 1}', "a-only.bin": b"a" * 100},
@@ -258,12 +263,35 @@ def test_a_crashed_run_s_source_finishes_it_and_another_source_is_told_how_to_cl
     assert where.files("model") == FILES["b"]
 
 
-@pytest.fixture(params=["sqlite", "kubeflow"])
+TEAM = secrets.token_hex(3)  # the tenants' namespaces (the Kubernetes backend's, too)
+TEAM_A, TEAM_B = f"team-a-{TEAM}", f"team-b-{TEAM}"
+
+
+@pytest.fixture(params=["sqlite", "kubeflow", "kubernetes"])
 def any_registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if request.param == "kubeflow":
         found: Any = KubeflowModelRegistry(
             request.getfixturevalue("model_registry").url, timeout=10
         )
+    elif request.param == "kubernetes":  # a tenant's records in its namespace
+        from kubernetes import client
+
+        kube: KubeApiServer = request.getfixturevalue("kube_apiserver")
+        kube.install_crd(CRDS / "registeredmodel.yaml", "registeredmodels")
+        kube.install_crd(CRDS / "modelversion.yaml", "modelversions")
+        with kube.api_client() as api:
+            for namespace in (TEAM_A, TEAM_B):
+                try:
+                    client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+                except client.ApiException as exc:
+                    if exc.status != 409:
+                        raise
+        env = {
+            "MODELHOOKS_REGISTRY_BACKEND": "kubernetes",
+            "MODELHOOKS_REGISTRY_KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+            "MODELHOOKS_REGISTRY_NAMESPACE": "default",
+        }
+        found = model_registry(load_settings(env=env))
     else:
         found = SqliteModelRegistry(tmp_path / "registry.db")
     yield found
@@ -280,21 +308,22 @@ def test_a_tenant_may_not_transfer_into_another_tenant_s_model(
     artifact LIVE at team-b's destination; the version went into team-a's model."""
     where = Stores_(minio, None, tmp_path)
     runs = _runs(where)
-    tenants = Tenancy.parse(f"team-a={where.staging},{where.out};team-b=s3://{where.out}-b")
+    tenants = Tenancy.parse(f"{TEAM_A}={where.staging},{where.out};{TEAM_B}=s3://{where.out}-b")
     with minio.s3_client() as client:
         client.create_bucket(Bucket=f"{where.out}-b")
         client.put_object(Bucket=f"{where.out}-b", Key="src/w.bin", Body=b"\x03" * 5000)
     name = f"tenant-{secrets.token_hex(4)}"
     mine = _handle(
-        _from("a", where, model={"name": name}, namespace="team-a"), any_registry, runs, tenants
+        _from("a", where, model={"name": name}, namespace=TEAM_A), any_registry, runs, tenants
     )
     before = any_registry.get_artifact(mine.model_artifact_id)
+    assert owner_of(any_registry.get_model(name)) == TEAM_A  # recorded, as register does
 
     def theirs(**changes: Any) -> CanonicalEvent:
         data = request(
             source={"type": "s3", "bucket": f"{where.out}-b", "key": "src/"},
             destination={"type": "s3", "bucket": f"{where.out}-b", "key": "out/"},
-            namespace="team-b",
+            namespace=TEAM_B,
             **changes,
         )
         return CanonicalEvent.new(data, source="/test", id=f"t-b-{secrets.token_hex(2)}")
@@ -323,7 +352,7 @@ def test_a_tenant_may_not_transfer_into_another_tenant_s_model(
             with pytest.raises(Forbidden) as caught:
                 _handle(event, any_registry, runs, tenants)
             assert caught.value.details["field"] == field, caught.value.message
-            assert "team-b" in caught.value.message
+            assert TEAM_B in caught.value.message
     assert list(where.s3.list(f"{where.out}-b", "out")) == []  # not claimed, not copied
     after = any_registry.get_artifact(mine.model_artifact_id)
     assert (after.uri, after.digest, after.state) == (before.uri, before.digest, before.state)
@@ -336,7 +365,7 @@ def test_a_tenant_may_not_transfer_into_another_tenant_s_model(
         intent="create_version",
         model={"id": mine.registered_model_id},
         version={"name": "2"},
-        namespace="team-a",
+        namespace=TEAM_A,
     )
     done = _handle(CanonicalEvent.new(own, source="/test", id="t-a-2"), any_registry, runs, tenants)
     assert done.registered_model_id == mine.registered_model_id
