@@ -570,3 +570,96 @@ def test_a_terminated_job_leaves_the_artifact_abandoned_saying_so(
     (found,) = kubeflow.list_artifacts(version.id)
     assert found.state == ArtifactState.ABANDONED
     assert "terminated (SIGTERM)" in found.custom_properties[FAILURE_REASON]
+
+
+def test_a_killed_job_s_rerun_finishes_and_another_source_s_job_exits_4(
+    tmp_path: Path,
+    model_registry: ModelRegistryServer,
+    kubeflow: KubeflowModelRegistry,
+    minio: Minio,
+    bucket: str,
+) -> None:
+    """A Job SIGKILLed mid-copy into MinIO (OOM, a lost node: nothing recorded, the
+    destination's claim left): a Job of another source into that destination exits 4
+    naming the claim and how to clear it, nothing of it copied nor its artifact touched;
+    the killed Job's retry (the same source) finishes, LIVE. Before: the other source's
+    Job copied into the half-written destination and made its artifact LIVE there."""
+    import http.server
+    import socketserver
+    import threading
+    import time
+
+    weights = os.urandom(256 * 1024)
+    served: list[int] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            served.append(1)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(weights)))
+            self.end_headers()
+            step = 1024 if len(served) == 1 else len(weights)  # the first run trickles
+            for start in range(0, len(weights), step):
+                try:
+                    self.wfile.write(weights[start : start + step])
+                    self.wfile.flush()
+                except OSError:
+                    return
+                if len(served) == 1:
+                    time.sleep(0.05)
+
+    _, version, artifact = new_artifact(kubeflow, "killed")
+    _, other_version, other = new_artifact(kubeflow, "other")
+    destination = s3_destination(minio, bucket, "shared/v1")
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Slow) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        env = job_env(
+            tmp_path,
+            model_registry,
+            MODEL_SYNC_SOURCE_TYPE="uri",
+            MODEL_SYNC_SOURCE_URI=f"http://127.0.0.1:{server.server_address[1]}/weights.bin",
+            MODEL_SYNC_SOURCE_URI_ALLOW_LOCAL="true",
+            MODEL_SYNC_MODEL_ARTIFACT_ID=artifact.id,
+            **destination,
+        )
+        job = subprocess.Popen(
+            [str(BIN / "modelhooks"), "transfer"], env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 30
+        while kubeflow.list_artifacts(version.id)[0].state != ArtifactState.PENDING:
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.3)
+        job.kill()
+        job.communicate(timeout=30)
+        # another source's Job into the same destination
+        model(tmp_path / "other")
+        other_env = job_env(
+            tmp_path,
+            model_registry,
+            source=tmp_path / "other",
+            MODEL_SYNC_MODEL_ARTIFACT_ID=other.id,
+            **destination,
+        )
+        refused = transfer(other_env)
+        assert refused.returncode == 4, refused.stderr
+        claim = f"s3://{bucket}/shared/v1.transfer-claim"
+        assert f"delete {claim} and the objects under s3://{bucket}/shared/v1/" in refused.stderr
+        assert "/weights.bin, run " in refused.stderr  # the killed run's source, named
+        (untouched,) = kubeflow.list_artifacts(other_version.id)
+        assert (untouched.state, untouched.uri) == (other.state, other.uri)
+        with minio.s3_client() as client:
+            listed = client.list_objects_v2(Bucket=bucket, Prefix="shared/v1/").get("Contents", [])
+        assert {o["Key"] for o in listed} <= {"shared/v1/weights.bin"}  # none of the other's
+        # the killed Job's retry: the same source, it finishes
+        done = transfer(env)
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    (found,) = kubeflow.list_artifacts(version.id)
+    assert found.state == ArtifactState.LIVE and found.uri == f"s3://{bucket}/shared/v1"
+    with minio.s3_client() as client:
+        body = client.get_object(Bucket=bucket, Key="shared/v1/weights.bin")["Body"].read()
+    assert body == weights
