@@ -28,6 +28,7 @@ __all__ = [
     "model_and_version",
     "settings",
     "settings_parser",
+    "skipped",
 ]
 
 
@@ -80,7 +81,13 @@ def local_sender(settings: Settings) -> Any:
             worst = max(o.status for o in failed)
             return worst, "; ".join(outcome_reason(o.as_json()) for o in failed)
         told = [o for o in outcomes if o.error]  # refused for good, told as a reply (a 200)
-        return 200, "; ".join(f"{TOLD}{o.function}: {o.error['message']}" for o in told if o.error)
+        if told:
+            return 200, "; ".join(
+                f"{TOLD}{o.function}: {o.error['message']}" for o in told if o.error
+            )
+        if any(o.replies for o in outcomes):
+            return 200, ""
+        return 200, skipped([o.skipped for o in outcomes])
 
     return send
 
@@ -144,7 +151,7 @@ def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int
     finally:
         resp.release_conn()  # its connection closed if some of it was left unread
     if resp.status < 300:
-        return resp.status, told_refusals(dict(resp.headers), data)
+        return resp.status, told_refusals(dict(resp.headers), data) or _skips(data)
     reason = http_reason(resp.status, data.decode(errors="replace"))
     return resp.status, _cut(reason, MAX_REASON_CHARS)
 
@@ -171,6 +178,38 @@ def told_refusals(headers: dict[str, str], body: bytes) -> str:
         if isinstance(r.data, dict) and r.data.get("refused")
     ]
     return "; ".join(reasons)
+
+
+SKIPPED = "skipped: "
+
+
+def skipped(reasons: list[str]) -> str:
+    """The reason of an event every function that took it skipped, on purpose, and none
+    replied (as serve answers it: 200 `{"skipped": [...]}`): SKIPPED and their reasons, or
+    "" when none skipped. Nothing was done; sending it again will do nothing either."""
+    said = [r for r in dict.fromkeys(reasons) if r]
+    return SKIPPED + "; ".join(said) if said else ""
+
+
+def _skips(body: bytes) -> str:
+    """The skips a 2xx answer of serve's says, or "" (replies, a sink's 204, no answer of
+    ours): a function's route answers `{"skipped": [outcome, …]}`, the broker's (`/`)
+    `{"events": […], "outcomes": [outcome, …]}` of the whole chain, skipped when none of them
+    replied (as a function's route says), and the ingress (with a sink) 200 with its
+    `outcomes` when it forwarded nothing."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion
+        return ""
+    if not isinstance(doc, dict) or doc.get("forwarded"):
+        return ""
+    outcomes = doc.get("skipped", doc.get("outcomes"))
+    if not isinstance(outcomes, list):
+        return ""
+    outcomes = [o for o in outcomes if isinstance(o, dict)]
+    if any(o.get("replies") for o in outcomes):
+        return ""
+    return skipped([str(o.get("skipped") or "") for o in outcomes])
 
 
 def _answer(resp: Any, deadline: float) -> bytes:

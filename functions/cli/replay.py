@@ -40,6 +40,7 @@ T = TypeVar("T")
 MAX_FILE_BYTES = 1 << 30  # a stored file is read whole (as a delivery's body is)
 MAX_DOCUMENT_BYTES = 64 << 20  # one JSON document's; a longer text is JSON Lines
 MAX_BAD_LINES = 100  # lines that are not JSON before any that is: not JSON Lines
+MAX_SKIP_REASONS = 10  # shown in the summary (each names its model: as many as events)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Summary:
     transient: int = 0  # of the failed: those worth sending again
     stopped: str = ""  # why the rest was not sent (the target did not answer)
     reasons: Counter[str] = field(default_factory=Counter)
+    skips: Counter[str] = field(default_factory=Counter)  # why each skipped one was
 
     def line(self) -> str:
         return (
@@ -61,6 +63,10 @@ class Summary:
     def lines(self) -> list[str]:
         out = [self.line()]
         out += [f"  {n} x {reason}" for reason, n in self.reasons.most_common()]
+        shown = self.skips.most_common(MAX_SKIP_REASONS)
+        out += [f"  {n} x {reason}" for reason, n in shown]
+        if len(self.skips) > len(shown):
+            out.append(f"  … skipped for {len(self.skips) - len(shown)} other reasons")
         if self.stopped:
             out.append(f"stopped: {self.stopped}; the rest was not sent (replaying is safe)")
         return out
@@ -297,7 +303,9 @@ def replay(
     """Send each event (at most `rate` per second); `send` says (HTTP-like status,
     reason), or raises Transient when the target did not answer (then the rest is not
     sent). Documents that did not translate count as failed, with their reason; so does a
-    2xx with a reason: a refusal for good told as a reply (common.told_refusals)."""
+    2xx with a reason: a refusal for good told as a reply (common.told_refusals), unless
+    the reason says every function skipped it (common.SKIPPED): then it counts as skipped,
+    nothing done, and nothing to send again."""
     summary = Summary() if summary is None else summary
     interval = 1.0 / rate if rate > 0 else 0.0
     next_at = time.monotonic()
@@ -318,6 +326,9 @@ def replay(
         summary.sent += 1
         if status < 300 and not reason:
             summary.succeeded += 1
+        elif status < 300 and reason.startswith(common.SKIPPED):
+            summary.skipped += 1
+            summary.skips[reason] += 1
         else:
             summary.failed += 1
             summary.transient += status >= 500 or status == 429
