@@ -192,11 +192,12 @@ def skipped(reasons: list[str]) -> str:
 
 
 def _skips(body: bytes) -> str:
-    """The skips a 2xx answer of serve's says, or "" (replies, a sink's 204, no answer of
-    ours): a function's route answers `{"skipped": [outcome, …]}`, the broker's (`/`)
-    `{"events": […], "outcomes": [outcome, …]}` of the whole chain, skipped when none of them
-    replied (as a function's route says), and the ingress (with a sink) 200 with its
-    `outcomes` when it forwarded nothing."""
+    """What a 2xx answer of serve's that carries no reply says, or "" (replies, a sink's
+    204, no answer of ours): a function's route answers `{"skipped": [outcome, …]}`, the
+    broker's (`/`) `{"events": […], "outcomes": [outcome, …]}` of the whole chain, the
+    ingress (with a sink) its `outcomes` and what it `forwarded`. A refusal for good told on
+    the Model is an outcome of status 200 with its error (as `local_sender` reads it); else
+    the event was skipped when none of them replied (as a function's route says)."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion
@@ -207,6 +208,13 @@ def _skips(body: bytes) -> str:
     if not isinstance(outcomes, list):
         return ""
     outcomes = [o for o in outcomes if isinstance(o, dict)]
+    told = [
+        f"{TOLD}{o.get('function')}: {o['error'].get('message')}"
+        for o in outcomes
+        if isinstance(o.get("error"), dict) and o.get("status") == 200
+    ]
+    if told:
+        return "; ".join(told)
     if any(o.get("replies") for o in outcomes):
         return ""
     return skipped([str(o.get("skipped") or "") for o in outcomes])
