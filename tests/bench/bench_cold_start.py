@@ -18,7 +18,13 @@ Next to the wall-clock time, the CPU time (user + system) the process and its ch
 gunicorn worker) have used by the first answer, read from their CPU-time clocks before the
 process is stopped: other work on the cores stretches the wall clock, much less the CPU time.
 
-Run: `python -m tests.bench.bench_cold_start [--runs N]` (part of `make bench`).
+`--split` measures instead where each side's CPU goes (issue 22: what to cut): the
+gunicorn master (interpreter, functions-framework, loading and building the target: all
+before the fork), the worker until it accepts a connection, and the worker's first event
+alone, with the page faults that event takes (a forked worker copies each page of the
+master's heap it writes to, reference counts included), min and median of the runs.
+
+Run: `python -m tests.bench.bench_cold_start [--runs N] [--split]` (part of `make bench`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import copy
 import ctypes
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +44,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +136,55 @@ def cold_start(
         proc.wait()
 
 
+def _minor_faults(pid: int) -> int:
+    """The minor page faults `pid` has taken so far (/proc/<pid>/stat's minflt)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
+def split_start(
+    bin_dir: Path,
+    source: Path,
+    target: str,
+    env: dict[str, str],
+    event: tuple[dict[str, str], bytes],
+) -> tuple[float, float, float, int]:
+    """CPU seconds of the master by the first answer, of the worker until it accepts a
+    connection, of the worker's first event; and the page faults of that event."""
+    port = free_port()
+    headers, body = event
+    command = [str(bin_dir / "functions-framework"), "--target", target, "--source", str(source)]
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": env["MODELHOOKS_HOME"], **env}
+    proc = subprocess.Popen(
+        [*command, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=source.parent,
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:  # the worker accepts (and drops) a connection: it is ready
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=30).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{target} exited with {proc.returncode}") from None
+                time.sleep(0.005)
+        time.sleep(0.05)  # the dropped connection handled
+        (worker,) = (pid for pid in _processes(proc.pid) if pid != proc.pid)
+        ready, faults = cpu_seconds(worker), _minor_faults(worker)
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/", data=body, headers=headers, method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+            total, worked = cpu_seconds(proc.pid), cpu_seconds(worker)
+            return total - worked, ready, worked - ready, _minor_faults(worker) - faults
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def main(argv: list[str] | None = None) -> list[Goal]:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -135,6 +192,9 @@ def main(argv: list[str] | None = None) -> list[Goal]:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument(
         "--functions", default="", help="comma-separated folders to measure (default: all)"
+    )
+    p.add_argument(
+        "--split", action="store_true", help="where the CPU goes: master, worker, first event"
     )
     args = p.parse_args(argv)
     from tests.servers.objectstores import start_fake_gcs
@@ -153,14 +213,20 @@ def main(argv: list[str] | None = None) -> list[Goal]:
         (work / "gcs").mkdir()
         gcs, processes = start_fake_gcs(work / "gcs")
         try:
-            return _measure(args.runs, folders, venvs, gcs, work)
+            return _measure(args.runs, folders, venvs, gcs, work, split=args.split)
         finally:
             for process in processes:
                 process.stop()
 
 
 def _measure(
-    runs: int, folders: dict[str, Path], venvs: dict[str, Path], gcs: Any, work: Path
+    runs: int,
+    folders: dict[str, Path],
+    venvs: dict[str, Path],
+    gcs: Any,
+    work: Path,
+    *,
+    split: bool = False,
 ) -> list[Goal]:
     bucket, prefix = f"bench-{uuid.uuid4().hex[:8]}", "models/coldstart/1/"
     store = gcs.storage_client().create_bucket(bucket)
@@ -195,6 +261,9 @@ def _measure(
     env = {**base, "MODELHOOKS_HOME": str(registered)}
     cold_start(venvs["register"], folders["register"] / "main.py", "register", env, event())
 
+    if split:
+        _split(runs, folders, venvs, store, prefix, home, event)
+        return []
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in folders}
     anchor: dict[str, list[tuple[float, float]]] = {name: [] for name in folders}
     for _ in range(runs):
@@ -237,6 +306,40 @@ def _measure(
             )
         )
     return goals
+
+
+def _split(
+    runs: int,
+    folders: dict[str, Path],
+    venvs: dict[str, Path],
+    store: Any,
+    prefix: str,
+    home: Callable[[str], dict[str, str]],
+    event: Callable[[], tuple[dict[str, str], bytes]],
+) -> None:
+    """`--split`: each folder's CPU by part next to ff hello's, alternating as the goals'."""
+    parts = ("master", "worker", "1st event")
+    seen: dict[str, list[tuple[float, float, float, int]]] = {"hello": []}
+    for _ in range(runs):
+        for name, folder in folders.items():
+            source = folder / "main.py"
+            seen.setdefault(name, []).append(
+                split_start(venvs[name], source, name, home(name), event())
+            )
+            if name == "sign":
+                for signature in ("model.sig", "model.sig.binding"):
+                    store.delete_blob(prefix + signature)
+            seen["hello"].append(split_start(venvs[name], ANCHORS, "hello", home(name), event()))
+    print(
+        f"where the CPU goes (ms, median / min of {runs}; faults: the first event's minor page"
+        f" faults in the worker; load {os.getloadavg()[0]:.2f})"
+    )
+    print(f"  {'folder':10}" + "".join(f" {part:>15}" for part in (*parts, "total")) + "  faults")
+    for name, rows in seen.items():
+        cols = [[row[i] * 1000 for row in rows] for i in range(3)]
+        cols.append([sum(row[:3]) * 1000 for row in rows])
+        cells = "".join(f" {statistics.median(c):7.1f} /{min(c):6.1f}" for c in cols)
+        print(f"  {name:10}{cells}  {statistics.median(row[3] for row in rows):6.0f}")
 
 
 if __name__ == "__main__":
