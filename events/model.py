@@ -213,7 +213,14 @@ class _ModelLifecycle(EventData, frozen=True, kw_only=True):
     name: Name
     namespace: Namespace = "default"
     version: VersionName | None = None
-    uid: str | None = None
+    uid: Annotated[
+        str | None,
+        _doc(
+            "the Model's metadata.uid: register keeps it on the version the Model registers,"
+            " and a deletion naming it archives only what that uid registered (none: every"
+            " registration older than the deletion)"
+        ),
+    ] = None
     resource_version: str | None = None
     spec: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)

@@ -18,10 +18,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELETED_AT",
+    "DELETED_UIDS",
     "DELETION_POLICY",
     "INTERNAL_PREFIX",
     "PUSHED_AT",
+    "REGISTERED_BY",
     "SIGNATURE",
+    "UIDLESS_DELETED_AT",
     "ArtifactState",
     "Manifest",
     "ModelArtifact",
@@ -42,6 +45,16 @@ __all__ = [
 # was pushed, when its model was last deleted (sortable UTC strings, `stamp`).
 PUSHED_AT = "modelhooks.pushed_at"
 DELETED_AT = "modelhooks.deleted_at"
+# … and whose deletion ended which Model's registration: a deletion's time is its sender's
+# clock (a deletion sent again late is stamped late), so a Model's deletion (it names its
+# uid) ends only what that uid registered. A version keeps the uids of the Models that
+# registered it, each with its latest registration's time (a JSON object); a model the uids
+# of its deleted Models (a JSON array) and the time of its latest deletion naming no uid
+# (a hand replay, an event from before uids were kept; absent on a model recorded before:
+# its `deleted_at`, every deletion then counting so).
+REGISTERED_BY = "modelhooks.registered_by"
+DELETED_UIDS = "modelhooks.deleted_uids"
+UIDLESS_DELETED_AT = "modelhooks.uidless_deleted_at"
 DELETION_POLICY = "modelhooks.deletion_policy"  # the latest deletion's spec.deletionPolicy
 # A version's signature record (`sign`: signature.uri, .root_digest, .signer,
 # .artifact_digest) is held by a live version alone: archiving it drops the record.

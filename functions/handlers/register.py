@@ -8,10 +8,19 @@ The registry's state is a function of the SET of events, not of their order: del
 are duplicated, reordered and concurrent. Each write keeps the facts that decide the state
 and derives the state from them, inside one registry transaction:
 
-- a version keeps the time of the latest push that made it (`modelhooks.pushed_at`);
-- a model keeps the time of its latest deletion (`modelhooks.deleted_at`);
-- a version is LIVE iff its push is newer than the model's deletion; a model is LIVE iff
-  one of its versions is.
+- a version keeps the time of the latest push that made it (`modelhooks.pushed_at`) and,
+  registered by a Model, that Model's uid (`modelhooks.registered_by`);
+- a model keeps the time of its latest deletion (`modelhooks.deleted_at`) and, of a deletion
+  naming its Model's uid, that uid (`modelhooks.deleted_uids`);
+- a version is LIVE iff its push is newer than the model's deletion, or a Model that
+  registered it is not deleted; a model is LIVE iff one of its versions is.
+
+A deletion's time is its sender's clock: the deletion of a Model deleted and created again
+under its name (a new uid), sent again late (a watch re-sent, a relist), is stamped after
+the new Model's creation. Naming its uid, it archives only what that uid registered; the new
+Model's version stays, whatever the order. A deletion naming no uid (a hand replay, an event
+from before uids were kept) ends every registration older than it
+(`modelhooks.uidless_deleted_at`), as before.
 
 So a push of a new version of a live model writes no model: it reads the model (whose
 deletion time its decision stands on; a registry's transaction refuses it when that read
@@ -43,9 +52,10 @@ Event. A push's refusal
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -62,9 +72,12 @@ from modelhooks.core.errors import (
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.records import (
     DELETED_AT,
+    DELETED_UIDS,
     DELETION_POLICY,
     PUSHED_AT,
+    REGISTERED_BY,
     SIGNATURE,
+    UIDLESS_DELETED_AT,
     ArtifactState,
     ModelArtifact,
     ModelState,
@@ -135,7 +148,7 @@ def register_model(
 def _register(
     event: CanonicalEvent, pushed: ArtifactPushed, registry: ModelRegistry
 ) -> list[CanonicalEvent]:
-    at = stamp(event)
+    at, uid = stamp(event), _uid_of(event)
     namespace = pushed.namespace or "default"
     model, created = _find_or_create(
         lambda: registry.create_model(
@@ -144,15 +157,18 @@ def _register(
         ),
         lambda: registry.get_model(pushed.model),
     )
-    deleted_at = model.custom_properties.get(DELETED_AT, "")
+    ended = _deletions(model.custom_properties)
+    this = {uid: at} if uid else {}  # this registration, by its Model
     props = {"digest": pushed.digest, "uri": pushed.uri, "store": pushed.store, PUSHED_AT: at}
+    if this:
+        props[REGISTERED_BY] = _encode(this)
     version, new_version = _create_or_find(  # a push is mostly of a new version
         lambda: registry.create_version(model.id, pushed.version, properties=props),
         lambda: registry.get_version(model.id, pushed.version),
     )
     if version.custom_properties.get("digest") != pushed.digest:
-        if not _live(at, deleted_at):
-            return []  # another digest, but older than the model's deletion: moot
+        if not _live(at, this, ended):
+            return []  # another digest, but ended by the model's deletion: moot
         raise Conflict(
             f"model {pushed.model!r} version {pushed.version!r} is already registered with "
             "another digest",
@@ -160,9 +176,14 @@ def _register(
             received=pushed.digest,
         )
     version_at = max(version.custom_properties.get(PUSHED_AT, ""), at)
-    live = _live(version_at, deleted_at)
+    facts = {PUSHED_AT: version_at}
+    registered_by = _registered_by(version.custom_properties)
+    if uid:
+        registered_by[uid] = max(registered_by.get(uid, ""), at)
+        facts[REGISTERED_BY] = _encode(registered_by)
+    live = _live(version_at, registered_by, ended)
     created = created or new_version or (live and version.state != ModelState.LIVE)
-    version = _update(registry.update_version, version, {PUSHED_AT: version_at}, live)
+    version = _update(registry.update_version, version, facts, live)
     if live:  # a live version makes its model live; an archived one changes no model
         model = _update(registry.update_model, model, {}, live=True)
 
@@ -287,11 +308,11 @@ def _unless_terminating(exc: Forbidden, namespace: str | None) -> None:
 def _archive(
     event: CanonicalEvent, deleted: ModelDeleted, registry: ModelRegistry, check_namespace: bool
 ) -> None:
-    at = stamp(event)
+    at, uid = stamp(event), deleted.uid or ""
     model, _ = _find_or_create(
         lambda: registry.create_model(
             deleted.name,
-            properties={"namespace": deleted.namespace, DELETED_AT: at},
+            properties={"namespace": deleted.namespace, **_deletion_facts({}, at, uid)},
         ),
         lambda: registry.get_model(deleted.name),
     )
@@ -302,8 +323,8 @@ def _archive(
             namespace=deleted.namespace,
             owner=owner,
         )
-    deleted_at = max(model.custom_properties.get(DELETED_AT, ""), at)
-    facts = {DELETED_AT: deleted_at}
+    facts = _deletion_facts(model.custom_properties, at, uid)
+    deleted_at, ended = facts[DELETED_AT], _deletions({**model.custom_properties, **facts})
     policy = deleted.spec.get("deletionPolicy")
     if deleted_at == at and isinstance(policy, str):  # the latest deletion's policy
         facts[DELETION_POLICY] = policy
@@ -313,7 +334,8 @@ def _archive(
     model = _update(registry.update_model, model, facts, live=model.state == ModelState.LIVE)
     live_versions = False
     for version in registry.list_versions(model.id):
-        live = _live(version.custom_properties.get(PUSHED_AT, ""), deleted_at)
+        props = version.custom_properties
+        live = _live(props.get(PUSHED_AT, ""), _registered_by(props), ended)
         live_versions |= live
         _update(registry.update_version, version, {}, live)
     _update(registry.update_model, model, {}, live=live_versions)
@@ -343,8 +365,71 @@ def _deleted_before(
     )
 
 
-def _live(pushed_at: str, deleted_at: str) -> bool:
-    return pushed_at > deleted_at
+class _Deletions(NamedTuple):
+    """What a model's deletions end: `at` (the latest's time) every push older than it,
+    `uidless_at` (the latest naming no uid) every registration older than it, and each of
+    `uids` (its deleted Models) what that uid registered, whatever the times."""
+
+    at: str
+    uidless_at: str
+    uids: frozenset[str]
+
+
+def _deletions(props: Mapping[str, str]) -> _Deletions:
+    """A model's deletions. A model recorded before uids were kept has no uidless time: its
+    latest deletion's, each deletion then ending what is older than it."""
+    at = props.get(DELETED_AT, "")
+    uids = _decoded(props.get(DELETED_UIDS), list)
+    return _Deletions(
+        at, props.get(UIDLESS_DELETED_AT, at), frozenset(u for u in uids if isinstance(u, str))
+    )
+
+
+def _deletion_facts(props: Mapping[str, str], at: str, uid: str) -> dict[str, str]:
+    """A model's deletion facts with a deletion at `at` of the Model of `uid` ("" none).
+    The uidless time is written once it differs from the latest deletion's (before, absent
+    means the same), so a model no uid was ever deleted from keeps the facts it had."""
+    before = _deletions(props)
+    uidless_at = before.uidless_at if uid else max(before.uidless_at, at)
+    facts = {DELETED_AT: max(before.at, at)}
+    if UIDLESS_DELETED_AT in props or uidless_at != facts[DELETED_AT]:
+        facts[UIDLESS_DELETED_AT] = uidless_at
+    if uid:
+        facts[DELETED_UIDS] = _encode(sorted(before.uids | {uid}))
+    return facts
+
+
+def _live(pushed_at: str, registered_by: Mapping[str, str], ended: _Deletions) -> bool:
+    """Live while one of its registrations is: a push newer than the model's latest deletion,
+    or a Model's that is not deleted, newer than the latest deletion naming no uid."""
+    return pushed_at > ended.at or any(
+        uid not in ended.uids and at > ended.uidless_at for uid, at in registered_by.items()
+    )
+
+
+def _uid_of(event: CanonicalEvent) -> str:
+    """The uid of the Model registering (a Model's event that carries it), else ""."""
+    data = event.data
+    return (data.uid or "") if isinstance(data, ModelCreated | ModelUpdated) else ""
+
+
+def _registered_by(props: Mapping[str, str]) -> dict[str, str]:
+    """A version's registering Models: {uid: time of its latest registration}."""
+    found = _decoded(props.get(REGISTERED_BY), dict)
+    return {k: v for k, v in found.items() if isinstance(v, str)}
+
+
+def _decoded(text: str | None, kind: type[Any]) -> Any:
+    """A fact's JSON value, `kind()` when absent or not one (a record edited by hand)."""
+    try:
+        found = json.loads(text) if text else kind()
+    except ValueError:
+        return kind()
+    return found if isinstance(found, kind) else kind()
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 R = TypeVar("R", RegisteredModel, ModelVersion)

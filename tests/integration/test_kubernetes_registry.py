@@ -43,6 +43,7 @@ from tests.contract.register_order import (
     scenarios,
     snapshot,
 )
+from tests.contract.register_recreated import Recreated, deliver, recreations
 from tests.servers.kube import KubeApiServer
 
 pytestmark = pytest.mark.integration
@@ -508,6 +509,19 @@ def test_a_delivery_killed_between_its_writes_and_delivered_again_ends_as_never_
     (tests/contract/register_crash.py)."""
     kills = killed_and_redelivered(kube, scenario, data.draw)
     assert state(kube, scenario.names()) == time_ordered_state(scenario), kills
+
+
+@SLOW
+@given(scenario=recreations(), data=st.data())
+def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_deliveries(
+    kube: KubernetesModelRegistry, scenario: Recreated, data: st.DataObject
+) -> None:
+    """A deletion sent again late names its Model's uid: it archives only what that uid
+    registered (tests/contract/register_recreated.py)."""
+    order = data.draw(st.permutations(scenario.events), label="order")
+    for event in order:
+        deliver(kube, event)
+    assert snapshot(kube, {scenario.name}) == scenario.expected()
 
 
 # --- RBAC: infra/k8s/rbac/registry.yaml ---------------------------------------------------

@@ -1,7 +1,9 @@
 """Order independence of `register` on the real Kubeflow Model Registry: permutations,
 duplicates and concurrent interleavings (in one process) end in the state of applying the
 events in time order, as on SQLite (tests/contract/register_order.py), and so do deliveries
-killed between their writes and delivered again (tests/contract/register_crash.py)."""
+killed between their writes and delivered again (tests/contract/register_crash.py); a Model
+deleted and created again keeps its new version whatever the order and times of its
+deliveries (tests/contract/register_recreated.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tests.contract.register_order import (
     scenarios,
     snapshot,
 )
+from tests.contract.register_recreated import Recreated, deliver, recreations
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = pytest.mark.integration
@@ -69,5 +72,20 @@ def test_a_delivery_killed_between_its_writes_and_delivered_again_ends_as_never_
     try:
         kills = killed_and_redelivered(registry, scenario, data.draw)
         assert state(registry, scenario.names()) == time_ordered_state(scenario), kills
+    finally:
+        registry.close()
+
+
+@SLOW
+@given(scenario=recreations(), data=st.data())
+def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_deliveries(
+    model_registry: ModelRegistryServer, scenario: Recreated, data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(scenario.events), label="order")
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        for event in order:
+            deliver(registry, event)
+        assert snapshot(registry, {scenario.name}) == scenario.expected()
     finally:
         registry.close()

@@ -1,0 +1,111 @@
+"""The re-creation property of `register`: a Model deleted and created again under its name
+(a new uid, the same or another version) keeps what its last incarnation registered, whatever
+the order, the multiplicity and the times of the deliveries. A deletion is sent again late
+with a new time (the sender's clock: a watch re-sent, a relist, a set-aside lane): it names
+its Model's uid, and archives only what that uid registered.
+
+Used by tests/unit/test_register_recreated_property.py (SQLite and the in-memory fake),
+tests/integration/test_register_order_kubeflow.py (the real Kubeflow Model Registry) and
+tests/integration/test_kubernetes_registry.py (the registry's CRDs on a real API server).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, cast
+
+from hypothesis import strategies as st
+
+from modelhooks.core.errors import ModelhooksError
+from modelhooks.core.ports import ModelRegistry
+from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
+from modelhooks.handlers.register import handle
+from tests.contract.register_order import T0, Snapshot, snapshot
+
+SHA = {"1": "a" * 64, "2": "b" * 64}  # one source per version name: no digest conflicts
+
+
+@dataclass(frozen=True)
+class Recreated:
+    """Deliveries of the incarnations of one Model name; `alive`: the version names the last
+    incarnation registered, if it is not deleted (what must stay LIVE)."""
+
+    events: tuple[CanonicalEvent, ...]
+    name: str
+    versions: frozenset[str]
+    alive: frozenset[str]
+
+    def expected(self) -> Snapshot:
+        states = {
+            v: ("LIVE" if v in self.alive else "ARCHIVED", f"sha256:{SHA[v]}")
+            for v in self.versions
+        }
+        return {self.name: ("LIVE" if self.alive else "ARCHIVED", states)}
+
+
+def model_event(kind: type[ModelCreated | ModelDeleted], name: str, uid: str, version: str) -> Any:
+    source = {
+        "http": {"url": f"https://models.example/{name}/{version}.tgz", "sha256": SHA[version]}
+    }
+    return kind(name=name, namespace="default", version=version, uid=uid, spec={"source": source})
+
+
+@st.composite
+def recreations(draw: Callable[..., Any]) -> Recreated:
+    """1-3 incarnations, each created then (but the last maybe) deleted, on one timeline
+    (a minute apart); each deletion maybe sent again later with a later time (up to past
+    everything else), and any delivery duplicated."""
+    name = f"r{uuid.uuid4().hex[:8]}"
+    count = draw(st.integers(1, 3), label="incarnations")
+    last_deleted = draw(st.booleans(), label="last deleted")
+    events: list[CanonicalEvent] = []
+    versions: list[str] = []
+    minute = 0
+    for i in range(count):
+        uid, version = f"{name}-uid{i}", draw(st.sampled_from("12"), label=f"version {i}")
+        versions.append(version)
+        created = model_event(ModelCreated, name, uid, version)
+        events.append(_event(f"{uid}/add", created, minute))
+        minute += 1
+        if i < count - 1 or last_deleted:
+            deleted = model_event(ModelDeleted, name, uid, version)
+            events.append(_event(f"{uid}/delete", deleted, minute))
+            for later in draw(st.lists(st.integers(0, 4 * count + 2), max_size=2), label="again"):
+                events.append(_event(f"{uid}/delete", deleted, minute + later))
+            minute += 1
+    duplicates = draw(st.lists(st.sampled_from(events), max_size=3), label="duplicates")
+    alive = frozenset() if last_deleted else frozenset({versions[-1]})
+    return Recreated(tuple(events + duplicates), name, frozenset(versions), alive)
+
+
+def _event(id: str, data: Any, minute: int) -> CanonicalEvent:
+    return CanonicalEvent(
+        id=id, source="watch", type=data.TYPE, data=data, time=T0 + timedelta(minutes=minute)
+    )
+
+
+def deliver(registry: ModelRegistry, event: CanonicalEvent) -> None:
+    """register's handler as the route delivers it (no dedupe: each copy is applied), a
+    transient failure (a lost race) delivered again."""
+    for attempt in range(20):
+        try:
+            # an http source is named by its spec: no store, content or OCI client is used
+            handle(
+                event,
+                registry=registry,
+                stores=cast(Any, None),
+                content=cast(Any, None),
+                oci=cast(Any, None),
+                check_namespace=False,
+            )
+            return
+        except ModelhooksError:
+            if attempt == 19:
+                raise
+
+
+def state(registry: ModelRegistry, scenario: Recreated) -> Snapshot:
+    return snapshot(registry, {scenario.name})

@@ -1,0 +1,78 @@
+"""A Model deleted and created again under its name keeps what its new incarnation
+registered, on SQLite and the in-memory fake: a deletion sent again late, with a time past
+the new incarnation's (the sender's clock), archives only what its own uid registered
+(tests/contract/register_recreated.py). A deletion naming no uid (a hand replay, an event
+from before uids were kept) archives what is older than it, as it always did."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
+from tests.contract.register_order import T0
+from tests.contract.register_recreated import (
+    SHA,
+    Recreated,
+    deliver,
+    model_event,
+    recreations,
+    state,
+)
+from tests.fakes.memory_registry import InMemoryModelRegistry
+
+
+def sqlite() -> SqliteModelRegistry:
+    return SqliteModelRegistry(Path(tempfile.mkdtemp(prefix="recreated-")) / "registry.db")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=recreations(), data=st.data())
+def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_deliveries(
+    scenario: Recreated, data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(scenario.events), label="order")
+    for registry in (InMemoryModelRegistry(), sqlite()):
+        for event in order:
+            deliver(registry, event)
+        assert state(registry, scenario) == scenario.expected(), type(registry)
+
+
+def _at(id: str, data: ModelCreated | ModelDeleted, minute: int) -> CanonicalEvent:
+    return CanonicalEvent(
+        id=id, source="watch", type=data.TYPE, data=data, time=T0 + timedelta(minutes=minute)
+    )
+
+
+def test_the_old_deletion_sent_again_late_leaves_the_new_models_version_live() -> None:
+    registry = InMemoryModelRegistry()
+    old_delete = model_event(ModelDeleted, "bert", "uid-old", "1")
+    for event in (
+        _at("a", model_event(ModelCreated, "bert", "uid-old", "1"), 0),
+        _at("d", old_delete, 1),
+        _at("b", model_event(ModelCreated, "bert", "uid-new", "1"), 2),
+        _at("d", old_delete, 9),  # the old deletion again, stamped when it was sent again
+    ):
+        deliver(registry, event)
+    live = {"bert": ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
+    assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
+    deliver(registry, _at("e", model_event(ModelDeleted, "bert", "uid-new", "1"), 3))
+    archived = {"bert": ("ARCHIVED", {"1": ("ARCHIVED", f"sha256:{SHA['1']}")})}
+    assert state(registry, Recreated((), "bert", frozenset("1"), frozenset())) == archived
+
+
+def test_a_deletion_naming_no_uid_archives_what_is_older_as_before() -> None:
+    registry = sqlite()
+    deliver(registry, _at("a", model_event(ModelCreated, "bert", "uid-new", "1"), 2))
+    replayed = ModelDeleted(name="bert", namespace="default")  # by hand: no uid
+    deliver(registry, _at("r", replayed, 5))
+    archived = {"bert": ("ARCHIVED", {"1": ("ARCHIVED", f"sha256:{SHA['1']}")})}
+    assert state(registry, Recreated((), "bert", frozenset("1"), frozenset())) == archived
+    deliver(registry, _at("c", model_event(ModelCreated, "bert", "uid-newer", "1"), 6))
+    live = {"bert": ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
+    assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
