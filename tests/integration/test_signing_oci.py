@@ -6,6 +6,7 @@ real registries."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +268,77 @@ def test_a_version_archived_while_it_is_signed_keeps_no_referrer(
     register_model(again, data, registry=registry_)
     sign_artifact(again, data, signer=KeySigner.from_file(keys.private), **kw)
     assert verify_oci(client, "models/gone", digest, KeyVerifier(keys.public)).root_digest
+
+
+def test_two_deliveries_of_one_push_at_once_leave_one_signature(
+    registry: Any, tmp_path: Path, keys: KeyPair
+) -> None:
+    """At-least-once delivery runs one push's sign twice at once: each found no bundle of
+    its signer, signed and pushed its own (ECDSA's nonce made each bundle other bytes), so
+    the model carried two signatures of one signer over one content, and on a fallback
+    index both read it without the other's entry and one entry was lost: that run's
+    recorded signature named a referrer no reader lists. A key signs deterministically
+    (RFC 6979): both push the same bytes, one referrer, listed, named by both."""
+    from modelhooks.adapters.signing.oci import _bundles
+
+    client = DistributionRegistry(registry.url)
+    push_model(client, "models/twice", "v1", write_model(tmp_path / "twice"))
+    _, digest, _ = client.manifest("models/twice", "v1")
+    together = threading.Barrier(2)
+
+    class Together(KeySigner):
+        def sign(self, statement: bytes) -> bytes:  # both have looked for a bundle
+            together.wait(timeout=60)
+            return super().sign(statement)
+
+    signed: list[str] = []
+
+    def deliver() -> None:
+        run = sign_oci(
+            DistributionRegistry(registry.url),
+            "models/twice",
+            digest,
+            Together.from_file(keys.private),
+        )
+        signed.append(run.key)
+
+    runs = [threading.Thread(target=deliver) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    listed = [referrer for referrer, _ in _bundles(client, "models/twice", digest)]
+    assert len(signed) == 2 and listed == [signed[0]] == [signed[1]], (signed, listed)
+    assert verify_oci(client, "models/twice", "v1", KeyVerifier(keys.public))
+
+
+def test_a_run_stopped_after_its_referrer_was_pushed_is_finished_by_the_next(
+    registry: Any, tmp_path: Path, keys: KeyPair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed between pushing the referrer and adding it to the fallback index:
+    the redelivery found no bundle listed and pushed another (other bytes), the first left
+    a manifest no index names. Now it pushes the same one, and lists it."""
+    from modelhooks.adapters.signing.oci import _bundles
+
+    client = DistributionRegistry(registry.url)
+    push_model(client, "models/cut", "v1", write_model(tmp_path / "cut"))
+    _, digest, _ = client.manifest("models/cut", "v1")
+    pushed: list[str] = []
+    push = client.push_manifest
+
+    def push_then_die(repo: str, ref: str, manifest: dict[str, Any]) -> str:
+        done = push(repo, ref, manifest)
+        if manifest.get("subject"):  # the referrer: the process dies right after
+            pushed.append(done)
+            raise SystemExit("killed")
+        return done
+
+    monkeypatch.setattr(client, "push_manifest", push_then_die)
+    with pytest.raises(SystemExit):
+        sign_oci(client, "models/cut", digest, KeySigner.from_file(keys.private))
+    monkeypatch.undo()
+    again = sign_oci(
+        DistributionRegistry(registry.url), "models/cut", digest, KeySigner.from_file(keys.private)
+    )
+    listed = [referrer for referrer, _ in _bundles(client, "models/cut", digest)]
+    assert listed == [again.key] == pushed, (pushed, again.key, listed)

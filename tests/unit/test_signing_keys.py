@@ -373,7 +373,10 @@ def test_a_key_signs_without_cryptography_s_openssl_backend(
     ours = _hash_for(key.public_key())
     digest = {256: hashes.SHA256, 384: hashes.SHA384, 521: hashes.SHA512}[curve.key_size]
     assert isinstance(ours, ec.ECDSA) and isinstance(ours.algorithm, digest)
-    assert not ours.deterministic_signing
+    assert ours.deterministic_signing  # RFC 6979: one statement, one signature
+    assert key.sign(b"statement", ours) == key.sign(b"statement", ours)
+    deterministic = ec.ECDSA(digest(), deterministic_signing=True)  # cryptography's own
+    assert key.sign(b"statement", ours) == key.sign(b"statement", deterministic)
     theirs = ec.ECDSA(digest())
     key.public_key().verify(key.sign(b"statement", ours), b"statement", theirs)
     key.public_key().verify(key.sign(b"statement", theirs), b"statement", ours)
@@ -399,3 +402,34 @@ def test_a_key_signs_without_cryptography_s_openssl_backend(
         [sys.executable, "-c", code, str(pem)], check=True, capture_output=True, text=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_key_signs_one_statement_into_one_bundle(keys: KeyPair) -> None:
+    """RFC 6979: the same statement signed twice is the same bundle (one push signed by two
+    deliveries pushes one OCI referrer, not two), and it verifies."""
+    signer = KeySigner.from_file(keys.private)
+    statement = b'{"_type": "https://in-toto.io/Statement/v1"}'
+    assert signer.sign(statement) == signer.sign(statement)
+    assert signer.signed(signer.sign(statement))
+
+
+def test_an_openssl_without_deterministic_ecdsa_signs_with_random_nonces(keys: KeyPair) -> None:
+    """cryptography built against an OpenSSL before 3.2 refuses deterministic ECDSA
+    (UnsupportedAlgorithm): the key signs as before, each bundle its own bytes."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+
+    real = KeySigner.from_file(keys.private)._key
+
+    class OldOpenSsl:
+        def sign(self, data: bytes, algorithm: ec.ECDSA) -> bytes:
+            if algorithm.deterministic_signing:
+                raise UnsupportedAlgorithm("deterministic ECDSA is not supported")
+            return real.sign(data, algorithm)
+
+        def public_key(self) -> ec.EllipticCurvePublicKey:
+            return real.public_key()
+
+    signer = KeySigner(OldOpenSsl())  # type: ignore[arg-type]
+    statement = b'{"_type": "https://in-toto.io/Statement/v1"}'
+    first, second = signer.sign(statement), signer.sign(statement)
+    assert first != second and signer.signed(first) and signer.signed(second)

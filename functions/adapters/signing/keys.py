@@ -48,20 +48,27 @@ def read_small(path: Path) -> bytes:
     return data
 
 
-def _hash_for(key: ec.EllipticCurvePublicKey) -> ec.ECDSA:
+def _hash_for(key: ec.EllipticCurvePublicKey, deterministic: bool = True) -> ec.ECDSA:
     from cryptography.hazmat.primitives import hashes
 
     algorithm = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}
-    return _ecdsa()(algorithm[key.curve.key_size])
+    return _ecdsa(deterministic)(algorithm[key.curve.key_size])
 
 
 @functools.cache
-def _ecdsa() -> type[ec.ECDSA]:
+def _ecdsa(deterministic: bool) -> type[ec.ECDSA]:
     """`ec.ECDSA` made without its constructor, which imports the OpenSSL backend (its cffi
     binding and every cipher: ~5 ms of CPU in a sign cold start) only to check that
-    deterministic signing, which we never ask for, is supported. An `ec.ECDSA` all the same
-    for the keys' `sign` and `verify`, which read these two properties (test_signing_keys
-    pins that cryptography's own ECDSA verifies what it signs, and the reverse)."""
+    deterministic signing is supported (KeySigner.sign falls back when it is not). An
+    `ec.ECDSA` all the same for the keys' `sign` and `verify`, which read these two
+    properties (test_signing_keys pins that cryptography's own ECDSA verifies what it
+    signs, and the reverse).
+
+    Deterministic (RFC 6979: the nonce derived from the key and the digest): a key signs
+    one statement into the same bytes every time, so one push signed twice (at-least-once
+    delivery: two runs at once, or a run killed after pushing its OCI referrer, before the
+    fallback index named it) pushes one referrer, not two signatures of one signer, and a
+    fallback index both runs write holds the same entry. Verifying is unchanged."""
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -75,7 +82,7 @@ def _ecdsa() -> type[ec.ECDSA]:
 
         @property
         def deterministic_signing(self) -> bool:
-            return False
+            return deterministic
 
     return ECDSA
 
@@ -163,8 +170,14 @@ class KeySigner:
         return public_key_material(self._hint)
 
     def sign(self, statement: bytes) -> bytes:
+        from cryptography.exceptions import UnsupportedAlgorithm
+
         material, algorithm = self._made
-        return dsse_bundle(statement, self._key.sign(pae(statement), algorithm), material)
+        try:
+            signature = self._key.sign(pae(statement), algorithm)
+        except UnsupportedAlgorithm:  # an OpenSSL before 3.2 (cryptography built against it)
+            signature = self._key.sign(pae(statement), _hash_for(self._key.public_key(), False))
+        return dsse_bundle(statement, signature, material)
 
     def signed(self, bundle: bytes) -> bool:
         from cryptography.exceptions import InvalidSignature
