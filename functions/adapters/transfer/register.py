@@ -8,8 +8,9 @@ concurrent runs end with one of each.
 Requests for one artifact, each with its time (`at`), end as the newest says, whatever
 their order and overlap: `begin` records the newest request time that began on the
 artifact (`TRANSFER_CLAIM`), and `begin`, `finish` and `fail` each read the artifact again
-and write it in one registry transaction (a conditional write: StaleWrite, redelivered,
-when it changed in between), doing nothing for a request older than one begun or made LIVE
+and write it in one registry transaction (a conditional write: StaleWrite when it changed in
+between; the transaction is then done again on what changed, and after RACED_TRIES
+redelivered), doing nothing for a request older than one begun or made LIVE
 since (Skip: moot). So an older copy that ends after a newer one never becomes LIVE over
 it, nor marks it ABANDONED. A request without a time neither is moot nor makes one.
 
@@ -27,14 +28,15 @@ tenant (`namespace`), as register's do.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from msgspec.structs import replace
 
 from modelhooks.adapters.transfer.config import TransferConfig
-from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound
+from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound, Transient
 from modelhooks.core.function import Skip
 from modelhooks.core.records import (
     ArtifactState,
@@ -221,6 +223,31 @@ def check(registry: Any, config: TransferConfig, *, at: str = "", owner: str | N
         _refuse_unless_owned(model, owner, "model.name")
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+RACED_TRIES = 3  # a transaction that lost to a concurrent run's write, read and decided again
+
+
+def _read_again_when_raced(step: Callable[P, R]) -> Callable[P, R]:
+    """`step`'s transaction done again when another run wrote what it read in between (the
+    registry's StaleWrite): each reads first, so the next try decides on the winner's record
+    (two runs of one request both end LIVE; an older one finds itself moot). A StaleWrite
+    left after RACED_TRIES stays transient (exit 3, 503: redelivered)."""
+
+    @functools.wraps(step)
+    def again(*args: P.args, **kwargs: P.kwargs) -> R:
+        for _ in range(RACED_TRIES - 1):
+            try:
+                return step(*args, **kwargs)
+            except Transient as exc:
+                if exc.code != "stale_write":
+                    raise
+        return step(*args, **kwargs)
+
+    return again
+
+
+@_read_again_when_raced
 def begin(
     registry: Any, config: TransferConfig, uri: str, *, at: str = "", owner: str | None = None
 ) -> Target:
@@ -361,6 +388,7 @@ def _ensure(
     return record
 
 
+@_read_again_when_raced
 def finish(
     registry: Any,
     target: Target,
@@ -418,6 +446,7 @@ def record_signature(registry: Any, target: Target, signature: Mapping[str, str]
     return True
 
 
+@_read_again_when_raced
 def fail(registry: Any, target: Target, reason: str, *, at: str = "") -> ModelArtifact | None:
     """The artifact ABANDONED with `reason`, unless a newer request than `at` began on it
     since (its outcome is the artifact's), or one as new made it LIVE (a delivery of this
