@@ -420,10 +420,11 @@ def _registered_by(props: Mapping[str, str]) -> dict[str, str]:
 
 
 def _decoded(text: str | None, kind: type[Any]) -> Any:
-    """A fact's JSON value, `kind()` when absent or not one (a record edited by hand)."""
+    """A fact's JSON value, `kind()` when absent or not one (a record edited by hand or
+    imported: not JSON, another type, nested past the parser's depth)."""
     try:
         found = json.loads(text) if text else kind()
-    except ValueError:
+    except (ValueError, RecursionError):
         return kind()
     return found if isinstance(found, kind) else kind()
 

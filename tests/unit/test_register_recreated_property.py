@@ -10,10 +10,12 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
+from modelhooks.core.records import DELETED_AT, DELETED_UIDS, REGISTERED_BY, UIDLESS_DELETED_AT
 from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
 from tests.contract.register_order import T0
 from tests.contract.register_recreated import (
@@ -74,5 +76,25 @@ def test_a_deletion_naming_no_uid_archives_what_is_older_as_before() -> None:
     archived = {"bert": ("ARCHIVED", {"1": ("ARCHIVED", f"sha256:{SHA['1']}")})}
     assert state(registry, Recreated((), "bert", frozenset("1"), frozenset())) == archived
     deliver(registry, _at("c", model_event(ModelCreated, "bert", "uid-newer", "1"), 6))
+    live = {"bert": ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
+    assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
+
+
+@pytest.mark.parametrize(
+    "facts",
+    ["not json", '{"uid-old": 7}', "[1, 2]", "[" * 100_000, '"text"', "{" * 100_000],
+)
+def test_facts_a_record_edited_by_hand_garbled_are_none(facts: str) -> None:
+    """A registry's facts written by another client or `registry import` (not JSON, other
+    types, nested past the parser's depth) are read as none, never a 500."""
+    registry = InMemoryModelRegistry()
+    model = registry.create_model(
+        "bert", properties={DELETED_AT: "", DELETED_UIDS: facts, UIDLESS_DELETED_AT: ""}
+    )
+    registry.create_version(
+        model.id, "1", properties={"digest": f"sha256:{SHA['1']}", REGISTERED_BY: facts}
+    )
+    deliver(registry, _at("b", model_event(ModelCreated, "bert", "uid-new", "1"), 2))
+    deliver(registry, _at("d", model_event(ModelDeleted, "bert", "uid-old", "1"), 9))
     live = {"bert": ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
     assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
