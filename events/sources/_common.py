@@ -160,10 +160,36 @@ def canonical(
 ) -> CanonicalEvent:
     """The canonical envelope. Every attribute comes from the upstream delivery (no clock,
     no random id), so translating the same delivery twice yields equal events; an id built
-    from the payload is fitted to what ingress takes (`fit_id`)."""
+    from the payload is fitted to what ingress takes (`fit_id`), it and the subject written
+    without control characters (`escaped`)."""
     return CanonicalEvent(
-        id=fit_id(id), source=source, type=data.TYPE, data=data, subject=subject, time=time
+        id=fit_id(escaped(id)),
+        source=source,
+        type=data.TYPE,
+        data=data,
+        subject=None if subject is None else escaped(subject),
+        time=time,
     )
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def escaped(text: str) -> str:
+    """`text` with each control character (U+0000-U+001F, U+007F) as its `%XX` escape.
+    CloudEvents attributes hold none (the spec's rule: ingress refuses one in a header or an
+    attribute), yet an id or subject built from a payload may: an S3 key may hold any
+    character (`we%09ights.bin` is a tab), a registry's event id is any JSON string. Such an
+    event went to the Broker (202) and the next function's ingress refused it 400 ('ce-id:
+    holds a control character'): dead-lettered, never acted on. Text without one, almost
+    all, is unchanged (its id too).
+
+    >>> escaped("models/m/1/we\\tights.bin"), escaped("models/m/1/w.bin")
+    ('models/m/1/we%09ights.bin', 'models/m/1/w.bin')
+    """
+    if text.isascii() and text.isprintable():  # a flag and a scan in C: most text
+        return text
+    return _CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", text)
 
 
 def unwrap_pubsub(envelope: Any, where: str = "pubsub push") -> Inbound:

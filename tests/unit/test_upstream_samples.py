@@ -286,3 +286,44 @@ def test_an_id_a_translator_builds_from_the_payload_is_taken_by_the_next_functio
         ids.append(inbound.id)
         assert len(inbound.id.encode()) <= MAX_NAME_BYTES
     assert ids[0] != ids[1]
+
+
+def s3_removed(key: str) -> dict[str, Any]:
+    doc = json.loads(samples.body("s3-removed"))
+    doc["Records"][0]["s3"]["object"]["key"] = key
+    return doc
+
+
+def oci_pushed(event_id: str) -> dict[str, Any]:
+    doc = json.loads(samples.body("oci-distribution-push"))
+    doc["events"][0]["id"] = event_id
+    return doc
+
+
+@pytest.mark.parametrize(
+    "delivery",
+    [
+        s3_removed("models/sentiment/1/we%09ights.bin"),  # S3 keys may hold any character
+        s3_removed("models/sentiment/1/a%0Ab%7Fc%00.bin"),
+        oci_pushed("push\t1"),  # a registry's event id
+    ],
+    ids=["s3-tab", "s3-lf-del-nul", "oci-id-tab"],
+)
+def test_an_id_or_subject_a_translator_builds_holds_no_control_character(
+    ingress: tuple[FlaskClient, list[tuple[dict[str, str], Any]]], delivery: dict[str, Any]
+) -> None:
+    """CloudEvents attributes hold no control character (the spec's rule; ingress refuses
+    one in a header or attribute), yet an id or subject built from an object's key or a
+    registry event's id held it as such: forwarded to the Broker (202), the next function's
+    ingress refused it 400 ('ce-id: holds a control character'), dead-lettered, never acted
+    on. Each is written as its %XX escape."""
+    from modelhooks.events.ingress import decode
+
+    client, sink = ingress
+    resp = client.post("/", json=delivery)
+    assert resp.status_code == 202, resp.get_data(as_text=True)
+    headers, body = sink.pop()
+    (inbound,) = decode(headers, json.dumps(body).encode())  # as the next function takes it
+    named = inbound.id + (inbound.attributes.get("subject") or "")
+    assert "%09" in named or "%0A" in named, named
+    assert not any(c < " " or c == "\x7f" for c in named), named
