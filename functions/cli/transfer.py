@@ -20,7 +20,7 @@ message.
 
 Exit status: 0 done, 2 a missing or bad setting or bad input (nothing registered LIVE),
 3 a store, registry or Sigstore service did not answer (run it again: it resumes),
-4 the destination holds another source's copy (its `.transfer-claim` names it),
+4 the destination is claimed by another source (its `.transfer-claim` names it),
 130 interrupted (the artifact is ABANDONED with the reason; a re-run resumes).
 """
 

@@ -9,7 +9,7 @@ checks again what the name resolves to), and both locations must be allowed for 
 request's tenant (403 naming the location; a request naming no namespace gets the one that
 owns its source), as must the models it names (403 naming the field: another tenant's
 artifact, model or model name; a model it creates records its tenant), and an S3 or GCS
-destination must not hold another source's copy (409 naming it: the destination's claim,
+destination must not be claimed by another source (409 naming it: the destination's claim,
 adapters.transfer.stores). Then the copy (what the destination already has from
 the same source revision is kept), the registration (the artifact PENDING while bytes move,
 LIVE with the URI and digest after, ABANDONED with the reason on a failure) and the

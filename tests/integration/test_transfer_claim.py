@@ -26,7 +26,7 @@ from modelhooks.adapters.object_store.s3 import S3ObjectStore
 from modelhooks.adapters.transfer.request import Transfers
 from modelhooks.adapters.transfer.stores import CLAIM, GcsEnd, S3End
 from modelhooks.bootstrap import model_registry
-from modelhooks.core.errors import Conflict, Forbidden
+from modelhooks.core.errors import BadRequest, Conflict, Forbidden, NotFound, Unavailable
 from modelhooks.core.records import ArtifactState, owner_of
 from modelhooks.core.settings import load_settings
 from modelhooks.core.stores import Stores
@@ -261,6 +261,83 @@ def test_a_crashed_run_s_source_finishes_it_and_another_source_is_told_how_to_cl
         where.s3.delete(where.out, info.key)
     done = _handle(_from("b", where), registry, runs, Tenancy())
     assert where.files("model") == FILES["b"]
+
+
+class _Failing:
+    """A source whose listing fails with `error`, after `first` files when given."""
+
+    def __init__(self, source: S3End, error: Exception, first: int = 0) -> None:
+        self.source, self.uri, self.error, self.first = source, source.uri, error, first
+
+    def files(self) -> Iterator[Any]:
+        listed = self.source.files()
+        for _ in range(self.first):
+            yield next(listed)
+        raise self.error
+
+
+def test_a_source_that_shows_no_file_leaves_the_destination_to_the_source_meant(
+    minio: Minio, registry: SqliteModelRegistry, tmp_path: Path
+) -> None:
+    """A Job or a request naming a source misspelled (a prefix holding nothing, or only a
+    signature, a bucket that is not there) fails, and the source meant then copies into the same destination: the
+    failed run released the claim it made, nothing of its source having been copied.
+    Before: the claim stayed, naming the misspelled source, and the source meant was
+    refused (Conflict, exit 4) until a person deleted it. A transient failure, or a
+    permanent one after the first file, keeps the claim (the same source resumes)."""
+    where = Stores_(minio, None, tmp_path)
+    runs = _runs(where)
+    claim = (where.out, f"model{CLAIM}")
+    misspelled = {"type": "s3", "bucket": where.staging, "key": "a-typo/"}
+
+    def mistyped(source: dict[str, str]) -> CanonicalEvent:
+        fields = {"destination": where.destination("model/"), "namespace": None}
+        data = request(source=source, model={"name": f"claim-a-{where.out}"}, **fields)
+        return CanonicalEvent.new(data, source="/test", id=f"t-{secrets.token_hex(3)}")
+
+    with pytest.raises(NotFound, match="a-typo: no such object or prefix"):
+        _handle(mistyped(misspelled), registry, runs, Tenancy())
+    assert where.s3.stat(*claim) is None
+    where.s3.put(where.staging, "sig-only/model.sig", b"{}")  # nothing of it is copied
+    with pytest.raises(BadRequest, match="no files to transfer"):
+        _handle(
+            mistyped({"type": "s3", "bucket": where.staging, "key": "sig-only/"}),
+            registry,
+            runs,
+            Tenancy(),
+        )
+    assert where.s3.stat(*claim) is None
+    no_bucket = {"type": "s3", "bucket": f"{where.staging}-typo", "key": "a/"}
+    with pytest.raises(NotFound):
+        _handle(mistyped(no_bucket), registry, runs, Tenancy())
+    assert where.s3.stat(*claim) is None
+    meant = CanonicalEvent.new(_from("a", where).data, source="/test", id="t-a-fixed")
+    done = _handle(meant, registry, runs, Tenancy())
+    assert where.files("model") == FILES["a"] and done.digest
+    live = _live(registry, f"claim-a-{where.out}")
+    assert live is not None and live.digest == done.digest
+
+    # what keeps the claim: a transient failure before the first file, a permanent one after
+    for error, first in (
+        (Unavailable("the source's store did not answer"), 0),
+        (BadRequest("cut"), 1),
+    ):
+        fresh = Stores_(minio, None, tmp_path)
+        fresh_runs = _runs(fresh)
+
+        def failing(
+            cfg: Any, fresh: Stores_ = fresh, error: Exception = error, first: int = first
+        ) -> Any:
+            source, destination = fresh.ends(cfg)
+            return _Failing(source, error, first), destination
+
+        failing_runs = Transfers(env=fresh_runs.env, ends=failing)
+        with pytest.raises(type(error)):
+            _handle(_from("a", fresh), registry, failing_runs, Tenancy())
+        assert fresh.s3.stat(fresh.out, f"model{CLAIM}") is not None, error
+        with pytest.raises(Conflict):
+            _handle(_from("b", fresh), registry, fresh_runs, Tenancy())
+        assert len(fresh.files("model")) == first
 
 
 TEAM = secrets.token_hex(3)  # the tenants' namespaces (the Kubernetes backend's, too)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelhooks.adapters.transfer.config import TransferConfig
 from modelhooks.adapters.transfer.files import FileEntry, HashingReader, Progress
-from modelhooks.core.errors import ConfigError, ModelhooksError
+from modelhooks.core.errors import ConfigError, ModelhooksError, Transient
 
 if TYPE_CHECKING:
     from modelhooks.adapters.signing.manifest import Manifest
@@ -57,6 +57,7 @@ class Copied:
     order: list[str] = field(default_factory=list)  # the files in the source's order
     signed_by: str = ""
     root_digest: str = ""  # of the signed manifest
+    begun: bool = False  # the source showed a file to copy (something may be written)
 
     @property
     def digest(self) -> str:
@@ -218,14 +219,16 @@ def _docker_ref(ref: str) -> str:
     return f"oci://registry-1.docker.io/{path}"
 
 
-def copy(source: Any, destination: Any, progress: Progress) -> Copied:
+def copy(source: Any, destination: Any, progress: Progress, into: Copied | None = None) -> Copied:
     """Every file of `source` to `destination`, streaming; what the destination already
-    has from the same source revision (same size, a recorded sha256) is kept."""
-    copied = Copied()
+    has from the same source revision (same size, a recorded sha256) is kept. `into`: the
+    Copied to fill (its caller reads `begun` when the copy fails)."""
+    copied = Copied() if into is None else into
     progress.start(None)
     for entry in source.files():
         if entry.path == SIGNATURE:  # a signature of the source is not ours to carry over
             continue
+        copied.begun = True
         had = destination.existing(entry.path) if entry.fingerprint else None
         if had and had[0] == entry.size and had[1] and had[2] == entry.fingerprint:
             copied.files[entry.path] = (entry.size, had[1])
@@ -328,18 +331,18 @@ def transfer(
         signer = build_signer(cfg)  # before anything moves: a missing signer is an error now
     if registry is not None:  # what the registry refuses claims no destination
         register.check(registry, cfg, at=at, owner=owner)
+    claimed = False  # this run created the destination's claim
     if hasattr(destination, "claim"):
         run = event or f"{socket.gethostname()} pid {os.getpid()}"
-        destination.claim(source_key(getattr(source, "uri", "")), run)
-    target = (
-        register.begin(registry, cfg, destination.uri, at=at, owner=owner)
-        if registry is not None
-        else None
-    )
-    if after_begin is not None:
-        after_begin(target)
+        claimed = destination.claim(source_key(getattr(source, "uri", "")), run)
+    target, into, copying = None, Copied(), False
     try:
-        copied = copy(source, destination, progress)
+        if registry is not None:
+            target = register.begin(registry, cfg, destination.uri, at=at, owner=owner)
+        if after_begin is not None:
+            after_begin(target)
+        copying = True
+        copied = copy(source, destination, progress, into)
         if signer is not None:
             name = destination.uri.rstrip("/").rsplit("/", 1)[-1].split(":")[0].split("@")[0]
             _sign(copied, destination, signer, name)
@@ -357,6 +360,8 @@ def transfer(
                 register.fail(registry, target, reason, at=at)
             except ModelhooksError as again:
                 _log.error("could not record the failure in the registry: %s", again.message)
+        if claimed and copying and not into.begun and isinstance(exc, ModelhooksError):
+            _release(destination, exc)
         raise
     result: dict[str, Any] = {
         "uri": copied.uri,
@@ -379,6 +384,20 @@ def transfer(
             {**target.ids(), "model_artifact_id": artifact.id, "state": str(artifact.state)}
         )
     return result
+
+
+def _release(destination: Any, failure: ModelhooksError) -> None:
+    """The claim this run created let go, its copy having failed for good before its
+    source showed a file (nothing of it copied): a source misspelled, empty or unreadable
+    does not keep the destination from the source meant (stores.release). A transient
+    failure keeps it (Unavailable, Throttled: a duplicate delivery of this source, which
+    found the claim, may be copying); a source's permanent failure is the duplicate's too."""
+    if isinstance(failure, Transient):
+        return
+    try:
+        destination.release()
+    except ModelhooksError as again:
+        _log.error("could not release %s's claim: %s", destination.uri, again.message)
 
 
 def source_key(uri: str) -> str:

@@ -17,7 +17,10 @@ as before); a run of another source finds it and is refused (Conflict naming the
 destination and the claim), whether the other run is copying, crashed or done: two
 sources' files never mix in one destination, nor does each mark its artifact LIVE over
 the other's. Nothing deletes a claim but a person handing the destination to another
-source (the refusal says how).
+source (the refusal says how), and the run that created it when it failed for good
+before its source showed a file (a source misspelled, empty or unreadable: nothing was
+copied, and the source meant takes the destination on the next run); a transient failure
+keeps it, as does one after the first file (its run of the same source resumes).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from modelhooks.adapters.transfer.files import (
 )
 from modelhooks.core.errors import Conflict, NotFound, Unavailable
 
-__all__ = ["CLAIM", "GcsEnd", "LocalEnd", "S3End", "claim"]
+__all__ = ["CLAIM", "GcsEnd", "LocalEnd", "S3End", "claim", "release"]
 
 _SHA, _FROM = "sha256", "transfer-source"
 CLAIM = ".transfer-claim"  # the claim object's suffix: `<destination key>.transfer-claim`
@@ -57,10 +60,11 @@ def _key(prefix: str, path: str) -> str:
     return f"{prefix.rstrip('/')}/{path}" if prefix else path
 
 
-def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: str) -> None:
-    """The destination `prefix` claimed for `source` (see the module): created, or found
-    naming `source`; Conflict when it names another source. `run` says which run claimed
-    it (the delivery, or the Job's host and pid), for the person reading a refusal."""
+def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: str) -> bool:
+    """The destination `prefix` claimed for `source` (see the module): created (True), or
+    found naming `source` (False); Conflict when it names another source. `run` says which
+    run claimed it (the delivery, or the Job's host and pid), for the person reading a
+    refusal."""
     key = f"{prefix}{CLAIM}"
     where, destination = f"{scheme}://{bucket}/{key}", f"{scheme}://{bucket}/{prefix}"
     since = datetime.now(UTC).isoformat(timespec="seconds")
@@ -68,7 +72,7 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
     for _ in range(3):  # a claim deleted between the write and the read: write it again
         try:
             store.put(bucket, key, mine, if_absent=True)
-            return
+            return True
         except Conflict:
             pass
         try:
@@ -82,9 +86,9 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
         if not isinstance(found, dict) or not isinstance(found.get("source"), str):
             found = {"source": "(unreadable: no transfer wrote it)"}  # refuses every source
         elif found["source"] == source:
-            return
+            return False
         raise Conflict(
-            f"{destination}: the destination holds another source's copy ({found['source']},"
+            f"{destination}: the destination is claimed by another source ({found['source']},"
             f" run {found.get('run', '?')}, claimed {found.get('since', '?')}; {where}): one "
             f"destination takes one source, so {source} is not copied there. Choose another "
             f"destination, or, once no transfer of {found['source']} runs and its copy is "
@@ -95,6 +99,13 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
             claimed_by=str(found["source"]),
         )
     raise Unavailable(f"{where}: the claim changed three times while read; try again")
+
+
+def release(store: Any, bucket: str, prefix: str) -> None:
+    """The claim of `prefix` deleted: by the run that created it, when it failed for good
+    before its source showed a file (nothing of it was copied: a source misspelled, empty,
+    not readable), so the destination is free for the source meant (see the module)."""
+    store.delete(bucket, f"{prefix}{CLAIM}")
 
 
 class S3End:
@@ -109,8 +120,11 @@ class S3End:
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
 
-    def claim(self, source: str, run: str) -> None:
-        claim(self.store, "s3", self.bucket, self.prefix, source, run)
+    def claim(self, source: str, run: str) -> bool:
+        return claim(self.store, "s3", self.bucket, self.prefix, source, run)
+
+    def release(self) -> None:
+        release(self.store, self.bucket, self.prefix)
 
     def _err(self, exc: Exception, key: str = "") -> Exception:
         from modelhooks.adapters.object_store.s3 import s3_error
@@ -323,8 +337,11 @@ class GcsEnd:
     def uri(self) -> str:
         return f"gs://{self.bucket}/{self.prefix}"
 
-    def claim(self, source: str, run: str) -> None:
-        claim(self.store, "gs", self.bucket, self.prefix, source, run)
+    def claim(self, source: str, run: str) -> bool:
+        return claim(self.store, "gs", self.bucket, self.prefix, source, run)
+
+    def release(self) -> None:
+        release(self.store, self.bucket, self.prefix)
 
     def files(self) -> Iterator[FileEntry]:
         bucket = self.store.client.bucket(self.bucket)
