@@ -15,7 +15,14 @@ from typing import Any, TypeVar
 
 from modelhooks.events.errors import BadRequest, PartlyBad
 from modelhooks.events.inbound import Inbound
-from modelhooks.events.model import CanonicalEvent, EventData, fit_id, parse
+from modelhooks.events.model import (
+    BUCKET_NAME,
+    MAX_BUCKET,
+    CanonicalEvent,
+    EventData,
+    fit_id,
+    parse,
+)
 from modelhooks.events.safe_json import loads, loads_or_raw
 
 __all__ = [
@@ -119,6 +126,21 @@ def text(obj: Mapping[str, Any], path: str, where: str) -> str:
 _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?", re.ASCII
 )
+
+
+def bucket_name(obj: Mapping[str, Any], path: str, where: str) -> str:
+    """The bucket an object notification names, by the one rule of a bucket name
+    (events.model.Bucket): a push's is read as its content is, a deletion's was taken as it
+    came, and one holding a control character, past 1,024 bytes or a path (`a/../b`) went
+    to the Broker in the event's source and uri, for the next function to refuse (400,
+    dead-lettered)."""
+    name = text(obj, path, where)
+    if len(name) > MAX_BUCKET or not _BUCKET.fullmatch(name):
+        raise BadRequest(f"{where}: {path} {name[:64]!r} is not a bucket name", field=path)
+    return name
+
+
+_BUCKET = re.compile(BUCKET_NAME)
 
 
 def parse_time(value: str | None, where: str, path: str) -> datetime | None:

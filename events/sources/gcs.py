@@ -43,6 +43,7 @@ from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
 from modelhooks.events.sources._common import (
     as_object,
+    bucket_name,
     canonical,
     json_value,
     parse_time,
@@ -86,7 +87,7 @@ def from_eventarc(inbound: Inbound, *, layout: ObjectLayout) -> list[CanonicalEv
     data = as_object(json_value(inbound.data, where), where)
     return _object_changed(
         change,
-        bucket=text(data, "bucket", where),
+        bucket=bucket_name(data, "bucket", where),
         name=text(data, "name", where),
         generation=_generation(data, "generation", where),
         labels=_labels(data),
@@ -112,7 +113,7 @@ def from_pubsub_notification(inbound: Inbound, *, layout: ObjectLayout) -> list[
     data = inbound.data  # the object resource, or nothing (payloadFormat NONE)
     return _object_changed(
         change,
-        bucket=text(attrs, "bucketId", where),
+        bucket=bucket_name(attrs, "bucketId", where),
         name=text(attrs, "objectId", where),
         generation=_generation(attrs, "objectGeneration", where),
         labels=_labels(data) if isinstance(data, Mapping) else {},

@@ -35,6 +35,7 @@ from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import ArtifactDeleted, ArtifactPushed, CanonicalEvent, EventData
 from modelhooks.events.sources._common import (
     as_object,
+    bucket_name,
     canonical,
     each,
     json_value,
@@ -99,7 +100,7 @@ def _record(
     change = _change(event_name)
     if change is None:
         return None
-    bucket = text(record, "s3.bucket.name", where)
+    bucket = bucket_name(record, "s3.bucket.name", where)
     key = _key(text(record, "s3.object.key", where), where)
     version = optional_text(record, "s3.object.versionId", where)
     if version == "null":  # the version id S3 gives objects written while unversioned
