@@ -10,9 +10,9 @@ whatever the rest says:
 - tags pushed within `grace` (and tags whose push time is unknown);
 - tags naming a digest in use (a live Model or registry version references it) or a
   digest that a kept tag names too;
-- a manifest's referrers tag (`sha256-<hex>`, the fallback index of a registry without
-  the referrers API; cosign's `.sig`, `.att`, `.sbom`): no version, in no stream, it goes
-  only with its manifest.
+- a manifest's referrers tag (`sha256-<hex>` or `sha512-<hex>`, the fallback index of a
+  registry without the referrers API; cosign's `.sig`, `.att`, `.sbom`): no version, in no
+  stream, it goes only with its manifest.
 With `untagged` set, manifests left without a tag — by this plan, or already (where the
 registry can list them) — that were pushed longer ago than that are deleted too, except a
 digest in use, named by a kept tag, or listed by a kept index.
@@ -61,8 +61,9 @@ __all__ = [
 
 # compiled when a plan first reads a tag (re's own cache), not at every start
 # The tag of a manifest's referrers where the registry has no referrers API: the OCI
-# fallback index (`sha256-<hex>`), cosign's signatures, attestations and SBOMs
-_REFERRERS = r"sha256-[0-9a-f]{64}(?:\.sig|\.att|\.sbom)?"
+# fallback index (`sha256-<hex>`, `sha512-<hex>`: the digest's algorithm, as the registries
+# take digests), cosign's signatures, attestations and SBOMs
+_REFERRERS = r"(?:sha256-[0-9a-f]{64}|sha512-[0-9a-f]{128})(?:\.sig|\.att|\.sbom)?"
 _SEMVER = r"^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$"
 
 
@@ -140,7 +141,7 @@ def plan(
         elif tag.digest in in_use:
             reasons[tag.name] = "in use"
         elif re.fullmatch(_REFERRERS, tag.name):  # it goes with its manifest, if that goes
-            reasons[tag.name] = "the referrers of sha256:" + tag.name[7:71]
+            reasons[tag.name] = "the referrers of " + tag.name.split(".")[0].replace("-", ":")
         elif tag.pushed_at is None:
             reasons[tag.name] = "push time unknown"
         elif now is not None and now - tag.pushed_at < policy.grace:

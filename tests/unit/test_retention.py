@@ -203,3 +203,31 @@ def test_an_index_that_stays_keeps_what_it_lists() -> None:
     ]
     p = plan([], UNTAGGED, untagged=untagged, now=NOW)
     assert [d.digest for d in p.manifests] == ["sha256:lone"]
+
+
+def test_a_sha512_manifest_s_referrers_tag_is_no_version() -> None:
+    """The fallback referrers tag of a manifest pinned by its sha512 digest (sha512-<hex>,
+    as distribution names it: the digest, ':' as '-') and cosign's .sig beside it are in no
+    stream, as sha256-<hex> is: kept while their manifest stays, gone with it. Before,
+    under a Model's default stream '*', each counted as a version newer than the model's
+    own: with keep 1 the one real version was deleted, its signature's index kept."""
+    old, newer = NOW - timedelta(days=30), NOW - timedelta(days=20)
+    subject = "sha512:" + "a" * 128
+    referrers = "sha512-" + "a" * 128
+    history = [
+        Tag("v1.0.0", "sha256:" + "b" * 64, old),
+        Tag("v2.0.0", subject, old),
+        Tag(referrers, "sha256:" + "c" * 64, newer),
+        Tag(f"{referrers}.sig", "sha256:" + "d" * 64, newer),
+    ]
+    p = plan(history, Policy(streams=("*",), keep=1), now=NOW)
+    assert [d.tag for d in p.delete] == ["v1.0.0"]
+    assert {d.tag: d.reason for d in p.keep if d.tag != "v2.0.0"} == {
+        referrers: f"the referrers of {subject}",
+        f"{referrers}.sig": f"the referrers of {subject}",
+    }
+    # the version going, its referrers index goes with it, as sha256-<hex> does
+    going = [Tag("v1.0.0", subject, old), Tag("v2.0.0", "sha256:" + "b" * 64, old)]
+    p = plan([*going, Tag(referrers, "sha256:" + "c" * 64, old)], UNTAGGED, now=NOW)
+    assert [d.tag for d in p.delete] == [referrers, "v1.0.0"]
+    assert [d.digest for d in p.manifests] == [subject, "sha256:" + "c" * 64]
