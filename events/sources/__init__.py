@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from modelhooks.events.errors import BadRequest, PartlyBad
 from modelhooks.events.inbound import Inbound
+from modelhooks.events.ingress import MAX_NAME_BYTES
 from modelhooks.events.layout import ObjectLayout
 from modelhooks.events.model import CanonicalEvent
 from modelhooks.events.sources._common import json_value, unwrap_pubsub
@@ -167,6 +168,11 @@ def _pubsub(
         # No ce-id (Cloud Scheduler publishes fixed attributes): the message id, unique
         # per publish, is the event's.
         ce["id"] = ce.get("id") or inbound.id
+        for name in ("id", "source"):  # as ingress bounds them in every other mode
+            value = ce.get(name, "")
+            if len(value.encode(errors="replace")) > MAX_NAME_BYTES:
+                field = f"message.attributes.{_CE_PREFIX}{name}"
+                raise BadRequest(f"{field} is over {MAX_NAME_BYTES} bytes of UTF-8", field=field)
         carried = Inbound(
             kind="cloudevent",
             id=ce["id"],

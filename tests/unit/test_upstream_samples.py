@@ -363,3 +363,21 @@ def test_a_deletion_naming_no_bucket_is_refused_naming_it(
     )
     assert (resp.status_code, sink) == (400, []), resp.get_data(as_text=True)
     assert field in resp.json["message"], resp.json
+
+
+@pytest.mark.parametrize("attribute", ["ce-id", "ce-source"])
+@pytest.mark.parametrize("value", ["x" * 1025, "é" * 513])
+def test_a_cloudevent_a_pubsub_message_carries_has_a_bounded_id_and_source(
+    ingress: tuple[FlaskClient, list[tuple[dict[str, str], Any]]], attribute: str, value: str
+) -> None:
+    """A CloudEvent carried by a Pub/Sub message (the binding's `ce-*` attributes) takes an
+    id and a source of at most 1,024 bytes of UTF-8, as every other mode does (c892805):
+    they were taken unbounded and forwarded (202), and the next function's ingress refused
+    them 400 ('is over 1024 bytes of UTF-8'): dead-lettered. Now 400 at once, naming it."""
+    client, sink = ingress
+    doc = json.loads(samples.body("canonical-pubsub-artifact-pushed"))
+    doc["message"]["attributes"][attribute] = value
+    resp = client.post("/", json=doc)
+    assert (resp.status_code, sink) == (400, []), resp.get_data(as_text=True)
+    assert f"message.attributes.{attribute}" in resp.json["message"], resp.json
+    assert "over 1024 bytes" in resp.json["message"], resp.json
