@@ -282,13 +282,16 @@ class ModelRefused(EventData, frozen=True, kw_only=True):
             " Model only, never a Model created since under the same name"
         ),
     ] = ""
+    # absent for register's (UNSET: not written), so register's refusal is the payload it
+    # was before sign's were told, which a notify of that time still reads (it takes no
+    # field it does not know: a sign refusal is refused by it, never told as register's)
     function: Annotated[
-        Literal["register", "sign"],
+        Literal["register", "sign"] | msgspec.UnsetType,
         _doc(
-            "the function that refused: register (notify sets Registered) or sign (Signed:"
-            " told to the Model of the push's name, version and location)"
+            "the function that refused: register (absent: notify sets Registered) or sign"
+            " (Signed: told to the Model of the push's name, version and location)"
         ),
-    ] = "register"
+    ] = msgspec.UNSET
 
 
 class ModelSigned(EventData, frozen=True, kw_only=True):

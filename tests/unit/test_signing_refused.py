@@ -263,3 +263,42 @@ def test_content_written_again_before_signing_is_told_as_content_changed(
     assert isinstance(told.data, ModelRefused) and told.data.uri == uri
     assert refusal_reason(told.data.refused, "sign")[0] == "ContentChanged"
     assert not (model / "model.sig").exists()
+
+
+class _RefusedBeforeSign(EventData, frozen=True, kw_only=True):
+    """model.refused as notify read it before sign's refusals were told (a60b2ab): no
+    `function`, and, as every payload, no field it does not know (a notify not yet upgraded,
+    while register and sign are)."""
+
+    TYPE = "dev.modelhooks.model.refused"
+    model: str
+    version: str = ""
+    uri: str = ""
+    namespace: str = "default"
+    refused: str
+    model_uid: str = ""
+
+
+def test_register_s_refusal_is_the_payload_an_older_notify_reads(tmp_path: Path) -> None:
+    """Rolling upgrade: register's refusal carries no `function` (absent: register), so a
+    notify from before sign's refusals still reads it and tells it on Registered; sign's
+    carries `function: sign`, which that notify refuses (400, dead-lettered for a replay)
+    rather than tell it on Registered. One stored since, naming register, is read as
+    register's. Before: every refusal wrote function, register's too, and the older notify
+    refused them all."""
+    app = build(load_settings(env={"MODELHOOKS_HOME": str(tmp_path)}))
+    fn = msgspec.structs.replace(app.function("register"), handle=_raising(Conflict("taken")))
+    spec = {"source": {"s3": {"uri": "s3://bucket/models/bert/1/"}}, "version": "1"}
+    created = ModelCreated(name="bert", namespace=NS, spec=spec, uid="u-1")
+    event = CanonicalEvent(id="m", source="k8s", type=created.TYPE, data=created)
+    (told,) = run(fn, event, app.delivery).replies
+    sent = told.data.to_json()  # the reply's body as sent (binary mode)
+    older = msgspec.json.decode(sent, type=_RefusedBeforeSign)
+    assert (older.model, older.refused, older.model_uid) == ("bert", "conflict: taken", "u-1")
+    assert msgspec.json.decode(sent, type=ModelRefused).function != "sign"
+    sign = msgspec.structs.replace(app.function("sign"), handle=_raising(ContentChanged("x")))
+    (signs,) = run(sign, _push(), app.delivery).replies
+    with pytest.raises(msgspec.ValidationError, match="function"):
+        msgspec.json.decode(signs.data.to_json(), type=_RefusedBeforeSign)
+    stored = msgspec.json.encode({**msgspec.to_builtins(older), "function": "register"})
+    assert msgspec.json.decode(stored, type=ModelRefused).function == "register"
