@@ -85,6 +85,9 @@ def test_a_destination_at_the_bucket_root_is_claimed_there() -> None:
     store = Store()
     claim(store, "s3", "out", "", "s3://staging/a", "run")
     assert ("out", CLAIM) in store.objects
+    with pytest.raises(Conflict) as caught:  # what to delete, as a person would type it
+        claim(store, "s3", "out", "", "s3://staging/b", "run")
+    assert caught.value.message.endswith(f"delete s3://out/{CLAIM} and the objects under s3://out/")
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,7 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
     refusal."""
     key = f"{prefix}{CLAIM}"
     where, destination = f"{scheme}://{bucket}/{key}", f"{scheme}://{bucket}/{prefix}"
+    under = destination if not prefix else f"{destination}/"  # the bucket's root: s3://b/
     since = datetime.now(UTC).isoformat(timespec="seconds")
     mine = json.dumps({"source": source, "run": run, "since": since}).encode()
     for _ in range(3):  # a claim deleted between the write and the read: write it again
@@ -92,7 +93,7 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
             f" run {found.get('run', '?')}, claimed {found.get('since', '?')}; {where}): one "
             f"destination takes one source, so {source} is not copied there. Choose another "
             f"destination, or, once no transfer of {found['source']} runs and its copy is "
-            f"not wanted, delete {where} and the objects under {destination}/",
+            f"not wanted, delete {where} and the objects under {under}",
             field="destination",
             destination=destination,
             claim=where,
