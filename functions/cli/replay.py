@@ -433,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose:
                 shown["body"] = e.data.to_dict()
             print(json.dumps(shown))
-        matched = "" if total else " (nothing matched the filters)"
+        matched = "" if total else f" ({_nothing(args, documents)})"
         print(
             f"{total - bad} events would be sent, {bad} documents cannot be "
             f"(reasons above) (dry run){matched}",
@@ -442,7 +442,7 @@ def run(args: argparse.Namespace) -> int:
         return 2 if bad else 0
     total = sum(1 for _ in events())  # read twice, held never: the progress bar's total
     if not total:
-        print("nothing matched the filters: nothing sent", file=sys.stderr)
+        print(f"{_nothing(args, documents)}: nothing sent", file=sys.stderr)
         return 0
     send = (
         common.http_sender(args.to, args.mode, dict(args.header or ()))
@@ -450,6 +450,21 @@ def run(args: argparse.Namespace) -> int:
         else common.local_sender(settings)
     )
     return _send_all(events(), total, send, args, unit="event")
+
+
+def _nothing(args: argparse.Namespace, documents: Callable[[], Iterable[Any]]) -> str:
+    """Why a source gave no event to send: no document in it at all (an empty folder, or
+    the wrong one: only .json and .jsonl files are read), or none translating to an event
+    (an upstream change no function acts on, S3's test event), or the filters."""
+    read = sum(1 for _ in documents())
+    if not read:
+        return (
+            f"no stored events in {args.source} (a file of JSON or JSON Lines, a folder "
+            "of .json and .jsonl files, or -)"
+        )
+    if args.type or args.since or args.until:
+        return f"{read} documents read, none matched the filters"
+    return f"{read} documents read, none is an event to send (changes no function acts on)"
 
 
 def _send_all(
