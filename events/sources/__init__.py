@@ -30,6 +30,8 @@ from the upstream identity, so a redelivery translates to the same ids.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from modelhooks.events.errors import BadRequest, PartlyBad
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.ingress import MAX_NAME_BYTES
@@ -204,7 +206,23 @@ def _webhook(inbound: Inbound, layout: ObjectLayout) -> list[CanonicalEvent]:
         return s3.from_s3_notification(inbound, layout=layout)
     if oci_distribution.is_distribution_notification(body):
         return oci_distribution.from_distribution_notification(inbound)
+    if _pubsub_data(body):
+        raise BadRequest(
+            "webhook body: a Pub/Sub message's data alone (an Artifact Registry message or "
+            "a Cloud Storage object), without its message id and attributes: a subscription "
+            "pushing unwrapped must write its metadata (gcloud pubsub subscriptions update "
+            "… --push-no-wrapper --push-no-wrapper-write-metadata), or push wrapped",
+            field="body",
+        )
     raise BadRequest(
         "webhook body: unknown shape (expected S3 `Records` or registry `events`)",
         field="body",
     )
+
+
+def _pubsub_data(body: object) -> bool:
+    """Whether `body` is what a Pub/Sub message we take carries as its data."""
+    from modelhooks.events.sources import artifact_registry
+
+    is_object = isinstance(body, Mapping) and body.get("kind") == "storage#object"
+    return is_object or artifact_registry.is_gar_message(body)

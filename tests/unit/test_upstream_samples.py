@@ -381,3 +381,21 @@ def test_a_cloudevent_a_pubsub_message_carries_has_a_bounded_id_and_source(
     assert (resp.status_code, sink) == (400, []), resp.get_data(as_text=True)
     assert f"message.attributes.{attribute}" in resp.json["message"], resp.json
     assert "over 1024 bytes" in resp.json["message"], resp.json
+
+
+@pytest.mark.parametrize("name", ["gar-insert", "gcs-pubsub-finalize-marker"])
+def test_a_pubsub_message_pushed_unwrapped_without_its_metadata_is_refused_saying_so(
+    ingress: tuple[FlaskClient, list[tuple[dict[str, str], Any]]], name: str
+) -> None:
+    """A subscription pushing unwrapped (--push-no-wrapper) without writing its metadata
+    sends the message data alone, no message id nor attributes: nothing to name the event
+    by. It was refused as 'webhook body: unknown shape (expected S3 `Records` or registry
+    `events`)', which sent the operator looking at S3; now the 400 names the setting."""
+    import base64
+
+    client, sink = ingress
+    data = base64.b64decode(json.loads(samples.body(name))["message"]["data"])
+    resp = client.post("/", data=data, content_type="application/json")
+    assert (resp.status_code, sink) == (400, []), resp.get_data(as_text=True)
+    message = resp.json["message"]
+    assert "Pub/Sub" in message and "--push-no-wrapper-write-metadata" in message, message
