@@ -388,10 +388,11 @@ def transfer(
 
 def _release(destination: Any, failure: ModelhooksError) -> None:
     """The claim this run created let go, its copy having failed for good before its
-    source showed a file (nothing of it copied): a source misspelled, empty or unreadable
-    does not keep the destination from the source meant (stores.release). A transient
-    failure keeps it (Unavailable, Throttled: a duplicate delivery of this source, which
-    found the claim, may be copying); a source's permanent failure is the duplicate's too."""
+    source showed a file (nothing of it copied): a source misspelled, empty, not there or
+    denied does not keep the destination from the source meant (stores.release). A
+    transient failure keeps it (Unavailable, credentials refused, Throttled: a duplicate
+    delivery of this source, which found the claim, may be copying); a source's permanent
+    failure is the duplicate's too."""
     if isinstance(failure, Transient):
         return
     try:

@@ -18,9 +18,10 @@ destination and the claim), whether the other run is copying, crashed or done: t
 sources' files never mix in one destination, nor does each mark its artifact LIVE over
 the other's. Nothing deletes a claim but a person handing the destination to another
 source (the refusal says how), and the run that created it when it failed for good
-before its source showed a file (a source misspelled, empty or unreadable: nothing was
-copied, and the source meant takes the destination on the next run); a transient failure
-keeps it, as does one after the first file (its run of the same source resumes).
+before its source showed a file (a source misspelled, empty, not there or denied:
+nothing was copied, and the source meant takes the destination on the next run); a
+transient failure keeps it, as does one after the first file (its run of the same source
+resumes).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def claim(store: Any, scheme: str, bucket: str, prefix: str, source: str, run: s
 def release(store: Any, bucket: str, prefix: str) -> None:
     """The claim of `prefix` deleted: by the run that created it, when it failed for good
     before its source showed a file (nothing of it was copied: a source misspelled, empty,
-    not readable), so the destination is free for the source meant (see the module)."""
+    not there or denied), so the destination is free for the source meant (see the module)."""
     store.delete(bucket, f"{prefix}{CLAIM}")
 
 
