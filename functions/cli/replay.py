@@ -512,7 +512,9 @@ def _run_raw(args: argparse.Namespace) -> int:
         where, doc = item
         headers = {"Content-Type": content_type(doc), **extra}
         status, reason = common.post(http, args.to, json.dumps(doc).encode(), headers)
-        return status, f"{where}: {reason}"
+        if not reason or reason.startswith(common.SKIPPED):  # done, or skipped: as is
+            return status, reason
+        return status, f"{where}: {reason}"  # which document was refused
 
     total = sum(1 for _ in documents())
     items = (doc if isinstance(doc, BadRequest) else (where, doc) for where, doc in documents())

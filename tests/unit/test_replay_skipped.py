@@ -80,3 +80,22 @@ def test_a_skipped_event_is_counted_skipped_through_a_server(
     assert "sent 3, succeeded 1, failed 0, skipped 2" in err, err
     for i in range(2):
         assert f"1 x skipped: nothing under gs://models/models/sentiment/gone-{i}/" in err, err
+
+
+def test_raw_documents_answered_2xx_count_as_succeeded_or_skipped(
+    home: Path, tmp_path: Path, served: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--raw` (the README's example: a MinIO notification as MinIO sent it) named each
+    answer's reason by its document, an empty one too, so every document answered 2xx
+    counted as failed with the reason '<file>: ', exit 2."""
+    lay_model(home, "models", "models/sentiment/1")
+    minio = json.loads(samples.body("s3-minio-put-marker"))  # models/sentiment/1/_SUCCESS
+    gone = json.loads(json.dumps(minio))
+    record = gone["Records"][0]["s3"]["object"]
+    record["key"], record["sequencer"] = "models%2Fsentiment%2Fgone%2F_SUCCESS", "2"
+    source = tmp_path / "stored.jsonl"
+    source.write_text(json.dumps(minio) + "\n" + json.dumps(gone) + "\n")
+    assert replay(home, source, "--raw", "--to", served) == 0
+    err = capsys.readouterr().err
+    assert "sent 2, succeeded 1, failed 0, skipped 1" in err, err
+    assert "1 x skipped: nothing under s3://models/models/sentiment/gone/" in err, err
