@@ -156,7 +156,7 @@ def post(pool: Any, url: str, body: bytes, headers: dict[str, str]) -> tuple[int
     return resp.status, _cut(reason, MAX_REASON_CHARS)
 
 
-TOLD = "refused, told on the Model: "
+TOLD = "refused for good, told as a reply: "
 
 
 def told_refusals(headers: dict[str, str], body: bytes) -> str:

@@ -8,7 +8,7 @@ time: canonical ids are derived from upstream ids and every effect is idempotent
 
 A document that cannot be read or translated is reported and the rest is sent. Exit status:
 0 every event succeeded, 2 some were refused (bad input, or a Model's version or deletion a
-function refused for good and told on the Model: sending them again will not help),
+function refused for good and told as a reply: sending them again will not help),
 3 some failed transiently or the target did not answer (run it again), 130 interrupted.
 """
 

@@ -237,7 +237,7 @@ def _delivered(
         except Unavailable as exc:
             status, reason = 503, exc.message
         if status < 500 and status != 429:
-            if status < 300:  # a 2xx with a reason: a refusal told on the Model
+            if status < 300:  # a 2xx with a reason: a refusal told as a reply
                 return reason or "ok"
             return reason
         what = f"{doc['type']} {doc['subject']}"

@@ -220,7 +220,7 @@ def test_a_model_refused_for_good_and_told_on_it_is_counted_refused(
     assert replay(home, str(source)) == 2  # refused: sending it again will not help
     err = capsys.readouterr().err
     assert "sent 1, succeeded 0, failed 1" in err, err
-    assert "refused, told on the Model: register:" in err and "another digest" in err, err
+    assert "refused for good, told as a reply: register:" in err and "another digest" in err, err
 
 
 def test_a_refusal_told_in_an_answer_is_read_from_its_replies() -> None:
@@ -249,8 +249,8 @@ def test_a_refusal_told_in_an_answer_is_read_from_its_replies() -> None:
         "ok",
     )
     for replies, told in (
-        ([refused], "refused, told on the Model: conflict: taken"),
-        ([registered, refused], "refused, told on the Model: conflict: taken"),
+        ([refused], "refused for good, told as a reply: conflict: taken"),
+        ([registered, refused], "refused for good, told as a reply: conflict: taken"),
         ([registered], ""),
     ):
         answer = encode_replies(replies)

@@ -44,4 +44,4 @@ def test_a_refusal_told_on_the_model_through_serve_is_counted_refused(
     assert replay(second) == 2  # refused: sending it again will not help
     err = capsys.readouterr().err
     assert "sent 1, succeeded 0, failed 1" in err, err
-    assert "refused, told on the Model: " in err and "another digest" in err, err
+    assert "refused for good, told as a reply: " in err and "another digest" in err, err
