@@ -65,6 +65,8 @@ EXPECTED: dict[str, list[str]] = {
     "s3-aws-batch": [PUSHED, DELETED],
     "s3-aws-put-marker": [PUSHED],
     "s3-aws-put-marker-space-in-key": [PUSHED],
+    "s3-minio-copy-marker-versioned": [PUSHED],
+    "s3-minio-delete-marker-created": [DELETED],
     "s3-minio-put-marker": [PUSHED],
     "s3-removed": [DELETED],
     "s3-test-event": [],

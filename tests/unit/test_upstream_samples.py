@@ -180,6 +180,16 @@ EXPECTED: dict[str, list[Event] | Refused] = {
             store="s3",
         )
     ],
+    "s3-minio-copy-marker-versioned": [  # a ready marker copied in: a push
+        pushed("s3://models", "sentiment", "1", "s3://models/models/sentiment/1/", CONTENT)
+    ],
+    "s3-minio-delete-marker-created": [  # its versionId names the delete marker: no digest
+        Event(
+            DELETED,
+            "s3://models",
+            {"uri": "s3://models/models/sentiment/1/", "version": "1", "digest": None},
+        )
+    ],
     "s3-minio-put-marker": [
         pushed("s3://models", "sentiment", "1", "s3://models/models/sentiment/1/", CONTENT)
     ],
