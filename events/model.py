@@ -25,6 +25,7 @@ __all__ = [
     "END",
     "EVENT_TYPES",
     "MAX_BUCKET",
+    "MAX_UID",
     "ArtifactDeleted",
     "ArtifactPurged",
     "ArtifactPushed",
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 SCHEMA_BASE = "https://modelhooks.dev/schemas"
+# A Model's uid, as register keeps it (a fact per uid: kept small): Kubernetes' are UUIDs, 36
+MAX_UID = 64
 StoreKind = Literal["local", "gcs", "s3", "oci", "http"]
 # One grammar for model and version names, whatever the upstream: path segments (an OCI
 # repository has several) of letters, digits, '.', '_', '-' and inner spaces, each starting
@@ -213,14 +216,19 @@ class _ModelLifecycle(EventData, frozen=True, kw_only=True):
     name: Name
     namespace: Namespace = "default"
     version: VersionName | None = None
-    uid: Annotated[
-        str | None,
-        _doc(
-            "the Model's metadata.uid: register keeps it on the version the Model registers,"
-            " and a deletion naming it archives only what that uid registered (none: every"
-            " registration older than the deletion)"
-        ),
-    ] = None
+    uid: (
+        Annotated[
+            str,
+            Meta(
+                max_length=MAX_UID,
+                description="the Model's metadata.uid (Kubernetes': 36 characters): register"
+                " keeps it on the version the Model registers, and a deletion naming it archives"
+                " only what that uid registered (none: every registration older than the"
+                " deletion)",
+            ),
+        ]
+        | None
+    ) = None
     resource_version: str | None = None
     spec: dict[str, Any] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)

@@ -47,11 +47,12 @@ PUSHED_AT = "modelhooks.pushed_at"
 DELETED_AT = "modelhooks.deleted_at"
 # … and whose deletion ended which Model's registration: a deletion's time is its sender's
 # clock (a deletion sent again late is stamped late), so a Model's deletion (it names its
-# uid) ends only what that uid registered. A version keeps the uids of the Models that
-# registered it, each with its latest registration's time (a JSON object); a model the uids
-# of its deleted Models (a JSON array) and the time of its latest deletion naming no uid
-# (a hand replay, an event from before uids were kept; absent on a model recorded before:
-# its `deleted_at`, every deletion then counting so).
+# uid) ends only what that uid registered. A version keeps the uids of the (8 latest)
+# Models that registered it, each with its latest registration's time (a JSON object); a
+# model the uids of its (8 latest) deleted Models, each with the earliest time its deletion
+# was sent at (a JSON object), and the time of its latest deletion naming no uid (a hand
+# replay, an event from before uids were kept, a deleted uid forgotten past the 8; absent on
+# a model recorded before: its `deleted_at`, every deletion then counting so).
 REGISTERED_BY = "modelhooks.registered_by"
 DELETED_UIDS = "modelhooks.deleted_uids"
 UIDLESS_DELETED_AT = "modelhooks.uidless_deleted_at"

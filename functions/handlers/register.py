@@ -22,6 +22,14 @@ Model's version stays, whatever the order. A deletion naming no uid (a hand repl
 from before uids were kept) ends every registration older than it
 (`modelhooks.uidless_deleted_at`), as before.
 
+These facts stay bounded (a registry bounds a string property: Kubeflow's PostgreSQL indexes
+it, 2,704 bytes at most), however often a Model of a name is deleted and created again: a version keeps
+its KEPT_UIDS latest registering uids, a model its KEPT_UIDS latest deleted uids. Past them,
+the deletion whose Model registered earliest (else, its registration unknown, was first sent
+earliest) is forgotten as a deletion naming no uid at that time: every registration as old
+ends, as that Model's did (Models of one name in one namespace live one after the other, so
+the Models after it registered later).
+
 So a push of a new version of a live model writes no model: it reads the model (whose
 deletion time its decision stands on; a registry's transaction refuses it when that read
 changed before it ended), creates the version and its artifact. A deletion writes the
@@ -89,6 +97,7 @@ from modelhooks.core.records import (
 from modelhooks.core.sources import model_source
 from modelhooks.core.stores import Stores
 from modelhooks.events.model import (
+    MAX_UID,
     ArtifactPushed,
     CanonicalEvent,
     ModelCreated,
@@ -106,6 +115,10 @@ __all__ = ["DELETED_AT", "FUNCTION", "PUSHED_AT", "archive_model", "register_mod
 
 T = TypeVar("T")
 REGISTERED = "registered"  # the name of the reply, model.registered
+# the uids a version keeps of its registering Models, and a model of its deleted ones (the
+# latest): at most 9 of 64 characters with a time each, ~900 bytes (module docstring)
+KEPT_UIDS = 8
+_TIME = len("2026-11-28T11:32:15.123456Z")  # a time as register keeps it (records.stamp)
 
 
 def handle(
@@ -180,6 +193,7 @@ def _register(
     registered_by = _registered_by(version.custom_properties)
     if uid:
         registered_by[uid] = max(registered_by.get(uid, ""), at)
+        registered_by = _latest(registered_by)
         facts[REGISTERED_BY] = _encode(registered_by)
     live = _live(version_at, registered_by, ended)
     created = created or new_version or (live and version.state != ModelState.LIVE)
@@ -324,21 +338,22 @@ def _archive(
             owner=owner,
         )
     facts = _deletion_facts(model.custom_properties, at, uid)
-    deleted_at, ended = facts[DELETED_AT], _deletions({**model.custom_properties, **facts})
     policy = deleted.spec.get("deletionPolicy")
-    if deleted_at == at and isinstance(policy, str):  # the latest deletion's policy
+    if facts[DELETED_AT] == at and isinstance(policy, str):  # the latest deletion's policy
         facts[DELETION_POLICY] = policy
     # The deletion is written before the versions are listed (the state follows them): a
     # push this listing misses read the model before this write, so its transaction,
     # re-reading the model as it ends, is redone.
     model = _update(registry.update_model, model, facts, live=model.state == ModelState.LIVE)
+    versions = registry.list_versions(model.id)
+    ended, facts = _forgetting(model.custom_properties, versions)
     live_versions = False
-    for version in registry.list_versions(model.id):
+    for version in versions:
         props = version.custom_properties
         live = _live(props.get(PUSHED_AT, ""), _registered_by(props), ended)
         live_versions |= live
         _update(registry.update_version, version, {}, live)
-    _update(registry.update_model, model, {}, live=live_versions)
+    _update(registry.update_model, model, facts, live=live_versions)
 
 
 def _deleted_before(
@@ -367,22 +382,20 @@ def _deleted_before(
 
 class _Deletions(NamedTuple):
     """What a model's deletions end: `at` (the latest's time) every push older than it,
-    `uidless_at` (the latest naming no uid) every registration older than it, and each of
-    `uids` (its deleted Models) what that uid registered, whatever the times."""
+    `uidless_at` (the latest naming no uid, or a forgotten uid's) every registration as old,
+    and each of `uids` (its deleted Models, each with the earliest time its deletion was sent
+    at) what that uid registered, whatever the times."""
 
     at: str
     uidless_at: str
-    uids: frozenset[str]
+    uids: Mapping[str, str]
 
 
 def _deletions(props: Mapping[str, str]) -> _Deletions:
     """A model's deletions. A model recorded before uids were kept has no uidless time: its
     latest deletion's, each deletion then ending what is older than it."""
     at = props.get(DELETED_AT, "")
-    uids = _decoded(props.get(DELETED_UIDS), list)
-    return _Deletions(
-        at, props.get(UIDLESS_DELETED_AT, at), frozenset(u for u in uids if isinstance(u, str))
-    )
+    return _Deletions(at, props.get(UIDLESS_DELETED_AT, at), _uid_times(props.get(DELETED_UIDS)))
 
 
 def _deletion_facts(props: Mapping[str, str], at: str, uid: str) -> dict[str, str]:
@@ -395,8 +408,33 @@ def _deletion_facts(props: Mapping[str, str], at: str, uid: str) -> dict[str, st
     if UIDLESS_DELETED_AT in props or uidless_at != facts[DELETED_AT]:
         facts[UIDLESS_DELETED_AT] = uidless_at
     if uid:
-        facts[DELETED_UIDS] = _encode(sorted(before.uids | {uid}))
+        uids = {**before.uids, uid: min(before.uids.get(uid, at), at)}
+        facts[DELETED_UIDS] = _encode(uids)
     return facts
+
+
+def _forgetting(
+    props: Mapping[str, str], versions: list[ModelVersion]
+) -> tuple[_Deletions, dict[str, str]]:
+    """A model's deletions and their facts keeping its KEPT_UIDS latest deleted uids: past
+    them, the uid whose Model registered earliest (its latest registration a version keeps),
+    else (none kept) was first deleted earliest, is forgotten as a deletion naming no uid at
+    that time. Its Model's registrations end all the same, the later Models' do not (a Model
+    of a name registers after the Model before it was deleted)."""
+    ended = _deletions(props)
+    if len(ended.uids) <= KEPT_UIDS:
+        return ended, {}
+    registered: dict[str, str] = {}
+    for version in versions:
+        for uid, at in _registered_by(version.custom_properties).items():
+            if uid in ended.uids:
+                registered[uid] = max(registered.get(uid, ""), at)
+    known = {uid: min(registered.get(uid, first), first) for uid, first in ended.uids.items()}
+    oldest = sorted(known, key=lambda uid: (known[uid], uid))[: len(known) - KEPT_UIDS]
+    uidless_at = max([ended.uidless_at, *(known[uid] for uid in oldest)])
+    uids = {uid: at for uid, at in ended.uids.items() if uid not in oldest}
+    facts = {DELETED_UIDS: _encode(uids), UIDLESS_DELETED_AT: uidless_at}
+    return _Deletions(ended.at, uidless_at, uids), facts
 
 
 def _live(pushed_at: str, registered_by: Mapping[str, str], ended: _Deletions) -> bool:
@@ -415,8 +453,24 @@ def _uid_of(event: CanonicalEvent) -> str:
 
 def _registered_by(props: Mapping[str, str]) -> dict[str, str]:
     """A version's registering Models: {uid: time of its latest registration}."""
-    found = _decoded(props.get(REGISTERED_BY), dict)
-    return {k: v for k, v in found.items() if isinstance(v, str)}
+    return _uid_times(props.get(REGISTERED_BY))
+
+
+def _uid_times(text: str | None) -> dict[str, str]:
+    """A fact {uid: time}: what is not one (a record edited by hand), none; an entry longer
+    than a uid and a time are, left out (what is written again stays bounded)."""
+    found = _decoded(text, dict)
+    return {
+        k: v
+        for k, v in found.items()
+        if isinstance(v, str) and len(k) <= MAX_UID and len(v) <= _TIME
+    }
+
+
+def _latest(uid_times: Mapping[str, str]) -> dict[str, str]:
+    """The KEPT_UIDS latest of {uid: time}."""
+    latest = sorted(uid_times, key=lambda uid: (uid_times[uid], uid))[-KEPT_UIDS:]
+    return {uid: uid_times[uid] for uid in latest}
 
 
 def _decoded(text: str | None, kind: type[Any]) -> Any:

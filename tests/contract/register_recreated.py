@@ -11,6 +11,7 @@ tests/integration/test_kubernetes_registry.py (the registry's CRDs on a real API
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ from hypothesis import strategies as st
 
 from modelhooks.core.errors import ModelhooksError
 from modelhooks.core.ports import ModelRegistry
+from modelhooks.core.records import DELETED_UIDS, REGISTERED_BY
 from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
-from modelhooks.handlers.register import handle
+from modelhooks.handlers.register import KEPT_UIDS, handle
 from tests.contract.register_order import T0, Snapshot, snapshot
 
 SHA = {"1": "a" * 64, "2": "b" * 64}  # one source per version name: no digest conflicts
@@ -53,35 +55,44 @@ def model_event(kind: type[ModelCreated | ModelDeleted], name: str, uid: str, ve
     return kind(name=name, namespace="default", version=version, uid=uid, spec={"source": source})
 
 
+# more incarnations than register keeps uids of (KEPT_UIDS deleted ones a model, registering
+# ones a version): the oldest are forgotten as deletions naming no uid
+BEYOND_KEPT = st.integers(KEPT_UIDS + 2, KEPT_UIDS + 3)
+
+
 @st.composite
 def recreations(draw: Callable[..., Any]) -> Recreated:
-    """1-3 incarnations, each created then (but the last maybe) deleted, on one timeline
-    (a minute apart); each deletion maybe sent again later with a later time (up to past
-    everything else), and any delivery duplicated."""
+    """1-3 incarnations, or more than register keeps uids of, each created then (but the
+    last maybe) deleted, on one timeline (a minute apart), of version 1 or 2 (maybe all of
+    one); each deletion maybe sent again later with a later time (up to past everything
+    else), and any delivery duplicated."""
     name = f"r{uuid.uuid4().hex[:8]}"
-    count = draw(st.integers(1, 3), label="incarnations")
+    count = draw(st.one_of(st.integers(1, 3), BEYOND_KEPT), label="incarnations")
     last_deleted = draw(st.booleans(), label="last deleted")
+    one_version = draw(st.booleans(), label="one version")
     events: list[CanonicalEvent] = []
     versions: list[str] = []
     minute = 0
     for i in range(count):
-        uid, version = f"{name}-uid{i}", draw(st.sampled_from("12"), label=f"version {i}")
+        version = "1" if one_version else draw(st.sampled_from("12"), label=f"version {i}")
+        uid = f"{name}-uid{i}"
         versions.append(version)
         created = model_event(ModelCreated, name, uid, version)
-        events.append(_event(f"{uid}/add", created, minute))
+        events.append(at_minute(f"{uid}/add", created, minute))
         minute += 1
         if i < count - 1 or last_deleted:
             deleted = model_event(ModelDeleted, name, uid, version)
-            events.append(_event(f"{uid}/delete", deleted, minute))
+            events.append(at_minute(f"{uid}/delete", deleted, minute))
             for later in draw(st.lists(st.integers(0, 4 * count + 2), max_size=2), label="again"):
-                events.append(_event(f"{uid}/delete", deleted, minute + later))
+                events.append(at_minute(f"{uid}/delete", deleted, minute + later))
             minute += 1
     duplicates = draw(st.lists(st.sampled_from(events), max_size=3), label="duplicates")
     alive = frozenset() if last_deleted else frozenset({versions[-1]})
     return Recreated(tuple(events + duplicates), name, frozenset(versions), alive)
 
 
-def _event(id: str, data: Any, minute: int) -> CanonicalEvent:
+def at_minute(id: str, data: Any, minute: int) -> CanonicalEvent:
+    """`data`'s delivery `id`, sent `minute` minutes after T0."""
     return CanonicalEvent(
         id=id, source="watch", type=data.TYPE, data=data, time=T0 + timedelta(minutes=minute)
     )
@@ -109,3 +120,14 @@ def deliver(registry: ModelRegistry, event: CanonicalEvent) -> None:
 
 def state(registry: ModelRegistry, scenario: Recreated) -> Snapshot:
     return snapshot(registry, {scenario.name})
+
+
+def kept_uids(registry: ModelRegistry, name: str) -> int:
+    """The most uids one of register's facts on model `name` keeps (the model's deleted ones,
+    a version's registering ones): at most KEPT_UIDS, however many incarnations."""
+    model = registry.get_model(name)
+    assert model is not None
+    facts = [model.custom_properties.get(DELETED_UIDS)] + [
+        version.custom_properties.get(REGISTERED_BY) for version in registry.list_versions(model.id)
+    ]
+    return max(len(json.loads(fact)) if fact else 0 for fact in facts)

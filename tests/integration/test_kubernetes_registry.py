@@ -34,6 +34,7 @@ from modelhooks.bootstrap import model_registry
 from modelhooks.core.errors import BadRequest, Conflict, Forbidden
 from modelhooks.core.records import ArtifactState, ModelArtifact, ModelState
 from modelhooks.core.settings import load_settings
+from modelhooks.handlers.register import KEPT_UIDS
 from tests.contract.model_registry import ModelRegistryContract, unique
 from tests.contract.register_crash import killed_and_redelivered, state, time_ordered_state
 from tests.contract.register_order import (
@@ -43,7 +44,7 @@ from tests.contract.register_order import (
     scenarios,
     snapshot,
 )
-from tests.contract.register_recreated import Recreated, deliver, recreations
+from tests.contract.register_recreated import Recreated, deliver, kept_uids, recreations
 from tests.servers.kube import KubeApiServer
 
 pytestmark = pytest.mark.integration
@@ -522,6 +523,7 @@ def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_delive
     for event in order:
         deliver(kube, event)
     assert snapshot(kube, {scenario.name}) == scenario.expected()
+    assert kept_uids(kube, scenario.name) <= KEPT_UIDS
 
 
 # --- RBAC: infra/k8s/rbac/registry.yaml ---------------------------------------------------

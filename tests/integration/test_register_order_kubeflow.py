@@ -7,11 +7,15 @@ deliveries (tests/contract/register_recreated.py)."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelhooks.adapters.model_registry.kubeflow import KubeflowModelRegistry
+from modelhooks.events.model import ModelCreated, ModelDeleted
+from modelhooks.handlers.register import KEPT_UIDS
 from tests.contract.register_crash import killed_and_redelivered, state, time_ordered_state
 from tests.contract.register_order import (
     Scenario,
@@ -20,7 +24,15 @@ from tests.contract.register_order import (
     scenarios,
     snapshot,
 )
-from tests.contract.register_recreated import Recreated, deliver, recreations
+from tests.contract.register_recreated import (
+    SHA,
+    Recreated,
+    at_minute,
+    deliver,
+    kept_uids,
+    model_event,
+    recreations,
+)
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
 pytestmark = pytest.mark.integration
@@ -87,5 +99,42 @@ def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_delive
         for event in order:
             deliver(registry, event)
         assert snapshot(registry, {scenario.name}) == scenario.expected()
+        assert kept_uids(registry, scenario.name) <= KEPT_UIDS
+    finally:
+        registry.close()
+
+
+def test_a_model_deleted_and_created_again_every_day_for_months_stays_writable(
+    model_registry: ModelRegistryServer,
+) -> None:
+    """A pipeline deleting and creating one Model name again (a new uid each time), 100 times,
+    the old deletions sent again late: what register keeps per uid stays bounded, under what
+    this registry's PostgreSQL indexes (a string property past ~2,704 bytes: 500 for ever),
+    and the last Model's version stays LIVE."""
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    name, uids = f"ci{uuid.uuid4().hex[:8]}", [str(uuid.uuid4()) for _ in range(101)]
+    try:
+        for i, uid in enumerate(uids):
+            deliver(
+                registry, at_minute(f"{uid}/add", model_event(ModelCreated, name, uid, "1"), 2 * i)
+            )
+            if uid != uids[-1]:
+                deleted = model_event(ModelDeleted, name, uid, "1")
+                deliver(registry, at_minute(f"{uid}/delete", deleted, 2 * i + 1))
+        for uid in uids[:3] + uids[-4:-1]:  # the first and latest deletions sent again, late
+            deleted = model_event(ModelDeleted, name, uid, "1")
+            deliver(registry, at_minute(f"{uid}/delete", deleted, 500))
+        live = {name: ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
+        assert snapshot(registry, {name}) == live
+        model = registry.get_model(name)
+        assert model is not None
+        version = registry.get_version(model.id, "1")
+        assert version is not None
+        sizes = {
+            k: len(v.encode())
+            for k, v in {**model.custom_properties, **version.custom_properties}.items()
+        }
+        assert max(sizes.values()) < 2_000, sizes
+        assert kept_uids(registry, name) == KEPT_UIDS
     finally:
         registry.close()

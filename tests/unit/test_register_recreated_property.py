@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 from modelhooks.adapters.model_registry.sqlite import SqliteModelRegistry
 from modelhooks.core.records import DELETED_AT, DELETED_UIDS, REGISTERED_BY, UIDLESS_DELETED_AT
 from modelhooks.events.model import CanonicalEvent, ModelCreated, ModelDeleted
+from modelhooks.handlers.register import KEPT_UIDS
 from tests.contract.register_order import T0
 from tests.contract.register_recreated import (
     SHA,
     Recreated,
     deliver,
+    kept_uids,
     model_event,
     recreations,
     state,
@@ -43,6 +45,7 @@ def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_delive
         for event in order:
             deliver(registry, event)
         assert state(registry, scenario) == scenario.expected(), type(registry)
+        assert kept_uids(registry, scenario.name) <= KEPT_UIDS, type(registry)
 
 
 def _at(id: str, data: ModelCreated | ModelDeleted, minute: int) -> CanonicalEvent:
@@ -66,6 +69,32 @@ def test_the_old_deletion_sent_again_late_leaves_the_new_models_version_live() -
     deliver(registry, _at("e", model_event(ModelDeleted, "bert", "uid-new", "1"), 3))
     archived = {"bert": ("ARCHIVED", {"1": ("ARCHIVED", f"sha256:{SHA['1']}")})}
     assert state(registry, Recreated((), "bert", frozenset("1"), frozenset())) == archived
+
+
+def test_old_deletions_sent_again_late_past_the_kept_uids_forget_the_oldest_registered() -> None:
+    """More Models deleted than a model keeps the uids of, their deletions arriving only as
+    sent again past the last Model's creation: the uid forgotten is the one whose Model
+    registered earliest, as a deletion naming no uid at that registration's time (not at its
+    deletion's, which would archive the last Model's version)."""
+    uids = [f"uid-{i}" for i in range(KEPT_UIDS + 2)]
+    for registry in (InMemoryModelRegistry(), sqlite()):
+        for minute, uid in enumerate(uids):
+            deliver(
+                registry, _at(f"{uid}/add", model_event(ModelCreated, "bert", uid, "1"), minute)
+            )
+        for minute, uid in enumerate(uids[:-1], start=100):
+            deliver(
+                registry, _at(f"{uid}/del", model_event(ModelDeleted, "bert", uid, "1"), minute)
+            )
+        live = {"bert": ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
+        assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
+        assert kept_uids(registry, "bert") == KEPT_UIDS
+        deliver(registry, _at("late", model_event(ModelCreated, "bert", uids[0], "1"), 0))
+        assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
+        last = uids[-1]
+        deliver(registry, _at("del", model_event(ModelDeleted, "bert", last, "1"), 200))
+        archived = {"bert": ("ARCHIVED", {"1": ("ARCHIVED", f"sha256:{SHA['1']}")})}
+        assert state(registry, Recreated((), "bert", frozenset("1"), frozenset())) == archived
 
 
 def test_a_deletion_naming_no_uid_archives_what_is_older_as_before() -> None:

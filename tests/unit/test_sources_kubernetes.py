@@ -13,7 +13,7 @@ from modelhooks.core.errors import BadRequest
 from modelhooks.events import samples
 from modelhooks.events.inbound import Inbound
 from modelhooks.events.layout import ObjectLayout
-from modelhooks.events.model import ModelCreated, ModelDeleted, ModelUpdated
+from modelhooks.events.model import MAX_UID, ModelCreated, ModelDeleted, ModelUpdated, parse
 from modelhooks.events.sources import kubernetes, translate
 
 UID = "0c1f3a52-7d8e-4b6a-9f21-3e5d7c9a1b04"
@@ -116,6 +116,27 @@ def test_unknown_apiserver_types_are_bad_requests(event_type: str) -> None:
 def test_malformed_objects_are_bad_requests_naming_the_field(edit: Any, message: str) -> None:
     with pytest.raises(BadRequest, match=message):
         kubernetes.from_apiserver_event(_with_data("k8s-resource-add", edit))
+
+
+@pytest.mark.parametrize("sample", ["k8s-resource-add", "k8s-resource-delete"])
+def test_a_uid_longer_than_a_uid_is_a_bad_request_naming_it(sample: str) -> None:
+    """register keeps a fact per Model's uid: one uid cannot make it huge (Kubernetes' are
+    36 characters; 64 are taken)."""
+    taken = kubernetes.from_apiserver_event(
+        _with_data(sample, lambda d: d["metadata"].update(uid="u" * MAX_UID))
+    )
+    assert taken[0].data.uid == "u" * MAX_UID  # type: ignore[union-attr]
+    with pytest.raises(BadRequest, match="uid: Expected `str` of length <= 64") as refused:
+        kubernetes.from_apiserver_event(
+            _with_data(sample, lambda d: d["metadata"].update(uid="u" * (MAX_UID + 1)))
+        )
+    assert refused.value.details["field"] == "uid"
+
+
+def test_a_canonical_model_event_s_uid_is_bounded_alike() -> None:
+    with pytest.raises(BadRequest, match="uid") as refused:
+        parse(ModelDeleted, {"name": "sentiment", "uid": "u" * (MAX_UID + 1)})
+    assert refused.value.details["field"] == "uid"
 
 
 def test_ids_are_stable() -> None:
