@@ -5,19 +5,26 @@ error (exit 2) naming the flag, before anything runs.
     p.add_argument("--rate", type=argtypes.non_negative)     # a finite float >= 0
     p.add_argument("--grace-hours", type=argtypes.hours)     # 0 to a million
     p.add_argument("--to", type=argtypes.http_url)           # http(s)://host[:port]/…
+
+A flag's environment twin is read by `environment`, so its mistake names the variable.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import urlsplit
 
+from modelhooks.core.errors import ConfigError
 from modelhooks.core.policy_files import HOURS_AT_MOST  # as a policy file's
 
 __all__ = [
     "count",
+    "environment",
     "header",
     "hours",
     "http_url",
@@ -26,6 +33,8 @@ __all__ = [
     "positive",
     "regex",
 ]
+
+T = TypeVar("T")
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110)
 
@@ -121,3 +130,15 @@ def header(text: str) -> tuple[str, str]:
     if not sep or not _TOKEN.match(name) or any(c in value for c in "\r\n\0"):
         raise argparse.ArgumentTypeError(f"{text!r} is not 'NAME: VALUE'")
     return name, value
+
+
+def environment(var: str, parse: Callable[[str], T], default: str) -> T:
+    """A flag's environment twin `var` (else `default`) as `parse` reads it, read when the
+    flag is not given: a mistake is a configuration error (exit 2) naming the variable and
+    its value, as a setting's is, not the flag nobody passed (an argparse default taken
+    from the environment was reported as `argument --concurrency: '0': …`)."""
+    text = os.environ.get(var) or default
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"invalid setting {var}={text!r} (environment): {exc}") from None

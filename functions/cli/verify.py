@@ -46,8 +46,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     verify.add_argument("--identity", help="Sigstore: the expected signer identity")
     verify.add_argument("--issuer", help="Sigstore: the expected OIDC issuer")
     verify.add_argument(
-        "--trust-json",
-        default=os.environ.get(TRUST_ENV) or None,
+        "--trust-json",  # not given: TRUST_ENV, read by _verifier
         metavar="JSON",
         help="what a VerificationPolicy trusts ({keys, certificateChains, identities} as its "
         "spec says, and an optional trustedRoot for the identities): accepted when ANY of them "
@@ -110,13 +109,17 @@ def _verifier(args: argparse.Namespace) -> Verifier:
         SigstoreVerifier,
     )
 
-    if args.trust_json:
+    given, where = args.trust_json, "--trust-json is"
+    if given is None and os.environ.get(TRUST_ENV):  # a mistake names the variable
+        given = os.environ[TRUST_ENV]
+        where = f"invalid setting {TRUST_ENV}={given!r} (environment):"
+    if given:
         from modelhooks.adapters.signing.policy_trust import trusted
 
         try:
-            spec = json.loads(args.trust_json)
+            spec = json.loads(given)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"--trust-json is not JSON: {e}") from None
+            raise ConfigError(f"{where} not JSON: {e}") from None
         return trusted(spec, str(_trust_config(args) or ""))
     if args.public_key:
         return KeyVerifier(args.public_key)

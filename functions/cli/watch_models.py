@@ -63,16 +63,14 @@ def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     )
     wm.add_argument(
         "--concurrency",
-        type=argtypes.positive,
-        default=os.environ.get("MODELHOOKS_WATCH_CONCURRENCY") or "8",
+        type=argtypes.positive,  # not given: MODELHOOKS_WATCH_CONCURRENCY, read by run
         metavar="N",
         help="events of N different Models sent at once; one Model's always in order, one at a "
         "time (env MODELHOOKS_WATCH_CONCURRENCY; default 8; 1: every event in order)",
     )
     wm.add_argument(
         "--backoff-delay",
-        type=_backoff,
-        default=os.environ.get("MODELHOOKS_WATCH_BACKOFF_DELAY") or "0.5",
+        type=_backoff,  # not given: MODELHOOKS_WATCH_BACKOFF_DELAY, read by run
         metavar="SECONDS",
         help=f"a delivery refused as transient (5xx, 429, no answer) is sent again after this, "
         f"then twice as long each time, {RETRIES} times; then its Model is set aside (an ERROR "
@@ -98,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode not in _MODES:  # from the environment, which argparse does not check
         raise ConfigError(f"MODELHOOKS_WATCH_MODE: {args.mode!r} is not Resource or Reference")
+    if args.concurrency is None:
+        args.concurrency = argtypes.environment(
+            "MODELHOOKS_WATCH_CONCURRENCY", argtypes.positive, "8"
+        )
+    if args.backoff_delay is None:
+        args.backoff_delay = argtypes.environment("MODELHOOKS_WATCH_BACKOFF_DELAY", _backoff, "0.5")
     if args.raw and not args.to:
         raise BadRequest("--raw sends to a server: give --to URL")
     configure("WARNING")  # a Model set aside, a watch interrupted: JSON lines on stderr

@@ -291,3 +291,30 @@ def test_a_reader_that_goes_away_ends_it_quietly(tmp_path: Path) -> None:
     )
     assert done.stdout.count("\n") == 1
     assert done.returncode == 141 and "rror" not in done.stderr, (done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "argv", "why"),
+    [
+        ("MODELHOOKS_WATCH_CONCURRENCY", "0", ["watch-models"], "1 or more"),
+        ("MODELHOOKS_WATCH_BACKOFF_DELAY", "soon", ["watch-models"], "not a number"),
+        ("MODELHOOKS_VERIFY_TRUST", "{keys", ["verify", "./m"], "not JSON"),
+    ],
+)
+def test_a_bad_value_of_a_flag_s_environment_twin_names_the_variable(
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    var: str,
+    value: str,
+    argv: list[str],
+    why: str,
+) -> None:
+    """README: watch-models' --concurrency and --backoff-delay, and verify's --trust-json,
+    take their value from an environment variable too (a Deployment's env, the `verifyOn:
+    node` init containers'); a bad one is named as it was given, the variable and its
+    value, as a setting's is, not as the flag nobody passed."""
+    monkeypatch.setenv(var, value)
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and f"{var}={value!r} (environment)" in err and why in err, err
+    assert "argument --" not in err and "--trust-json" not in err, err
