@@ -33,6 +33,9 @@ __all__ = ["ENV_URLS", "SigstoreTrust", "sigstore_env_state"]
 
 ENV_URLS = ("SIGSTORE_TUF_URL", "SIGSTORE_FULCIO_URL", "SIGSTORE_REKOR_URL")
 TSA_PATH = "/api/v1/timestamp"
+PUBLIC_GOOD_TUF_URL = (
+    "https://tuf-repo-cdn.sigstore.dev"  # what ClientTrustConfig.production() reads
+)
 SIGNING_CONFIG_TYPE: Final = "application/vnd.dev.sigstore.signingconfig.v0.2+json"
 TRUST_CONFIG_TYPE: Final = "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json"
 # (signing config field, env variable, API version when the instance lists none)
@@ -190,10 +193,11 @@ class SigstoreTrust:
         except TUFError as e:
             cause = e.__cause__ or e
             if _network(cause):
+                url = self.tuf_url or PUBLIC_GOOD_TUF_URL
                 raise Unavailable(
                     f"the Sigstore TUF repository {self.tuf_url or 'public-good'} did not "
-                    f"answer: {cause}",
-                    url=self.tuf_url or "",
+                    f"answer: {_reason(cause)}",
+                    url=url,
                 ) from None
             raise ConfigError(f"Sigstore {self._source()}: {e}: {cause}") from None
 
@@ -214,6 +218,16 @@ class SigstoreTrust:
             version = max(listed, default=default)
             service = Service(url=url.rstrip("/"), major_api_version=version, operator="modelhooks")
             setattr(signing_config, field, [service])
+
+
+def _reason(error: BaseException) -> str:
+    """Why a TUF download failed: the innermost error that says something (tuf's
+    SlowRetrievalError says nothing; the socket's refusal or failed lookup under it does)."""
+    said, seen = str(error), error.__cause__ or error.__context__
+    while seen is not None:
+        said = str(seen) or said
+        seen = seen.__cause__ or seen.__context__
+    return said or type(error).__name__
 
 
 def _network(error: BaseException) -> bool:
