@@ -72,6 +72,13 @@ def _http_url(name: str, value: str) -> None:
         raise ValueError(f"{name}: {value!r} is not an http:// or https:// URL with a host")
 
 
+# store.allowed_hosts' entries: a host name, an IPv4 or [IPv6] address, perhaps a port
+_ALLOWED_HOST = (
+    r"(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)*"
+    r"\.?|\[[0-9A-Fa-f:.]+\])(?::(?P<port>[0-9]{1,5}))?"
+)
+
+
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
@@ -157,6 +164,15 @@ class StoreSettings(_Section, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _http_url("s3_endpoint_url", self.s3_endpoint_url)
+        for host in filter(None, (h.strip() for h in self.allowed_hosts.split(","))):
+            found = re.fullmatch(_ALLOWED_HOST, host)
+            if not found or (found["port"] and not 0 < int(found["port"]) < 65536):
+                # compared as written with an event's host (or host:port): a URL, a path, a
+                # wildcard or a list split by spaces allowed nothing, silently
+                raise ValueError(
+                    f"allowed_hosts: {host!r} is not a host or host:port (comma-separated, "
+                    "e.g. registry.ml.svc:5000,10.0.0.7:5000; no scheme, path or wildcard)"
+                )
 
 
 class LayoutSettings(_Section, frozen=True, kw_only=True):

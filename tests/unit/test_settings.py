@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,28 @@ def test_bad_values_name_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(env=env)
     assert named in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        "http://registry.ml.svc:5000",  # a URL
+        "registry.ml.svc:5000/models",  # a path
+        "*.ml.svc.cluster.local",  # a wildcard (oci.credential_hosts takes one; this does not)
+        "registry.ml.svc:5000 10.0.0.7",  # a space, not a comma
+        "10.0.0.7:99999",  # no port
+    ],
+)
+def test_an_allowed_host_that_could_never_match_names_the_variable(hosts: str) -> None:
+    """store.allowed_hosts is compared as host or host:port with the host an event names:
+    a value written otherwise allowed nothing, silently, and every event naming the
+    in-cluster registry was refused 403 'loopback or non-public address'."""
+    var = "MODELHOOKS_STORE_ALLOWED_HOSTS"
+    with pytest.raises(ConfigError, match=re.escape(f"{var}={hosts!r} (environment)")) as err:
+        load_settings(env={var: hosts})
+    assert "host or host:port" in str(err.value)
+    allowed = " Registry.ml.svc:5000, 10.0.0.7:5000,[fd00::1]:5000,minio_1 ,"
+    assert load_settings(env={var: allowed}).store.allowed_hosts == allowed
 
 
 def test_kubeflow_backend_needs_a_url() -> None:
