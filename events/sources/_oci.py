@@ -28,6 +28,7 @@ __all__ = [
     "is_digest",
     "is_pullable_digest",
     "is_referrer_tag",
+    "is_registry_host",
     "is_url_host",
     "pushed",
     "repository_uri",
@@ -153,10 +154,16 @@ def is_url_host(host: str) -> bool:
     return True
 
 
+def is_registry_host(host: str) -> bool:
+    """Whether `host` is a registry's host, perhaps with a port (`zot.example:5000`): what
+    an oci:// reference names before its repository (ingress.registry_host is checked so)."""
+    return bool(_HOST.fullmatch(host)) and is_url_host(host)
+
+
 def _check_name(host: str, repository: str, where: str) -> None:
     """BadRequest unless `host` and `repository` are what a registry names (a host such as
     `r:5000@evil` or `evil/x`, an upper-case repository, made URIs no adapter reads the same)."""
-    if not _HOST.fullmatch(host) or not is_url_host(host):
+    if not is_registry_host(host):
         raise BadRequest(f"{where}: {host!r} is not a registry host", field="host", where=where)
     if not _REPOSITORY.fullmatch(repository):
         raise BadRequest(

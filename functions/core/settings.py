@@ -240,6 +240,16 @@ class IngressSettings(_Section, frozen=True, kw_only=True):
         10_000
     )
 
+    def __post_init__(self) -> None:
+        if self.registry_host:  # every zot event's oci://HOST/…: else each one a 400
+            from modelhooks.events.sources._oci import is_registry_host
+
+            if not is_registry_host(self.registry_host):
+                raise ValueError(
+                    f"registry_host: {self.registry_host!r} is not a registry host (host or "
+                    "host:port, e.g. zot.example:5000; no scheme or path)"
+                )
+
 
 class RouterSettings(_Section, frozen=True, kw_only=True):
     triggers: Annotated[

@@ -96,6 +96,18 @@ def test_an_allowed_host_that_could_never_match_names_the_variable(hosts: str) -
     assert load_settings(env={var: allowed}).store.allowed_hosts == allowed
 
 
+@pytest.mark.parametrize("host", ["http://zot.example:5000", "zot.example:5000/v2", "zot ex"])
+def test_a_zot_registry_host_that_is_none_names_the_variable(host: str) -> None:
+    """ingress.registry_host makes every zot event's oci://HOST/…: one a URL or a path was
+    taken at start-up, and each zot event was then refused 400 ('zot event: … is not a
+    registry host', naming no setting) and dead-lettered."""
+    var = "MODELHOOKS_INGRESS_REGISTRY_HOST"
+    with pytest.raises(ConfigError, match=re.escape(f"{var}={host!r} (environment)")) as err:
+        load_settings(env={var: host})
+    assert "registry host" in str(err.value)
+    assert load_settings(env={var: "zot.example:5000"}).ingress.registry_host == "zot.example:5000"
+
+
 def test_kubeflow_backend_needs_a_url() -> None:
     with pytest.raises(ConfigError, match=r"registry\.url: the kubeflow backend needs a URL"):
         load_settings(env={"MODELHOOKS_REGISTRY_BACKEND": "kubeflow"})
