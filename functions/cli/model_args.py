@@ -90,13 +90,20 @@ def signature_location(value: str | None, local: Path | None) -> tuple[str | Non
 
 
 def hash_options(args: argparse.Namespace, signature_name: str | None) -> HashOptions:
+    """The flags, else the settings the functions sign with (signing.hash, .shard_size,
+    .signature_name, layout.marker): a model the `sign` function signed under its own
+    marker or signature name is verified by hand with the same settings, no flags."""
+    from modelhooks.core.settings import load_settings
+
+    settings = load_settings()
+    shard_size = settings.signing.shard_size if args.shard_size is None else args.shard_size
     return HashOptions(
-        hash_type=args.hash,
-        method="shards" if args.shard_size else "files",
-        shard_size=args.shard_size or 1_000_000_000,
+        hash_type=args.hash or settings.signing.hash,
+        method="shards" if shard_size else "files",
+        shard_size=shard_size or 1_000_000_000,
         allow_symlinks=args.allow_symlinks,
-        signature_name=signature_name or "model.sig",
-        ready_marker=args.ready_marker,
+        signature_name=signature_name or settings.signing.signature_name,
+        ready_marker=args.ready_marker or settings.layout.marker,
         ignore_paths=tuple(args.ignore or ()),
     )
 
@@ -117,19 +124,23 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--signature",
         metavar="PATH",
-        help="where the signature is: a name inside the model (default model.sig), "
-        "a local file, or a gs:// / s3:// object",
+        help="where the signature is: a name inside the model (default: signing.signature_name"
+        ", model.sig), a local file, or a gs:// / s3:// object",
     )
-    p.add_argument("--hash", choices=["sha256", "blake3"], default="sha256")
+    p.add_argument("--hash", choices=["sha256", "blake3"], help="default: signing.hash (sha256)")
     p.add_argument(
         "--shard-size",
         type=argtypes.count,
-        default=0,
         metavar="BYTES",
-        help="hash files in shards of this size (model_signing's shard mode; sign only)",
+        help="hash files in shards of this size (model_signing's shard mode; sign only; "
+        "default: signing.shard_size, 0: one digest per file)",
     )
     p.add_argument("--ignore", action="append", metavar="PATH", help="a path to leave out")
-    p.add_argument("--ready-marker", default="_SUCCESS", metavar="NAME", help="always left out")
+    p.add_argument(
+        "--ready-marker",
+        metavar="NAME",
+        help="always left out (default: layout.marker, _SUCCESS)",
+    )
     p.add_argument("--allow-symlinks", action="store_true", help="follow symbolic links (local)")
     p.add_argument("--trust-config", type=Path, metavar="JSON", help="Sigstore ClientTrustConfig")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -43,3 +43,26 @@ def test_certificate_blake3_and_external_signature(
     other = make_chain(tmp_path, "other")
     assert run("verify", model, "--certificate-chain", other.root, *common) == 1
     assert "not valid" in capsys.readouterr().out
+
+
+def test_the_settings_name_the_signature_marker_and_hash_where_no_flag_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment with its own ready marker, signature name and hash (layout.marker,
+    signing.signature_name, signing.hash: what `sign` the function writes) is verified by
+    `modelhooks verify` run with the same settings, no flags: it looked for model.sig,
+    hashed the marker in (an 'extra file') and took sha256."""
+    model, keys = write_model(tmp_path / "bert"), make_key(tmp_path)
+    (model / "READY").write_text("")
+    flags = ["--signature", "model.sig.json", "--ready-marker", "READY", "--hash", "blake3"]
+    assert run("sign", model, "--key", keys.private, *flags, "--quiet") == 0
+    monkeypatch.setenv("MODELHOOKS_LAYOUT_MARKER", "READY")
+    monkeypatch.setenv("MODELHOOKS_SIGNING_SIGNATURE_NAME", "model.sig.json")
+    monkeypatch.setenv("MODELHOOKS_SIGNING_HASH", "blake3")
+    capsys.readouterr()
+    assert run("verify", model, "--public-key", keys.public, "--quiet") == 0, capsys.readouterr()
+    assert run("sign", model, "--key", keys.private, "--quiet") == 0  # the same signature
+    assert "already signed (unchanged)" in capsys.readouterr().out
+    assert not (model / "model.sig").exists()
+    monkeypatch.setenv("MODELHOOKS_SIGNING_HASH", "sha256")  # a flag still wins
+    assert run("verify", model, "--public-key", keys.public, "--hash", "blake3", "--quiet") == 0
