@@ -146,7 +146,7 @@ def from_spec(
 
     `origin` names where the spec came from (e.g. an environment variable) in errors:
 
-        from_spec(os.environ["MODELHOOKS_AUTH"], origin="MODELHOOKS_AUTH")
+        from_spec(os.environ["MODELHOOKS_INGRESS_AUTH"], origin="MODELHOOKS_INGRESS_AUTH")
     """
     scheme, p = _pairs(spec, origin)
     auth: Authenticator
