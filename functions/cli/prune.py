@@ -36,7 +36,7 @@ SETTINGS = frozenset({"home", "log_level", "oci", "store", "registry"})
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     prune = sub.add_parser("prune", help="tag retention for an OCI repository (plan, apply)")
-    steps = prune.add_subparsers(dest="prune_command", required=True)
+    steps = prune.add_subparsers(dest="prune_command", metavar="{plan,apply}", required=True)
     p = steps.add_parser("plan", parents=[common], help="print what a policy keeps and deletes")
     p.add_argument("repository", metavar="oci://HOST/REPOSITORY", type=argtypes.oci_repository)
     p.add_argument("--stream", action="append", metavar="GLOB", help="a tag stream (repeatable)")

@@ -29,7 +29,9 @@ SETTINGS = frozenset({"home", "log_level", "registry"})
 
 def add_parser(sub: Any, common_flags: argparse.ArgumentParser) -> None:
     reg = sub.add_parser("registry", help="inspect the model registry")
-    reg_sub = reg.add_subparsers(dest="registry_command", required=True)
+    reg_sub = reg.add_subparsers(
+        dest="registry_command", metavar="{list,show,export,import}", required=True
+    )
     ls = reg_sub.add_parser(
         "list", parents=[common_flags], help="models, versions, artifacts, signers"
     )

@@ -318,3 +318,16 @@ def test_a_bad_value_of_a_flag_s_environment_twin_names_the_variable(
     code, _, err = run(capsys, *argv)
     assert code == 2 and f"{var}={value!r} (environment)" in err and why in err, err
     assert "argument --" not in err and "--trust-json" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "choices"), [(["prune"], "{plan,apply}"), (["registry"], "{list,show,export,import}")]
+)
+def test_a_command_without_its_step_names_the_steps_it_takes(
+    home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], choices: str
+) -> None:
+    """`modelhooks prune` alone said 'the following arguments are required: prune_command'
+    (argparse's name for it, in no help); now the steps it takes, as its usage shows them."""
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and f"the following arguments are required: {choices}" in err, err
+    assert "_command" not in err, err
