@@ -32,6 +32,10 @@
   SourceForbidden, InvalidSource, else SigningRefused; Ready False while
   spec.signing.enabled asks for it): never over a signature or a digest mismatch, replaced
   by a later signature; told only to the Model of the push's name, version and location.
+  A refusal no Model can be told of (sign's with no Model of its name, version and
+  location: a push-only deployment; any, without cluster access) fails with the refusal's
+  own 4xx, saying why and carrying it (dead-lettered, as before it was told); one whose
+  Model was deleted or created again since, is paused or says better already is skipped.
 - `tags.pruned`: an Event on the Model (when the event names one).
 
 Which Model: the one the CloudEvent's subject names (`/apis/modelhooks.dev/…/namespaces/
@@ -65,7 +69,16 @@ from modelhooks.core.conditions import (
     is_resource_name,
     model_of_subject,
 )
-from modelhooks.core.errors import BadRequest, Conflict, NotFound, Unavailable
+from modelhooks.core.errors import (
+    BadRequest,
+    Conflict,
+    ContentChanged,
+    Forbidden,
+    NotFound,
+    Permanent,
+    SignatureExists,
+    Unavailable,
+)
 from modelhooks.core.function import Function, Skip
 from modelhooks.core.model_status import (
     REFUSALS,
@@ -103,14 +116,17 @@ _ATTEMPTS = 5
 def handle(
     event: CanonicalEvent, *, cluster: Cluster | None, rollout: bool
 ) -> list[CanonicalEvent]:
-    if cluster is None:
-        raise Skip(
-            "no cluster access: run notify in the cluster or set MODELHOOKS_NOTIFY_KUBECONFIG"
-        )
     data = event.data
+    if cluster is None:
+        access = "no cluster access: run notify in the cluster or set MODELHOOKS_NOTIFY_KUBECONFIG"
+        if isinstance(data, ModelRefused):  # told to nobody: it fails, as it did untold
+            _untold(data, access)
+        raise Skip(access)
     if isinstance(data, ModelCreated | ModelUpdated) and _retained(data) and not _news(data):
         return []  # nothing to hold or tell, and no Model to read for it (see _retained)
     model = _model_for(event, cluster)
+    if model is None and isinstance(data, ModelRefused) and data.function == "sign":
+        _untold(data, f"none of that name, version and location {_location(data.uri)!r}")
     if model is None or model["spec"].get("paused"):
         raise Skip("no Model to notify (or it is paused)")
     if isinstance(data, ModelCreated | ModelUpdated):
@@ -251,6 +267,29 @@ def _refused(event: CanonicalEvent, data: ModelRefused, cluster: Cluster, model:
     # its Event named after the report, not the delivery: a redelivery records none
     _record(event, cluster, model, said["reason"], action, said["message"], "Warning",
             report=said["message"])  # fmt: skip
+
+
+def _untold(data: ModelRefused, why: str) -> NoReturn:
+    """A refusal for good no Model can be told of fails as the refusal did before it was
+    told: the 4xx of its code (409 content_changed, 403 forbidden, …; else 400), saying why
+    and carrying its text, so it is dead-lettered and `serve` answers the push with it (a
+    distribution notification's 200 then, as every refusal for good's: one 404 for all it
+    would retry for ever). A push no Model waits on (a push-only deployment), notify
+    without cluster access. register's refusal of a Model deleted since stays a Skip (its
+    Model is gone: nothing to fix)."""
+    function = "sign" if data.function == "sign" else "register"
+    error = _REFUSED.get(data.refused.partition(":")[0], BadRequest)
+    raise error(
+        f"no Model to tell {function}'s refusal of {data.namespace}/{data.model} version "
+        f"{data.version!r} ({why}): {data.refused}"
+    )
+
+
+# The refusals for good a function tells as a reply, by their code (`refused` starts with
+# it): what it answered before it told them
+_REFUSED: dict[str, type[Permanent]] = {
+    e.code: e for e in (BadRequest, Forbidden, NotFound, Conflict, ContentChanged, SignatureExists)
+}
 
 
 def _same_model(data: ArtifactPurged | ModelRefused, model: dict[str, Any]) -> None:

@@ -53,6 +53,10 @@ def _pushed(namespace: str, name: str, id_: str) -> dict[str, Any]:
 
 
 def _post(served: Served, event: dict[str, Any]) -> int:
+    return _answer(served, event)[0]
+
+
+def _answer(served: Served, event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
         served.url + "/",
         data=json.dumps(event).encode(),
@@ -61,9 +65,9 @@ def _post(served: Served, event: dict[str, Any]) -> int:
     )
     try:
         with urllib.request.urlopen(request, timeout=60) as answer:
-            return int(answer.status)
+            return int(answer.status), json.loads(answer.read() or b"{}")
     except urllib.error.HTTPError as error:
-        return int(error.code)
+        return int(error.code), json.loads(error.read() or b"{}")
 
 
 def test_a_push_sign_refuses_is_told_on_the_model_and_a_later_signature_replaces_it(
@@ -127,3 +131,45 @@ def test_a_push_sign_refuses_is_told_on_the_model_and_a_later_signature_replaces
     served.wait_for(f"{name} Ready", ready)
     assert conditions()["Signed"]["reason"] == "Signed"
     assert (where / "model.sig").exists()
+
+
+def test_a_push_sign_refuses_that_no_model_waits_on_fails_as_before(
+    kube_apiserver: KubeApiServer,
+    models_api: Any,  # noqa: F811
+    serve: Callable[..., Served],
+    tmp_path: Path,
+) -> None:
+    """A push-only version (no Model of its name, version and location in the cluster; here
+    one of its name with another version): sign refuses it (SignatureExists) and notify,
+    with cluster access, finds no Model to tell. It was answered 200, the refusal in a log
+    line only (dead-lettered before sign told its refusals); now notify answers the
+    refusal's 409 naming why and carrying it, so the push is answered 409 again."""
+    from kubernetes import client
+
+    namespace, name = f"signref-{uuid.uuid4().hex[:8]}", f"alone-{uuid.uuid4().hex[:8]}"
+    with kube_apiserver.api_client() as api:
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+        )
+    kubeconfig = str(kube_apiserver.write_kubeconfig(tmp_path / "kubeconfig"))
+    served = serve(
+        free_port(),
+        "--notify-kubeconfig", kubeconfig,
+        "--signing-key", str(make_key(tmp_path).private),
+    )  # fmt: skip
+    cluster = Cluster(kube_apiserver, models_api, namespace, served)
+    source = {"gcs": {"uri": f"gs://models/models/{name}/1/"}}
+    cluster.create(name, {"source": source, "version": "2", "signing": SIGNING}, [])
+    where = lay_model(served.home, "models", f"models/{name}/1")
+    (where / "model.sig").write_bytes(b"someone else's signature")  # not this signer's
+
+    status, body = _answer(served, _pushed(namespace, name, "push-1"))
+    assert status == 409, body
+    told = {o["function"]: o for o in body["outcomes"]}["notify"]
+    assert (told["status"], told["error"]["error"]) == (409, "signature_exists"), told
+    message = told["error"]["message"]
+    assert message.startswith(f"no Model to tell sign's refusal of {namespace}/{name}"), message
+    assert "none of that name, version and location" in message, message
+    assert "signature_exists: another signature already exists" in message, message
+    assert "status" not in (cluster.get(name) or {})  # the other version's Model: untold
+    assert (where / "model.sig").read_bytes() == b"someone else's signature"

@@ -21,6 +21,7 @@ from modelhooks.core.errors import (
     Conflict,
     CredentialsRefused,
     Forbidden,
+    Permanent,
     Throttled,
     Unavailable,
 )
@@ -179,6 +180,10 @@ def test_any_refusal_is_told_or_skipped(
         world.notify.handle(_event(data, "fuzz"))
     except Skip:
         assert world.get() == before
+        return
+    except Permanent as untold:  # sign's, of no Model of its name, version and location
+        assert function == "sign" and world.get() == before
+        assert untold.message.endswith(": " + refused) and "no Model to tell" in untold.message
         return
     assert (model, version) == ("bert", "1")
     kind, refusals = (

@@ -147,7 +147,9 @@ def test_both_refusals_each_on_its_condition(tmp_path: Path) -> None:
 
 def test_a_refusal_of_another_version_or_location_is_not_told(tmp_path: Path) -> None:
     """A push of the Model's name and version elsewhere (another repository or bucket) is
-    not its source's: its refusal says nothing of this Model."""
+    not its source's: its refusal says nothing of this Model. Told to no Model, it fails as
+    it did before it was told (its 409, naming why and carrying the refusal: dead-lettered),
+    not a skip that only a log line said (a push no Model waits on: push-only)."""
     world = World(tmp_path)
     world.model(signing=SIGNING)
     for data in (
@@ -156,8 +158,10 @@ def test_a_refusal_of_another_version_or_location_is_not_told(tmp_path: Path) ->
         _refusal(uri="s3://bucket/models/bert/1/"),
         _refusal(model="gpt"),
     ):
-        with pytest.raises(Skip):
+        with pytest.raises(ContentChanged, match="no Model to tell sign's refusal") as raised:
             world.notify.handle(_event(data, "other"))
+        assert raised.value.message.endswith(": " + CHANGED)
+        assert "none of that name, version and location" in raised.value.message
     assert "status" not in world.get() and not world.cluster.events
     world.notify.handle(_event(_refusal(uri="oci://registry.local:5000/models/demo:1"), "tag"))
     assert world.conditions()["Signed"]["reason"] == "ContentChanged"
@@ -302,3 +306,49 @@ def test_register_s_refusal_is_the_payload_an_older_notify_reads(tmp_path: Path)
         msgspec.json.decode(signs.data.to_json(), type=_RefusedBeforeSign)
     stored = msgspec.json.encode({**msgspec.to_builtins(older), "function": "register"})
     assert msgspec.json.decode(stored, type=ModelRefused).function == "register"
+
+
+def test_a_push_refused_with_no_model_to_tell_is_answered_as_before(tmp_path: Path) -> None:
+    """The embedded defaults (`make run`, `modelhooks serve`: no cluster access), the real
+    register, sign and notify behind serve's broker route: a push whose files are written
+    again once the ingress named it by its content. sign refuses it (ContentChanged), and
+    its told refusal reached no Model: the push was answered 200 (notify skipping 'no
+    cluster access'), the refusal in a log line only. Now notify fails it with the
+    refusal's 409, naming why and carrying it, so the push is answered 409 as before sign
+    told its refusals."""
+    from modelhooks.delivery.broker import Broker
+    from modelhooks.delivery.http import publish
+    from modelhooks.delivery.router import load_triggers
+
+    model = write_model(tmp_path / "store" / "models" / "bert" / "1")
+    key = make_key(tmp_path).private
+    env = {"MODELHOOKS_HOME": str(tmp_path), "MODELHOOKS_SIGNING_KEY": str(key)}
+    app = build(load_settings(env=env))
+    content = app.delivery.resolve
+    assert content is not None
+
+    def named_then_written_again(event: CanonicalEvent) -> CanonicalEvent:
+        named = content(event)
+        (model / "config.json").write_bytes(b'{"layers": 3, "tampered": true}')
+        return named
+
+    delivery = msgspec.structs.replace(app.delivery, resolve=named_then_written_again)
+    triggers = load_triggers(app.settings.router.triggers)
+    broker = Broker(triggers, delivery, app.settings.router.max_depth)
+    uri = f"file://{model}/"
+    push = ArtifactPushed(model="bert", version="1", uri=uri, digest="x", store="local")
+    body = msgspec.json.encode(
+        {"specversion": "1.0", "id": "p", "source": "local", "type": push.TYPE,
+         "data": msgspec.to_builtins(push.replace(namespace=NS))}
+    )  # fmt: skip
+    headers = {"Content-Type": "application/cloudevents+json"}
+    answer = publish(broker, headers, body, "/")
+    assert answer.status == 409, answer.body
+    outcomes = {o["function"]: o for o in msgspec.json.decode(answer.body)["outcomes"]}
+    assert outcomes["sign"]["status"] == 200  # told as a reply, …
+    told = outcomes["notify"]["error"]  # … to nobody
+    assert told["error"] == "content_changed", told
+    assert told["message"].startswith(f"no Model to tell sign's refusal of {NS}/bert"), told
+    assert "no cluster access" in told["message"]
+    assert "content_changed: the model under" in told["message"], told
+    assert not (model / "model.sig").exists()
