@@ -474,7 +474,7 @@ class ModelWatcher:
                 delay = min(max(delay * 2, 0.2), 10.0)
                 log(
                     logging.WARNING,
-                    f"watch interrupted ({type(exc).__name__}: {exc}); resuming from "
+                    f"watch interrupted ({_why(exc)}); resuming from "
                     f"resourceVersion {self.state.resource_version or '(list)'} in {delay:.1f}s",
                 )
                 self._closed.wait(delay)
@@ -998,3 +998,20 @@ def _event(line: bytes) -> dict[str, Any]:
     ):
         raise _Garbled(line)
     return event
+
+
+def _why(exc: BaseException) -> str:
+    """Why the Model watch broke, in a line: the API server's status and reason, not the
+    Kubernetes client's exception with its HTTP headers; a 404 is a cluster that serves no
+    Models (the CRD not applied yet, or another cluster named), which the watch waits for."""
+    from kubernetes.client.exceptions import ApiException
+
+    if not isinstance(exc, ApiException) or not exc.status:
+        return f"{type(exc).__name__}: {exc}"
+    if exc.status == 404:
+        return (
+            f"the API server serves no Models ({PLURAL}.{GROUP}/{VERSION}: 404): apply the "
+            "Model CRD, kubectl apply -f infra/k8s/crds/model.yaml"
+        )
+    body = " ".join(str(exc.body or "").split())[:300]
+    return f"{exc.status} {exc.reason}" + (f": {body}" if body else "")
