@@ -6,21 +6,23 @@ each in time order: each model's and version's state and facts, and each version
 artifacts.
 
 Used by tests/unit/test_register_crash_property.py (the fake) and the Kubeflow and
-Kubernetes registries' integration tests.
+Kubernetes registries' integration tests, and over Models created, deleted and created again
+by tests/contract/register_recreated.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from hypothesis import strategies as st
 
 from modelhooks.core.errors import ModelhooksError
 from modelhooks.core.ports import ModelRegistry
+from modelhooks.events.model import CanonicalEvent
 from tests.contract.register_order import Scenario, apply, apply_all, in_time_order
 
-__all__ = ["Dying", "Killed", "killed_and_redelivered", "state", "time_ordered_state"]
+__all__ = ["Dying", "Events", "Killed", "killed_and_redelivered", "state", "time_ordered_state"]
 
 WRITES = frozenset(
     {"create_model", "update_model", "create_version", "update_version", "upsert_artifact"}
@@ -89,12 +91,25 @@ def time_ordered_state(scenario: Scenario) -> dict[str, Any]:
     return state(reference, scenario.names())
 
 
+class Events(Protocol):
+    """A scenario: its deliveries (register_order's Scenario, register_recreated's)."""
+
+    @property
+    def events(self) -> tuple[CanonicalEvent, ...]: ...
+
+
 def killed_and_redelivered(
-    registry: ModelRegistry, scenario: Scenario, draw: Callable[..., Any]
+    registry: ModelRegistry,
+    scenario: Events,
+    draw: Callable[..., Any],
+    *,
+    deliver: Callable[[ModelRegistry, CanonicalEvent], None] = apply,
+    answered: list[CanonicalEvent] | None = None,
 ) -> int:
-    """Deliver the scenario's events in a drawn order, each killed before a drawn write or
-    not; a killed one (not answered) is delivered again at a drawn later place, one answered
-    5xx (a lost race) at the end. How many were killed."""
+    """Deliver the scenario's events (by `deliver`) in a drawn order, each killed before a
+    drawn write or not; a killed one (not answered) is delivered again at a drawn later
+    place, one answered 5xx (a lost race) at the end. How many were killed; `answered`
+    gets the deliveries in the order they were answered."""
     dying = Dying(registry)
     queue = list(draw(st.permutations(scenario.events), label="order"))
     kills = retries = 0
@@ -102,7 +117,7 @@ def killed_and_redelivered(
         event = queue.pop(0)
         dying.left = draw(st.one_of(st.none(), st.integers(1, 6)), label="killed before write")
         try:
-            apply(dying, event)  # type: ignore[arg-type]
+            deliver(dying, event)  # type: ignore[arg-type]
         except Killed:
             kills += 1
             queue.insert(draw(st.integers(0, len(queue)), label="redelivered at"), event)
@@ -110,5 +125,8 @@ def killed_and_redelivered(
             queue.append(event)
             retries += 1
             assert retries < 1000, "a delivery never took effect"
+        else:
+            if answered is not None:
+                answered.append(event)
         dying.left = None
     return kills

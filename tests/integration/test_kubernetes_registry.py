@@ -44,7 +44,13 @@ from tests.contract.register_order import (
     scenarios,
     snapshot,
 )
-from tests.contract.register_recreated import Recreated, deliver, kept_uids, recreations
+from tests.contract.register_recreated import (
+    Recreated,
+    deliver,
+    kept_uids,
+    recreations,
+    recreations_killed_and_redelivered,
+)
 from tests.servers.kube import KubeApiServer
 
 pytestmark = pytest.mark.integration
@@ -524,6 +530,17 @@ def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_delive
         deliver(kube, event)
     assert snapshot(kube, {scenario.name}) == scenario.expected()
     assert kept_uids(kube, scenario.name) <= KEPT_UIDS
+
+
+@settings(SLOW, max_examples=20)
+@given(scenario=recreations(), data=st.data())
+def test_a_recreated_models_delivery_killed_between_its_writes_ends_as_applied_once(
+    kube: KubernetesModelRegistry, scenario: Recreated, data: st.DataObject
+) -> None:
+    """Models of one name created, deleted, created again, deletions sent again late, each
+    delivery maybe killed after any prefix of its resource writes and delivered again: the
+    states and uid facts of each delivery applied once (tests/contract/register_recreated.py)."""
+    recreations_killed_and_redelivered(kube, scenario, data.draw)
 
 
 # --- RBAC: infra/k8s/rbac/registry.yaml ---------------------------------------------------

@@ -32,6 +32,7 @@ from tests.contract.register_recreated import (
     kept_uids,
     model_event,
     recreations,
+    recreations_killed_and_redelivered,
 )
 from tests.servers.model_registry import ModelRegistry as ModelRegistryServer
 
@@ -100,6 +101,21 @@ def test_a_recreated_models_version_stays_whatever_the_order_and_times_of_delive
             deliver(registry, event)
         assert snapshot(registry, {scenario.name}) == scenario.expected()
         assert kept_uids(registry, scenario.name) <= KEPT_UIDS
+    finally:
+        registry.close()
+
+
+@settings(SLOW, max_examples=40)
+@given(scenario=recreations(), data=st.data())
+def test_a_recreated_models_delivery_killed_between_its_writes_ends_as_applied_once(
+    model_registry: ModelRegistryServer, scenario: Recreated, data: st.DataObject
+) -> None:
+    """Models of one name created, deleted, created again, deletions sent again late, each
+    delivery maybe killed after any prefix of its REST writes and delivered again: the states
+    and uid facts of each delivery applied once (tests/contract/register_recreated.py)."""
+    registry = KubeflowModelRegistry(model_registry.url, timeout=10)
+    try:
+        recreations_killed_and_redelivered(registry, scenario, data.draw)
     finally:
         registry.close()
 

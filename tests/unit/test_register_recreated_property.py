@@ -26,6 +26,7 @@ from tests.contract.register_recreated import (
     kept_uids,
     model_event,
     recreations,
+    recreations_killed_and_redelivered,
     state,
 )
 from tests.fakes.memory_registry import InMemoryModelRegistry
@@ -127,3 +128,15 @@ def test_facts_a_record_edited_by_hand_garbled_are_none(facts: str) -> None:
     deliver(registry, _at("d", model_event(ModelDeleted, "bert", "uid-old", "1"), 9))
     live = {"bert": ("LIVE", {"1": ("LIVE", f"sha256:{SHA['1']}")})}
     assert state(registry, Recreated((), "bert", frozenset("1"), frozenset("1"))) == live
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=recreations(), data=st.data())
+def test_a_recreated_models_delivery_killed_between_its_writes_ends_as_applied_once(
+    scenario: Recreated, data: st.DataObject
+) -> None:
+    """Each delivery killed after any prefix of its writes (the fake keeps them, as Kubeflow
+    and the Kubernetes resources do; SQLite rolls them back) and delivered again later: the
+    states and the uid facts of each delivery applied once (tests/contract/register_crash.py)."""
+    for registry in (InMemoryModelRegistry(), sqlite()):
+        recreations_killed_and_redelivered(registry, scenario, data.draw)
