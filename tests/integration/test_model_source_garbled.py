@@ -313,7 +313,9 @@ def test_a_watch_cut_after_it_worked_resumes_at_once_each_time(
     finally:
         proxy.close()
     waits = [m.rpartition(" in ")[2] for m in caplog.messages if "watch interrupted" in m]
-    assert waits == ["0.2s"] * 6
+    # a cut landing while a watch is being asked for again is retried inside urllib3 (a
+    # stale kept-alive connection; seen once in CI): no interruption for the watcher to tell
+    assert 4 <= len(waits) <= 6 and set(waits) == {"0.2s"}, waits
 
 
 def test_the_cli_goes_on_when_its_stderr_reader_is_gone(
