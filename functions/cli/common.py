@@ -80,14 +80,7 @@ def local_sender(settings: Settings) -> Any:
         if failed:
             worst = max(o.status for o in failed)
             return worst, "; ".join(outcome_reason(o.as_json()) for o in failed)
-        told = [o for o in outcomes if o.error]  # refused for good, told as a reply (a 200)
-        if told:
-            return 200, "; ".join(
-                f"{TOLD}{o.function}: {o.error['message']}" for o in told if o.error
-            )
-        if any(o.replies for o in outcomes):
-            return 200, ""
-        return 200, skipped([o.skipped for o in outcomes])
+        return 200, _told_or_skipped([o.as_json() for o in outcomes])
 
     return send
 
@@ -207,7 +200,12 @@ def _skips(body: bytes) -> str:
     outcomes = doc.get("skipped", doc.get("outcomes"))
     if not isinstance(outcomes, list):
         return ""
-    outcomes = [o for o in outcomes if isinstance(o, dict)]
+    return _told_or_skipped([o for o in outcomes if isinstance(o, dict)])
+
+
+def _told_or_skipped(outcomes: list[dict[str, Any]]) -> str:
+    """What the outcomes (`Outcome.as_json`) of an event none failed say: the refusals for
+    good told as replies (status 200 with an error), else, when none replied, the skips."""
     told = [
         f"{TOLD}{o.get('function')}: {o['error'].get('message')}"
         for o in outcomes
